@@ -1,0 +1,13 @@
+export { ToolError } from './errors.js';
+export { ToolRegistry, RegistryError } from './registry.js';
+export { ToolScope } from './scope.js';
+export { defineTool, DEFAULT_TIMEOUT_MS, TOOL_NAME } from './tool.js';
+export { toNative, toOpenAI, toAnthropic } from './dialects.js';
+export { toStrictSchema, closeObjects } from './schema.js';
+export { Type } from '@sinclair/typebox';
+
+export type { Risk, SandboxNeeds, Tool, ToolContext, ToolServices, ToolSpec } from './tool.js';
+export type { ListOptions, ValidationResult } from './registry.js';
+export type { ValidationIssue } from './schema.js';
+export type { NativeTool, OpenAITool, AnthropicTool } from './dialects.js';
+export type { Static, TSchema } from '@sinclair/typebox';

@@ -1,0 +1,123 @@
+import type { TSchema } from '@sinclair/typebox';
+import MiniSearch from 'minisearch';
+import { closeObjects, createAjv, dropNullOptionals, formatErrors, plainSchema } from './schema.js';
+import type { ValidateFunction, ValidationIssue } from './schema.js';
+import type { ToolScope } from './scope.js';
+import { DEFAULT_TIMEOUT_MS, TOOL_NAME, type Tool, type ToolSpec } from './tool.js';
+
+export type ValidationResult =
+  | { ok: true; args: Record<string, unknown> }
+  | { ok: false; issues: ValidationIssue[] };
+
+export interface ListOptions {
+  scope?: ToolScope;
+  /** Free-text query: ranks by relevance (fuzzy, prefix) and drops non-matches. */
+  q?: string;
+  category?: string;
+  limit?: number;
+}
+
+export class RegistryError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RegistryError';
+  }
+}
+
+/** Describes every tool once; the gateway, the worker and every dialect read from it. */
+export class ToolRegistry {
+  private readonly ajv = createAjv();
+  private readonly tools = new Map<string, Tool>();
+  private readonly validators = new Map<string, ValidateFunction>();
+  private index: MiniSearch<{ id: string; name: string; description: string; category: string }> | undefined;
+
+  register<S extends TSchema, R>(spec: ToolSpec<S, R>): Tool {
+    if (!TOOL_NAME.test(spec.name)) {
+      throw new RegistryError(`tool name "${spec.name}" must match ${TOOL_NAME}`);
+    }
+    if (this.tools.has(spec.name)) throw new RegistryError(`tool "${spec.name}" is already registered`);
+    const parameters = closeObjects(plainSchema(spec.parameters));
+    if (parameters.type !== 'object') {
+      throw new RegistryError(`tool "${spec.name}": parameters must be an object schema`);
+    }
+    let validate: ValidateFunction;
+    try {
+      validate = this.ajv.compile(parameters);
+    } catch (err) {
+      throw new RegistryError(`tool "${spec.name}": invalid schema: ${(err as Error).message}`);
+    }
+    const risk = spec.risk ?? 'safe';
+    const tool: Tool = {
+      name: spec.name,
+      description: spec.description,
+      parameters,
+      category: spec.category,
+      risk,
+      requiresApproval: spec.requiresApproval ?? risk === 'destructive',
+      sandbox: spec.sandbox,
+      timeoutMs: spec.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+      cacheTtlSeconds: spec.cacheTtlSeconds ?? 0,
+      cacheScope: spec.cacheScope ?? 'global',
+      idempotent: spec.idempotent ?? false,
+      handler: spec.handler as Tool['handler'],
+    };
+    this.tools.set(tool.name, tool);
+    this.validators.set(tool.name, validate);
+    this.index = undefined;
+    return tool;
+  }
+
+  get(name: string): Tool | undefined {
+    return this.tools.get(name);
+  }
+
+  get size(): number {
+    return this.tools.size;
+  }
+
+  /** Validates a call's arguments against the tool's schema (strict; nulls of optional fields dropped). */
+  validate(name: string, args: unknown): ValidationResult {
+    const tool = this.tools.get(name);
+    const validate = this.validators.get(name);
+    if (!tool || !validate) throw new RegistryError(`unknown tool "${name}"`);
+    if (typeof args !== 'object' || args === null || Array.isArray(args)) {
+      return { ok: false, issues: [{ path: '/', message: 'must be object', keyword: 'type', params: { type: 'object' } }] };
+    }
+    const cleaned = dropNullOptionals(tool.parameters, args as Record<string, unknown>);
+    if (validate(cleaned)) return { ok: true, args: cleaned };
+    return { ok: false, issues: formatErrors(validate.errors) };
+  }
+
+  /** Tools in registration order, or ranked by `q`, filtered by scope and category. */
+  list(options: ListOptions = {}): Tool[] {
+    const { scope, category, q } = options;
+    const keep = (t: Tool) => (!scope || scope.allows(t)) && (!category || t.category === category);
+    let result: Tool[];
+    if (q && q.trim()) {
+      const hits = this.searchIndex().search(q, { prefix: true, fuzzy: 0.2, boost: { name: 3, category: 2 } });
+      result = hits.map((h) => this.tools.get(h.id as string)).filter((t): t is Tool => !!t && keep(t));
+    } else {
+      result = [...this.tools.values()].filter(keep);
+    }
+    const limit = options.limit;
+    return limit !== undefined && limit >= 0 ? result.slice(0, limit) : result;
+  }
+
+  categories(): string[] {
+    return [...new Set([...this.tools.values()].map((t) => t.category))].sort();
+  }
+
+  private searchIndex() {
+    if (!this.index) {
+      this.index = new MiniSearch({
+        fields: ['name', 'description', 'category'],
+        // tool names are snake_case: index their words too
+        tokenize: (text) => text.split(/[\s_\-.,;:!?()[\]{}"'/]+/).filter(Boolean),
+      });
+      this.index.addAll(
+        [...this.tools.values()].map((t) => ({ id: t.name, name: t.name, description: t.description, category: t.category })),
+      );
+    }
+    return this.index;
+  }
+}

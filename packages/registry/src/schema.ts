@@ -1,0 +1,133 @@
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import addFormatsModule from 'ajv-formats';
+
+// ajv-formats ships CJS with a default export; NodeNext sees the module object.
+const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
+
+/**
+ * Strict argument validation: unknown properties rejected, no type coercion, every error
+ * reported. One Ajv instance per registry; validators compiled once at registration.
+ */
+export function createAjv(): Ajv {
+  const ajv = new Ajv({
+    strict: true,
+    allErrors: true,
+    coerceTypes: false,
+    useDefaults: false,
+    removeAdditional: false,
+  });
+  addFormats(ajv);
+  return ajv;
+}
+
+export type { ValidateFunction };
+
+export interface ValidationIssue {
+  path: string;
+  message: string;
+  keyword: string;
+  params: Record<string, unknown>;
+}
+
+export function formatErrors(errors: ErrorObject[] | null | undefined): ValidationIssue[] {
+  return (errors ?? []).map((e) => ({
+    path: e.instancePath || '/',
+    message: e.message ?? 'is invalid',
+    keyword: e.keyword,
+    params: e.params as Record<string, unknown>,
+  }));
+}
+
+type Json = Record<string, unknown>;
+
+/** A plain-JSON deep copy (drops TypeBox's symbol keys). */
+export function plainSchema(schema: unknown): Json {
+  return JSON.parse(JSON.stringify(schema)) as Json;
+}
+
+function isObject(v: unknown): v is Json {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Visits every sub-schema of a JSON Schema (properties, items, combinators, defs). */
+function eachSubschema(schema: Json, visit: (s: Json) => void): void {
+  visit(schema);
+  for (const key of ['properties', 'patternProperties', '$defs', 'definitions']) {
+    const m = schema[key];
+    if (isObject(m)) for (const s of Object.values(m)) if (isObject(s)) eachSubschema(s, visit);
+  }
+  for (const key of ['items', 'additionalProperties', 'not', 'if', 'then', 'else', 'contains']) {
+    const s = schema[key];
+    if (isObject(s)) eachSubschema(s, visit);
+  }
+  for (const key of ['anyOf', 'oneOf', 'allOf', 'prefixItems']) {
+    const list = schema[key];
+    if (Array.isArray(list)) for (const s of list) if (isObject(s)) eachSubschema(s, visit);
+  }
+}
+
+/** Closes every object schema that does not say otherwise: unknown properties are errors. */
+export function closeObjects(schema: Json): Json {
+  const copy = plainSchema(schema);
+  eachSubschema(copy, (s) => {
+    if ((s.type === 'object' || isObject(s.properties)) && s.additionalProperties === undefined) {
+      s.additionalProperties = false;
+    }
+  });
+  return copy;
+}
+
+/**
+ * OpenAI strict mode: every object closed, every property listed in `required`, and the
+ * properties that were optional made nullable (the model sends null to omit them).
+ */
+export function toStrictSchema(schema: Json): Json {
+  const copy = plainSchema(schema);
+  eachSubschema(copy, (s) => {
+    delete s.default;
+    if (!isObject(s.properties)) return;
+    const required = new Set(Array.isArray(s.required) ? (s.required as string[]) : []);
+    for (const [name, prop] of Object.entries(s.properties)) {
+      if (!required.has(name) && isObject(prop)) s.properties[name] = nullable(prop);
+    }
+    s.required = Object.keys(s.properties);
+    s.additionalProperties = false;
+  });
+  return copy;
+}
+
+function nullable(prop: Json): Json {
+  if (typeof prop.type === 'string') return { ...prop, type: [prop.type, 'null'] };
+  if (Array.isArray(prop.type)) {
+    return prop.type.includes('null') ? prop : { ...prop, type: [...prop.type, 'null'] };
+  }
+  return { anyOf: [prop, { type: 'null' }] };
+}
+
+/**
+ * Drops `null` values of optional properties whose schema does not accept null, so calls
+ * from strict-mode models validate against the tool's real schema.
+ */
+export function dropNullOptionals(schema: Json, args: Json): Json {
+  const props = isObject(schema.properties) ? schema.properties : {};
+  const required = new Set(Array.isArray(schema.required) ? (schema.required as string[]) : []);
+  let out: Json | undefined;
+  for (const [key, value] of Object.entries(args)) {
+    if (value !== null || required.has(key)) continue;
+    const prop = props[key];
+    if (isObject(prop) && acceptsNull(prop)) continue;
+    out ??= { ...args };
+    delete out[key];
+  }
+  return out ?? args;
+}
+
+function acceptsNull(s: Json): boolean {
+  if (s.type === 'null') return true;
+  if (Array.isArray(s.type) && s.type.includes('null')) return true;
+  for (const key of ['anyOf', 'oneOf']) {
+    const list = s[key];
+    if (Array.isArray(list) && list.some((x) => isObject(x) && acceptsNull(x))) return true;
+  }
+  return false;
+}

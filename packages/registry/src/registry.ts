@@ -3,7 +3,7 @@ import MiniSearch from 'minisearch';
 import { closeObjects, createAjv, dropNullOptionals, formatErrors, plainSchema } from './schema.js';
 import type { ValidateFunction, ValidationIssue } from './schema.js';
 import type { ToolScope } from './scope.js';
-import { DEFAULT_TIMEOUT_MS, TOOL_NAME, type Tool, type ToolSpec } from './tool.js';
+import { DEFAULT_TIMEOUT_MS, TOOL_NAME, type AnyToolSpec, type Tool, type ToolSpec } from './tool.js';
 
 export type ValidationResult =
   | { ok: true; args: Record<string, unknown> }
@@ -65,6 +65,10 @@ export class ToolRegistry {
     this.validators.set(tool.name, validate);
     this.index = undefined;
     return tool;
+  }
+
+  registerAll(specs: readonly AnyToolSpec[]): void {
+    for (const spec of specs) this.register(spec);
   }
 
   get(name: string): Tool | undefined {

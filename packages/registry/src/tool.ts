@@ -42,6 +42,10 @@ export interface ToolSpec<S extends TSchema = TSchema, R = unknown> {
   handler: (args: Static<S>, ctx: ToolContext) => Promise<R> | R;
 }
 
+/** Any tool spec, whatever its schema: for lists of heterogeneous tools. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyToolSpec = ToolSpec<any, unknown>;
+
 /** A registered tool: every optional field resolved. */
 export interface Tool {
   name: string;

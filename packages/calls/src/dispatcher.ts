@@ -1,0 +1,146 @@
+import { Queue, QueueEvents } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Keys } from './keys.js';
+import type { CallStore } from './store.js';
+import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
+
+const KINDS: QueueKind[] = ['fast', 'sandbox'];
+
+type Waiter = (outcome: CallOutcome) => void;
+
+/**
+ * The gateway's side of the queue: enqueues calls and waits for their outcomes. One
+ * QueueEvents reader per queue fans completion events out to waiting requests by call id.
+ */
+export class Dispatcher {
+  private readonly queues: Record<QueueKind, Queue>;
+  private readonly events: Record<QueueKind, QueueEvents>;
+  private readonly waiters = new Map<string, Set<Waiter>>();
+
+  constructor(
+    connection: Redis,
+    /** Makes a blocking connection; each queue's event reader needs its own. */
+    eventsConnection: () => Redis,
+    private readonly keys: Keys,
+    private readonly store: CallStore,
+  ) {
+    const make = <T>(fn: (kind: QueueKind) => T) =>
+      Object.fromEntries(KINDS.map((k) => [k, fn(k)])) as Record<QueueKind, T>;
+    this.queues = make((kind) => new Queue(keys.queue(kind), { connection, prefix: keys.bullPrefix }));
+    this.events = make((kind) => {
+      const events = new QueueEvents(keys.queue(kind), { connection: eventsConnection(), prefix: keys.bullPrefix });
+      events.on('completed', ({ jobId, returnvalue }) => this.settle(jobId, parseOutcome(returnvalue)));
+      events.on('failed', ({ jobId, failedReason }) => this.settleFailed(jobId, failedReason));
+      // Errors surface through /readyz and request failures; keep the process alive.
+      events.on('error', () => undefined);
+      return events;
+    });
+    for (const q of Object.values(this.queues)) q.on('error', () => undefined);
+  }
+
+  async ready(): Promise<void> {
+    await Promise.all(Object.values(this.events).map((e) => e.waitUntilReady()));
+  }
+
+  queue(kind: QueueKind): Queue {
+    return this.queues[kind];
+  }
+
+  async enqueue(job: CallJob, kind: QueueKind): Promise<void> {
+    await this.queues[kind].add(job.tool, job, {
+      jobId: job.id,
+      removeOnComplete: true,
+      removeOnFail: { age: 3600 },
+    });
+  }
+
+  /**
+   * Resolves with the call's outcome, or undefined after `timeoutMs`. Register with
+   * `expect(id)` before enqueueing so a fast completion is never missed.
+   */
+  expect(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
+    return new Promise((resolve) => {
+      const waiter: Waiter = (outcome) => {
+        clearTimeout(timer);
+        resolve(outcome);
+      };
+      const timer = setTimeout(() => {
+        this.drop(id, waiter);
+        resolve(undefined);
+      }, timeoutMs);
+      let set = this.waiters.get(id);
+      if (!set) this.waiters.set(id, (set = new Set()));
+      set.add(waiter);
+    });
+  }
+
+  /** Waits for an already-accepted call (idempotent retries, approvals): checks the store first. */
+  async waitFor(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
+    const pending = this.expect(id, timeoutMs);
+    const record = await this.store.get(id);
+    if (record?.outcome) this.settle(id, record.outcome);
+    return pending;
+  }
+
+  /** Current view of a record: `queued` becomes `running` once a worker holds the job. */
+  async refresh(record: CallRecord): Promise<CallRecord> {
+    if (record.status !== 'queued') return record;
+    const job = await this.queues[record.queue].getJob(record.id);
+    if (!job) {
+      // Finished between the two reads, or lost: re-read the record.
+      return (await this.store.get(record.id)) ?? record;
+    }
+    const state = await job.getState();
+    if (state === 'active') return { ...record, status: 'running' };
+    if (state === 'failed') {
+      return {
+        ...record,
+        status: 'error',
+        outcome: failedOutcome(record.id, record.tool, job.failedReason),
+      };
+    }
+    return record;
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([
+      ...Object.values(this.events).map((e) => e.close()),
+      ...Object.values(this.queues).map((q) => q.close()),
+    ]);
+  }
+
+  private settle(id: string, outcome: CallOutcome): void {
+    const set = this.waiters.get(id);
+    if (!set) return;
+    this.waiters.delete(id);
+    for (const waiter of set) waiter(outcome);
+  }
+
+  private async settleFailed(id: string, reason: string): Promise<void> {
+    if (!this.waiters.has(id)) return;
+    const record = await this.store.get(id).catch(() => undefined);
+    this.settle(id, record?.outcome ?? failedOutcome(id, record?.tool ?? 'unknown', reason));
+  }
+
+  private drop(id: string, waiter: Waiter): void {
+    const set = this.waiters.get(id);
+    set?.delete(waiter);
+    if (set?.size === 0) this.waiters.delete(id);
+  }
+}
+
+function parseOutcome(value: unknown): CallOutcome {
+  return (typeof value === 'string' ? JSON.parse(value) : value) as CallOutcome;
+}
+
+/** A job BullMQ gave up on (its worker died twice, or threw outside the tool). */
+export function failedOutcome(id: string, tool: string, reason: string | undefined): CallOutcome {
+  return {
+    id,
+    tool,
+    status: 'error',
+    error: { code: 'worker_error', message: `the call could not be completed: ${reason ?? 'worker failure'}` },
+    durationMs: 0,
+    cached: false,
+  };
+}

@@ -1,0 +1,55 @@
+/** Lifecycle of one tool call, as GET /v1/calls/{id} reports it. */
+export type CallStatus =
+  | 'queued'
+  | 'running'
+  | 'ok'
+  | 'error'
+  | 'pending_approval'
+  | 'rejected'
+  | 'expired';
+
+export const FINAL_STATUSES: ReadonlySet<CallStatus> = new Set(['ok', 'error', 'rejected', 'expired']);
+
+export interface CallError {
+  code: string;
+  message: string;
+  details?: unknown;
+}
+
+/** What a finished call produced: the body of a 200 from execute. */
+export interface CallOutcome {
+  id: string;
+  tool: string;
+  status: 'ok' | 'error';
+  result?: unknown;
+  error?: CallError;
+  durationMs: number;
+  cached: boolean;
+}
+
+/** The payload of a BullMQ job: one tool call. The job id is the call id. */
+export interface CallJob {
+  id: string;
+  tool: string;
+  args: Record<string, unknown>;
+  clientId: string;
+  conversationId?: string;
+  /** Epoch ms at acceptance by the gateway. */
+  acceptedAt: number;
+  /** W3C trace context carriers, so the worker's spans join the gateway's trace. */
+  trace?: Record<string, string>;
+}
+
+/** The durable record of a call, kept for `calls.ttlSeconds`. */
+export interface CallRecord {
+  id: string;
+  tool: string;
+  clientId: string;
+  status: CallStatus;
+  /** Which queue holds the job (for queued/running/ok/error). */
+  queue: QueueKind;
+  createdAt: number;
+  outcome?: CallOutcome;
+}
+
+export type QueueKind = 'fast' | 'sandbox';

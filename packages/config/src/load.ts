@@ -1,0 +1,145 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { Ajv, type ErrorObject } from 'ajv';
+import { parse as parseYaml } from 'yaml';
+import { ConfigSchema, type Config } from './schema.js';
+
+/** A bad configuration: `field` names where (a JSON-pointer-like path, or an env var). */
+export class ConfigError extends Error {
+  readonly field: string;
+
+  constructor(field: string, message: string, options?: { cause?: unknown }) {
+    super(`invalid configuration: ${field}: ${message}`, options);
+    this.name = 'ConfigError';
+    this.field = field;
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+const ajv = new Ajv({ useDefaults: true, allErrors: true, coerceTypes: false, strict: false });
+const validate = ajv.compile<Config>(ConfigSchema);
+
+/** Env vars that override fields of the file: name → [path, kind]. */
+const OVERRIDES: Record<string, [string[], 'string' | 'int']> = {
+  REDIS_URL: [['redis', 'url'], 'string'],
+  TOOLGATE_REDIS_PREFIX: [['redis', 'prefix'], 'string'],
+  PORT: [['server', 'port'], 'int'],
+  HOST: [['server', 'host'], 'string'],
+  TOOLGATE_LOG_LEVEL: [['log', 'level'], 'string'],
+  TOOLGATE_WORKER_CONCURRENCY: [['worker', 'concurrency'], 'int'],
+  TOOLGATE_SANDBOX_CONCURRENCY: [['worker', 'sandboxConcurrency'], 'int'],
+  WORKER_METRICS_PORT: [['worker', 'metricsPort'], 'int'],
+  TOOLGATE_SANDBOX_DRIVER: [['sandbox', 'driver'], 'string'],
+};
+
+/**
+ * Reads the file named by `TOOLGATE_CONFIG` (YAML or JSON; optional), substitutes
+ * `${VAR}` / `${VAR:-default}`, applies env overrides, fills defaults and validates.
+ * Throws ConfigError naming the offending field.
+ */
+export function loadConfig(env: Env = process.env, file: string | undefined = env.TOOLGATE_CONFIG): Config {
+  let raw: unknown = {};
+  if (file) {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (err) {
+      throw new ConfigError('TOOLGATE_CONFIG', `cannot read ${file}: ${(err as Error).message}`, { cause: err });
+    }
+    try {
+      raw = parseYaml(text) ?? {};
+    } catch (err) {
+      throw new ConfigError('TOOLGATE_CONFIG', `${file} is not valid YAML/JSON: ${(err as Error).message}`, { cause: err });
+    }
+  }
+  return parseConfig(raw, env);
+}
+
+/** The same as loadConfig for an already-parsed document. */
+export function parseConfig(raw: unknown, env: Env = {}): Config {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new ConfigError('/', 'the configuration must be a mapping');
+  }
+  const doc = substitute(raw, '', env) as Record<string, unknown>;
+  applyOverrides(doc, env);
+  if (!validate(doc)) throw new ConfigError(fieldOf(validate.errors?.[0]), messageOf(validate.errors));
+  checkClients(doc);
+  for (const client of doc.clients) {
+    if (client.key !== undefined) {
+      client.keySha256 = sha256(client.key);
+      delete client.key;
+    }
+    client.keySha256 = client.keySha256!.toLowerCase();
+  }
+  return doc;
+}
+
+export function sha256(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+function substitute(value: unknown, path: string, env: Env): unknown {
+  if (typeof value === 'string') {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_m, name: string, fallback?: string) => {
+      const v = env[name];
+      if (v !== undefined && v !== '') return v;
+      if (fallback !== undefined) return fallback;
+      throw new ConfigError(path || '/', `environment variable ${name} is not set`);
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => substitute(v, `${path}/${i}`, env));
+  if (typeof value === 'object' && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substitute(v, `${path}/${k}`, env)]));
+  }
+  return value;
+}
+
+function applyOverrides(doc: Record<string, unknown>, env: Env): void {
+  for (const [name, [path, kind]] of Object.entries(OVERRIDES)) {
+    const text = env[name];
+    if (text === undefined || text === '') continue;
+    let value: string | number = text;
+    if (kind === 'int') {
+      if (!/^\d+$/.test(text)) throw new ConfigError(name, `must be an integer, got "${text}"`);
+      value = Number(text);
+    }
+    let node = doc;
+    for (const key of path.slice(0, -1)) {
+      const next = node[key];
+      if (typeof next !== 'object' || next === null || Array.isArray(next)) node[key] = {};
+      node = node[key] as Record<string, unknown>;
+    }
+    node[path[path.length - 1]!] = value;
+  }
+}
+
+function checkClients(config: Config): void {
+  const seen = new Set<string>();
+  config.clients.forEach((client, i) => {
+    const hasKey = client.key !== undefined;
+    const hasHash = client.keySha256 !== undefined;
+    if (hasKey === hasHash) {
+      throw new ConfigError(`/clients/${i}`, `client "${client.id}" needs exactly one of key or keySha256`);
+    }
+    if (seen.has(client.id)) throw new ConfigError(`/clients/${i}/id`, `duplicate client id "${client.id}"`);
+    seen.add(client.id);
+  });
+}
+
+function fieldOf(error: ErrorObject | undefined): string {
+  if (!error) return '/';
+  const extra = error.params as { additionalProperty?: string; missingProperty?: string };
+  const tail = extra.additionalProperty ?? extra.missingProperty;
+  return `${error.instancePath}${tail ? `/${tail}` : ''}` || '/';
+}
+
+function messageOf(errors: ErrorObject[] | null | undefined): string {
+  const first = errors?.[0];
+  if (!first) return 'is invalid';
+  if (first.keyword === 'additionalProperties') return 'is not a known field';
+  if (first.keyword === 'enum' || first.keyword === 'anyOf') {
+    return `${first.message ?? 'is invalid'}`;
+  }
+  return first.message ?? 'is invalid';
+}

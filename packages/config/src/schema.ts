@@ -1,0 +1,114 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+/** A string enum that validates with a readable "must be equal to one of the allowed values". */
+function StringEnum<const T extends readonly string[]>(values: T, defaultValue: T[number]) {
+  return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], default: defaultValue });
+}
+
+const ClientSchema = Type.Object(
+  {
+    id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' }),
+    /** Plain key (usually `${ENV_VAR}`); hashed at load, never kept in memory as given. */
+    key: Type.Optional(Type.String({ minLength: 16 })),
+    keySha256: Type.Optional(Type.String({ pattern: '^[0-9a-fA-F]{64}$' })),
+    tools: Type.Array(Type.String({ minLength: 1 }), { default: ['*'] }),
+    rateLimit: Type.Object(
+      { perMinute: Type.Integer({ minimum: 1, default: 600 }) },
+      { additionalProperties: false, default: {} },
+    ),
+    admin: Type.Boolean({ default: false }),
+  },
+  { additionalProperties: false },
+);
+
+const closed = { additionalProperties: false, default: {} } as const;
+
+export const ConfigSchema = Type.Object(
+  {
+    server: Type.Object(
+      {
+        port: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
+        host: Type.String({ default: '0.0.0.0' }),
+        bodyLimitBytes: Type.Integer({ minimum: 1024, default: 1_048_576 }),
+        /** Extra time a synchronous request waits beyond the tool's timeout before answering 202. */
+        syncWaitGraceMs: Type.Integer({ minimum: 0, default: 5000 }),
+      },
+      closed,
+    ),
+    redis: Type.Object(
+      {
+        url: Type.String({ default: 'redis://127.0.0.1:6379' }),
+        /** Key prefix for every toolgate key and queue; lets deployments share a Redis. */
+        prefix: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'toolgate' }),
+      },
+      closed,
+    ),
+    clients: Type.Array(ClientSchema, { default: [] }),
+    policy: Type.Object(
+      {
+        loopGuard: Type.Object(
+          {
+            maxCalls: Type.Integer({ minimum: 1, default: 25 }),
+            windowSeconds: Type.Integer({ minimum: 1, default: 300 }),
+          },
+          closed,
+        ),
+        approval: Type.Object(
+          {
+            tools: Type.Array(Type.String(), { default: [] }),
+            ttlSeconds: Type.Integer({ minimum: 1, default: 900 }),
+          },
+          closed,
+        ),
+        http: Type.Object(
+          {
+            allowPrivateNetworks: Type.Boolean({ default: false }),
+            allowHosts: Type.Array(Type.String(), { default: [] }),
+            maxResponseBytes: Type.Integer({ minimum: 1, default: 1_048_576 }),
+            timeoutMs: Type.Integer({ minimum: 1, default: 10_000 }),
+            maxRedirects: Type.Integer({ minimum: 0, default: 5 }),
+          },
+          closed,
+        ),
+        shell: Type.Object(
+          {
+            mode: StringEnum(['blocklist', 'allowlist'], 'blocklist'),
+            allow: Type.Array(Type.String(), { default: [] }),
+          },
+          closed,
+        ),
+      },
+      closed,
+    ),
+    calls: Type.Object(
+      {
+        /** How long a call's state and result stay readable at GET /v1/calls/{id}. */
+        ttlSeconds: Type.Integer({ minimum: 60, default: 86_400 }),
+      },
+      closed,
+    ),
+    worker: Type.Object(
+      {
+        /** Concurrent in-process tool calls per worker process. */
+        concurrency: Type.Integer({ minimum: 1, default: 32 }),
+        /** Concurrent sandboxed calls per worker process. */
+        sandboxConcurrency: Type.Integer({ minimum: 1, default: 4 }),
+        /** Port of the worker's /metrics and /healthz (0 = off). */
+        metricsPort: Type.Integer({ minimum: 0, maximum: 65535, default: 9091 }),
+      },
+      closed,
+    ),
+    sandbox: Type.Record(Type.String(), Type.Unknown(), { default: {} }),
+    plugins: Type.Object({ dirs: Type.Array(Type.String(), { default: ['./plugins'] }) }, closed),
+    log: Type.Object(
+      {
+        level: StringEnum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
+      },
+      closed,
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export type Config = Static<typeof ConfigSchema>;
+export type ClientConfig = Static<typeof ClientSchema>;

@@ -1,0 +1,16 @@
+import { ToolRegistry, type AnyToolSpec } from '@toolgate/registry';
+import { calculator, evaluate } from './builtin/calculator.js';
+import { currentTime } from './builtin/current-time.js';
+
+/** The in-process built-in tools (SPEC §4). */
+export const builtinTools: AnyToolSpec[] = [calculator, currentTime];
+
+/** A registry with every built-in tool, plus `extra` (tests, plugins). */
+export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegistry {
+  const registry = new ToolRegistry();
+  registry.registerAll(builtinTools);
+  registry.registerAll(extra);
+  return registry;
+}
+
+export { calculator, currentTime, evaluate };

@@ -1,0 +1,55 @@
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import type { ClientConfig, Config } from '@toolgate/config';
+import { sha256 } from '@toolgate/config';
+import { ToolScope } from '@toolgate/registry';
+
+export interface Client {
+  id: string;
+  admin: boolean;
+  scope: ToolScope;
+  rateLimitPerMinute: number;
+}
+
+/**
+ * The clients allowed in. Keys are only held as SHA-256 digests; a presented key is hashed
+ * and compared in constant time.
+ */
+export class Clients {
+  private readonly byHash = new Map<string, { digest: Buffer; client: Client }>();
+
+  constructor(configs: readonly ClientConfig[]) {
+    for (const c of configs) {
+      const hex = c.keySha256!;
+      this.byHash.set(hex, {
+        digest: Buffer.from(hex, 'hex'),
+        client: { id: c.id, admin: c.admin, scope: new ToolScope(c.tools), rateLimitPerMinute: c.rateLimit.perMinute },
+      });
+    }
+  }
+
+  get size(): number {
+    return this.byHash.size;
+  }
+
+  authenticate(key: string): Client | undefined {
+    const hex = sha256(key);
+    const entry = this.byHash.get(hex);
+    if (!entry) return undefined;
+    return timingSafeEqual(entry.digest, Buffer.from(hex, 'hex')) ? entry.client : undefined;
+  }
+}
+
+export interface DevMode {
+  key: string;
+}
+
+/**
+ * With no clients configured, the gateway runs in development mode: one admin key made up
+ * at start (printed once), loopback only.
+ */
+export function resolveClients(config: Config): { clients: Clients; dev?: DevMode } {
+  if (config.clients.length > 0) return { clients: new Clients(config.clients) };
+  const key = `tg_dev_${randomBytes(24).toString('base64url')}`;
+  const dev: ClientConfig = { id: 'dev', keySha256: sha256(key), tools: ['*'], admin: true, rateLimit: { perMinute: 6000 } };
+  return { clients: new Clients([dev]), dev: { key } };
+}

@@ -1,0 +1,72 @@
+import type { ValidationIssue } from '@toolgate/registry';
+
+/** Stable error codes of the HTTP API (SPEC §3). */
+export type ApiErrorCode =
+  | 'unauthorized'
+  | 'forbidden'
+  | 'unknown_tool'
+  | 'not_found'
+  | 'invalid_json'
+  | 'invalid_request'
+  | 'invalid_arguments'
+  | 'payload_too_large'
+  | 'rate_limited'
+  | 'loop_limit'
+  | 'unavailable'
+  | 'internal';
+
+const STATUS: Record<ApiErrorCode, number> = {
+  unauthorized: 401,
+  forbidden: 403,
+  unknown_tool: 404,
+  not_found: 404,
+  invalid_json: 400,
+  invalid_request: 400,
+  invalid_arguments: 400,
+  payload_too_large: 413,
+  rate_limited: 429,
+  loop_limit: 429,
+  unavailable: 503,
+  internal: 500,
+};
+
+/** An error answered to the API client as `{"error":{"code","message","details?"}}`. */
+export class ApiError extends Error {
+  readonly code: ApiErrorCode;
+  readonly status: number;
+  readonly details: unknown;
+  readonly headers: Record<string, string>;
+
+  constructor(
+    code: ApiErrorCode,
+    message: string,
+    options: { details?: unknown; cause?: unknown; headers?: Record<string, string> } = {},
+  ) {
+    super(message, { cause: options.cause });
+    this.name = 'ApiError';
+    this.code = code;
+    this.status = STATUS[code];
+    this.details = options.details;
+    this.headers = options.headers ?? {};
+  }
+
+  toBody(): { error: { code: string; message: string; details?: unknown } } {
+    return {
+      error: {
+        code: this.code,
+        message: this.message,
+        ...(this.details === undefined ? {} : { details: this.details }),
+      },
+    };
+  }
+
+  static invalidArguments(tool: string, issues: ValidationIssue[]): ApiError {
+    const summary = issues
+      .slice(0, 3)
+      .map((i) => `${i.path} ${i.message}${i.keyword === 'additionalProperties' ? ` (${String(i.params.additionalProperty)})` : ''}`)
+      .join('; ');
+    return new ApiError('invalid_arguments', `arguments for ${tool} do not match its schema: ${summary}`, {
+      details: issues,
+    });
+  }
+}

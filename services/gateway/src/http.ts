@@ -1,0 +1,69 @@
+import type { NextFunction, Request, Response } from 'express';
+import type { Client, Clients } from './clients.js';
+import { ApiError } from './errors.js';
+
+/** Bearer-key auth; the client lands in `res.locals.client`. */
+export function authenticate(clients: Clients) {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    const header = req.get('authorization') ?? '';
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    const client = m ? clients.authenticate(m[1]!) : undefined;
+    if (!client) {
+      next(new ApiError('unauthorized', m ? 'unknown API key' : 'missing "Authorization: Bearer <key>" header'));
+      return;
+    }
+    res.locals.client = client;
+    next();
+  };
+}
+
+export function clientOf(res: Response): Client {
+  return res.locals.client as Client;
+}
+
+export function requireAdmin(_req: Request, res: Response, next: NextFunction): void {
+  next(clientOf(res).admin ? undefined : new ApiError('forbidden', 'this route is for admin clients only'));
+}
+
+/** The request body as a JSON object: empty means {}, anything else but an object is 400. */
+export function objectBody(req: Request): Record<string, unknown> {
+  const body: unknown = req.body;
+  if (body === undefined) return {};
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new ApiError('invalid_json', 'the request body must be a JSON object');
+  }
+  return body as Record<string, unknown>;
+}
+
+/** Maps body-parser failures and anything unexpected onto the API's error shape. */
+export function errorHandler(log: { error: (obj: object, msg: string) => void }) {
+  return (err: unknown, _req: Request, res: Response, _next: NextFunction): void => {
+    const apiError = toApiError(err);
+    if (apiError.status >= 500 && apiError.code !== 'unavailable') log.error({ err }, 'request failed');
+    if (res.headersSent) return;
+    res.status(apiError.status).set(apiError.headers).json(apiError.toBody());
+  };
+}
+
+function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  const type = (err as { type?: string } | null)?.type;
+  switch (type) {
+    case 'entity.too.large':
+      return new ApiError('payload_too_large', `the request body is larger than the limit (${(err as { limit?: number }).limit} bytes)`);
+    case 'entity.parse.failed':
+      return new ApiError('invalid_json', `the request body is not valid JSON: ${(err as Error).message}`);
+    case 'encoding.unsupported':
+    case 'charset.unsupported':
+    case 'request.aborted':
+    case 'request.size.invalid':
+    case 'stream.encoding.set':
+      return new ApiError('invalid_request', (err as Error).message);
+    default:
+      return new ApiError('internal', 'internal error', { cause: err });
+  }
+}
+
+export function notFound(req: Request, _res: Response, next: NextFunction): void {
+  next(new ApiError('not_found', `no route ${req.method} ${req.path}`));
+}

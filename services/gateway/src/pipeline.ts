@@ -1,0 +1,140 @@
+import { randomUUID } from 'node:crypto';
+import {
+  isRedisDown,
+  liveWorkers,
+  type CallOutcome,
+  type CallRecord,
+  type CallStore,
+  type Dispatcher,
+  type Keys,
+  type QueueKind,
+} from '@toolgate/calls';
+import type { ToolRegistry } from '@toolgate/registry';
+import type { Redis } from 'ioredis';
+import type { Client } from './clients.js';
+import { ApiError } from './errors.js';
+
+export interface CallRequest {
+  tool: string;
+  args: unknown;
+  /** false: answer at once with the queued call (202). */
+  wait: boolean;
+  idempotencyKey?: string;
+  conversationId?: string;
+}
+
+/** A finished call (200), or an accepted one still in flight (202). */
+export type CallResponse =
+  | { kind: 'done'; outcome: CallOutcome }
+  | { kind: 'accepted'; id: string; status: CallRecord['status'] };
+
+export interface PipelineOptions {
+  redis: Redis;
+  keys: Keys;
+  store: CallStore;
+  dispatcher: Dispatcher;
+  registry: ToolRegistry;
+  syncWaitGraceMs: number;
+}
+
+const LIVENESS_CACHE_MS = 1000;
+
+/**
+ * One path for every call, whatever the dialect: scope → schema → idempotency → enqueue →
+ * wait. Throws ApiError for problems with the request itself; tool failures are outcomes.
+ */
+export class CallPipeline {
+  private workersSeenAt = 0;
+
+  constructor(private readonly o: PipelineOptions) {}
+
+  async call(client: Client, req: CallRequest): Promise<CallResponse> {
+    const tool = this.o.registry.get(req.tool);
+    if (!tool) throw new ApiError('unknown_tool', `no tool named "${req.tool}"`);
+    if (!client.scope.allows(tool)) {
+      throw new ApiError('forbidden', `client "${client.id}" may not call "${tool.name}"`);
+    }
+    if (typeof req.args !== 'object' || req.args === null || Array.isArray(req.args)) {
+      throw new ApiError('invalid_json', 'the arguments must be a JSON object');
+    }
+    const checked = this.o.registry.validate(tool.name, req.args);
+    if (!checked.ok) throw ApiError.invalidArguments(tool.name, checked.issues);
+
+    return guardRedis(async () => {
+      const id = randomUUID();
+      if (req.idempotencyKey) {
+        const holder = await this.o.store.claimIdempotencyKey(client.id, req.idempotencyKey, id);
+        if (holder) return this.existing(client, holder, req.wait, tool.timeoutMs);
+      }
+      await this.requireWorkers();
+      const kind: QueueKind = tool.sandbox ? 'sandbox' : 'fast';
+      const acceptedAt = Date.now();
+      await this.o.store.put({ id, tool: tool.name, clientId: client.id, status: 'queued', queue: kind, createdAt: acceptedAt });
+      const outcome = req.wait ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs) : undefined;
+      await this.o.dispatcher.enqueue(
+        {
+          id,
+          tool: tool.name,
+          args: checked.args,
+          clientId: client.id,
+          acceptedAt,
+          ...(req.conversationId ? { conversationId: req.conversationId } : {}),
+        },
+        kind,
+      );
+      if (!outcome) return { kind: 'accepted', id, status: 'queued' };
+      const done = await outcome;
+      return done ? { kind: 'done', outcome: done } : { kind: 'accepted', id, status: 'running' };
+    });
+  }
+
+  /** The current state of a call the client may see (its own; admins see all). */
+  async get(client: Client, id: string): Promise<CallRecord> {
+    return guardRedis(async () => {
+      const record = await this.o.store.get(id);
+      if (!record || (record.clientId !== client.id && !client.admin)) {
+        throw new ApiError('not_found', `no call with id "${id}"`);
+      }
+      return this.o.dispatcher.refresh(record);
+    });
+  }
+
+  /** A retry with a known idempotency key: the first call's result, never a second run. */
+  private async existing(client: Client, id: string, wait: boolean, timeoutMs: number): Promise<CallResponse> {
+    const record = await this.get(client, id).catch((err: unknown) => {
+      // The key was claimed but the first request failed before recording its call.
+      if (err instanceof ApiError && err.code === 'not_found') {
+        throw new ApiError('unavailable', 'the first request with this Idempotency-Key did not complete; retry shortly');
+      }
+      throw err;
+    });
+    if (record.outcome) return { kind: 'done', outcome: record.outcome };
+    const inFlight = record.status === 'queued' || record.status === 'running';
+    if (!wait || !inFlight) return { kind: 'accepted', id, status: record.status };
+    const outcome = await this.o.dispatcher.waitFor(id, timeoutMs + this.o.syncWaitGraceMs);
+    return outcome ? { kind: 'done', outcome } : { kind: 'accepted', id, status: 'running' };
+  }
+
+  private async requireWorkers(): Promise<void> {
+    const now = Date.now();
+    if (now - this.workersSeenAt < LIVENESS_CACHE_MS) return;
+    const alive = await liveWorkers(this.o.redis, this.o.keys);
+    if (alive === 0) throw new ApiError('unavailable', 'no worker is running; the call was not accepted', { headers: { 'Retry-After': '5' } });
+    this.workersSeenAt = now;
+  }
+}
+
+/** Redis connection failures become 503 unavailable. */
+export async function guardRedis<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (!(err instanceof ApiError) && isRedisDown(err)) {
+      throw new ApiError('unavailable', 'Redis is unavailable; the call was not accepted', {
+        cause: err,
+        headers: { 'Retry-After': '2' },
+      });
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,25 @@
+import { liveWorkers, type Keys } from '@toolgate/calls';
+import { Router } from 'express';
+import type { Redis } from 'ioredis';
+
+export function healthRoutes(redis: Redis, keys: Keys): Router {
+  const router = Router();
+  router.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+  router.get('/readyz', async (_req, res) => {
+    try {
+      await redis.ping();
+    } catch (err) {
+      res.status(503).json({ status: 'unavailable', reason: `Redis does not answer: ${(err as Error).message}` });
+      return;
+    }
+    const workers = await liveWorkers(redis, keys).catch(() => 0);
+    if (workers === 0) {
+      res.status(503).json({ status: 'unavailable', reason: 'no worker is alive' });
+      return;
+    }
+    res.json({ status: 'ready', workers });
+  });
+  return router;
+}

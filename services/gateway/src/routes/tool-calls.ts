@@ -1,0 +1,67 @@
+import { Router } from 'express';
+import { DIALECTS, dialectNamed, type BridgeSlot, type Dialect } from '../dialects/index.js';
+import { ApiError } from '../errors.js';
+import { clientOf } from '../http.js';
+import type { CallPipeline } from '../pipeline.js';
+
+const MAX_CALLS = 64;
+
+/**
+ * POST /v1/tool-calls: what a model produced → what goes back to it, same dialect. Calls run
+ * in parallel; a bad call gets an error in its own slot and the others still run.
+ */
+export function toolCallRoutes(pipeline: CallPipeline): Router {
+  const router = Router();
+  router.post('/v1/tool-calls', async (req, res) => {
+    const body: unknown = req.body;
+    if (typeof body !== 'object' || body === null) {
+      throw new ApiError('invalid_json', 'the request body must be a JSON object or array');
+    }
+    const named = typeof req.query.dialect === 'string' ? req.query.dialect : undefined;
+    let dialect: Dialect | undefined;
+    let calls;
+    if (named) {
+      dialect = dialectNamed(named);
+      if (!dialect) throw new ApiError('invalid_request', `unknown dialect "${named}"; use one of ${DIALECTS.map((d) => d.name).join(', ')}`);
+      calls = dialect.extract(body as Record<string, unknown>);
+    } else {
+      for (const d of DIALECTS) {
+        calls = d.extract(body as Record<string, unknown>);
+        if (calls) {
+          dialect = d;
+          break;
+        }
+      }
+    }
+    if (!dialect || !calls) {
+      throw new ApiError(
+        'invalid_request',
+        'no tool calls found: send an OpenAI assistant message with tool_calls, OpenAI Responses function_call items, or Anthropic tool_use blocks',
+      );
+    }
+    if (calls.length > MAX_CALLS) throw new ApiError('invalid_request', `at most ${MAX_CALLS} tool calls per request`);
+    const client = clientOf(res);
+    const conversationId = req.get('x-conversation-id');
+    const slots = await Promise.all(
+      calls.map(async (call): Promise<BridgeSlot> => {
+        if (!call.name) return { call, error: new ApiError('invalid_request', 'the tool call has no function name') };
+        if (!call.args.ok) return { call, error: new ApiError('invalid_json', call.args.message) };
+        try {
+          const response = await pipeline.call(client, {
+            tool: call.name,
+            args: call.args.value,
+            wait: true,
+            idempotencyKey: `tool-call:${call.callId}`,
+            ...(conversationId ? { conversationId } : {}),
+          });
+          return { call, response };
+        } catch (err) {
+          if (err instanceof ApiError && err.code !== 'unavailable') return { call, error: err };
+          throw err;
+        }
+      }),
+    );
+    res.json({ dialect: dialect.name, ...dialect.format(slots) });
+  });
+  return router;
+}

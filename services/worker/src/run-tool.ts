@@ -1,0 +1,58 @@
+import type { CallOutcome, CallJob } from '@toolgate/calls';
+import { ToolError, type Tool, type ToolServices } from '@toolgate/registry';
+
+/** Thrown inside runTool when the tool's own timeout passes. */
+class Timeout extends Error {}
+
+/**
+ * Runs one tool handler under its timeout. Every failure — a ToolError, any other exception,
+ * a timeout — becomes an error outcome the model can read; nothing escapes.
+ */
+export async function runTool(
+  tool: Tool,
+  job: CallJob,
+  services: ToolServices,
+  shutdown: AbortSignal,
+): Promise<CallOutcome> {
+  const started = performance.now();
+  const controller = new AbortController();
+  const onShutdown = () => controller.abort(new Error('worker shutting down'));
+  shutdown.addEventListener('abort', onShutdown, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      controller.abort(new Timeout());
+      reject(new Timeout());
+    }, tool.timeoutMs);
+  });
+  const base = { id: job.id, tool: tool.name, cached: false };
+  try {
+    const result = await Promise.race([
+      Promise.resolve().then(() =>
+        tool.handler(job.args, { callId: job.id, clientId: job.clientId, signal: controller.signal, services }),
+      ),
+      timeout,
+    ]);
+    return { ...base, status: 'ok', result: result === undefined ? null : result, durationMs: elapsed(started) };
+  } catch (err) {
+    return { ...base, status: 'error', error: describe(err, tool), durationMs: elapsed(started) };
+  } finally {
+    clearTimeout(timer);
+    shutdown.removeEventListener('abort', onShutdown);
+  }
+}
+
+function describe(err: unknown, tool: Tool): CallOutcome['error'] {
+  if (err instanceof Timeout) {
+    return { code: 'timeout', message: `${tool.name} did not finish within ${tool.timeoutMs} ms and was stopped` };
+  }
+  if (err instanceof ToolError) {
+    return { code: err.code, message: err.message, ...(err.details === undefined ? {} : { details: err.details }) };
+  }
+  const message = err instanceof Error ? err.message : String(err);
+  return { code: 'tool_error', message: `${tool.name} failed: ${message}` };
+}
+
+function elapsed(started: number): number {
+  return Math.round((performance.now() - started) * 100) / 100;
+}

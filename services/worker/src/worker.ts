@@ -1,0 +1,124 @@
+import { createServer, type Server } from 'node:http';
+import { hostname } from 'node:os';
+import { randomUUID } from 'node:crypto';
+import { Worker, type Job } from 'bullmq';
+import { CallStore, Heartbeat, Keys, createRedis, waitReady, type CallJob, type CallOutcome, type QueueKind } from '@toolgate/calls';
+import type { Config } from '@toolgate/config';
+import type { Logger } from '@toolgate/log';
+import type { ToolRegistry, ToolServices } from '@toolgate/registry';
+import { createMetrics } from './metrics.js';
+import { runTool } from './run-tool.js';
+
+export interface WorkerOptions {
+  config: Config;
+  registry: ToolRegistry;
+  logger: Logger;
+  services: ToolServices;
+  /** Which queues this process consumes (default both). */
+  queues?: QueueKind[];
+}
+
+export interface ToolWorker {
+  id: string;
+  start(): Promise<void>;
+  /** Metrics/health HTTP server on `worker.metricsPort` (0 = none). Returns the bound port. */
+  serveMetrics(port?: number): Promise<number | undefined>;
+  /** Stops taking jobs, finishes in-flight calls, then disconnects. */
+  close(): Promise<void>;
+}
+
+/** Consumes tool calls from BullMQ and runs them; stateless, any number per Redis. */
+export function createWorker({ config, registry, logger, services, queues = ['fast', 'sandbox'] }: WorkerOptions): ToolWorker {
+  const id = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
+  const log = logger.child({ component: 'worker', workerId: id });
+  const keys = new Keys(config.redis.prefix);
+  const redis = createRedis(config.redis.url, 'blocking');
+  redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
+  const store = new CallStore(redis, keys, config.calls.ttlSeconds);
+  const heartbeat = new Heartbeat(redis, keys, id);
+  const metrics = createMetrics();
+  const shutdown = new AbortController();
+  const workers: Worker[] = [];
+  let metricsServer: Server | undefined;
+
+  async function processCall(job: Job<CallJob>, kind: QueueKind): Promise<CallOutcome> {
+    const call = job.data;
+    const tool = registry.get(call.tool);
+    let outcome: CallOutcome;
+    metrics.inFlight.inc({ queue: kind });
+    try {
+      if (!tool) {
+        outcome = errorOutcome(call, 'unknown_tool', `this worker has no tool named "${call.tool}"`);
+      } else if (job.attemptsStarted > 1 && !tool.idempotent) {
+        // A worker died while running this call; running a non-idempotent tool twice could repeat its effects.
+        outcome = errorOutcome(call, 'worker_lost', `the worker running ${call.tool} stopped mid-call; it was not run again because the tool is not idempotent`);
+      } else {
+        outcome = await runTool(tool, call, services, shutdown.signal);
+      }
+      await store.finish(
+        { id: call.id, tool: call.tool, clientId: call.clientId, queue: kind, createdAt: call.acceptedAt },
+        outcome,
+      );
+      metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
+      metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
+      log.debug({ callId: call.id, tool: call.tool, status: outcome.status, ms: outcome.durationMs }, 'call finished');
+      return outcome;
+    } finally {
+      metrics.inFlight.dec({ queue: kind });
+    }
+  }
+
+  return {
+    id,
+    async start() {
+      await waitReady(redis);
+      for (const kind of queues) {
+        const worker = new Worker<CallJob, CallOutcome>(keys.queue(kind), (job) => processCall(job, kind), {
+          connection: createRedis(config.redis.url, 'blocking'),
+          prefix: keys.bullPrefix,
+          concurrency: kind === 'fast' ? config.worker.concurrency : config.worker.sandboxConcurrency,
+          // A stalled job (its worker died) is handed out once more, where `process` decides.
+          maxStalledCount: 1,
+        });
+        worker.on('error', (err) => log.warn({ err: err.message, queue: kind }, 'queue error'));
+        worker.on('failed', (job, err) => log.error({ callId: job?.id, err: err.message }, 'job failed outside the tool'));
+        workers.push(worker);
+      }
+      await Promise.all(workers.map((w) => w.waitUntilReady()));
+      await heartbeat.start();
+      log.info({ queues, concurrency: config.worker.concurrency, sandboxConcurrency: config.worker.sandboxConcurrency, tools: registry.size }, 'worker started');
+    },
+    async serveMetrics(port = config.worker.metricsPort) {
+      if (port === 0 && config.worker.metricsPort === 0) return undefined;
+      metricsServer = createServer((req, res) => {
+        if (req.url === '/metrics') {
+          metrics.registry.metrics().then(
+            (text) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
+            () => res.writeHead(500).end(),
+          );
+        } else if (req.url === '/healthz') {
+          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'ok', workerId: id }));
+        } else {
+          res.writeHead(404).end();
+        }
+      });
+      await new Promise<void>((resolve) => metricsServer!.listen(port, resolve));
+      const address = metricsServer.address();
+      return typeof address === 'object' && address ? address.port : port;
+    },
+    async close() {
+      log.info('worker stopping: finishing in-flight calls');
+      // BullMQ's close waits for the jobs in progress; tools see shutdown only if they outlive it.
+      await Promise.all(workers.map((w) => w.close()));
+      shutdown.abort();
+      await heartbeat.stop();
+      metricsServer?.close();
+      redis.disconnect();
+      log.info('worker stopped');
+    },
+  };
+}
+
+function errorOutcome(call: CallJob, code: string, message: string): CallOutcome {
+  return { id: call.id, tool: call.tool, status: 'error', error: { code, message }, durationMs: 0, cached: false };
+}

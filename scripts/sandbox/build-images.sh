@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Builds the sandbox images with no container registry: a Debian base from debootstrap
+# (`docker import`), then deploy/sandbox/{common,python,shell} with `docker build` (apt inside
+# the build reaches Debian's mirror). Exports each image's root filesystem to
+# deploy/sandbox/.build/rootfs/<name> for the bwrap driver.
+#
+# Idempotent: an image whose `toolgate.hash` label matches the hash of its build inputs is
+# kept, and so is a rootfs whose stamp matches. Force a rebuild with FORCE=1.
+#
+# Env: SANDBOX_SUITE (bookworm), SANDBOX_MIRROR (the Debian mirror apt already uses),
+#      SANDBOX_BUILD_DIR (deploy/sandbox/.build), SANDBOX_IMAGES ("python shell"), FORCE.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+src="$repo/deploy/sandbox"
+build_dir=${SANDBOX_BUILD_DIR:-$src/.build}
+suite=${SANDBOX_SUITE:-bookworm}
+images=${SANDBOX_IMAGES:-python shell}
+force=${FORCE:-0}
+export DOCKER_BUILDKIT=0 # the classic builder needs no buildx plugin and no frontend image
+
+base_tag="toolgate/sandbox-base:$suite"
+common_tag="toolgate/sandbox-common:local"
+started=$(date +%s)
+
+log() { printf '[sandbox-images +%ss] %s\n' "$(($(date +%s) - started))" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+command -v docker >/dev/null || die "docker CLI missing (run scripts/sandbox/ensure-docker.sh)"
+docker info >/dev/null 2>&1 || die "docker daemon not answering (run scripts/sandbox/ensure-docker.sh)"
+
+# The Debian mirror apt on this host already uses (deb822 or one-line sources), else deb.debian.org.
+detect_mirror() {
+  local m=""
+  m=$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -E '/debian/?$' | head -n1 || true)
+  if [ -z "$m" ]; then
+    m=$(grep -hsE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{print $2}' | grep -E '/debian/?$' | head -n1 || true)
+  fi
+  echo "${m:-http://deb.debian.org/debian}"
+}
+mirror=${SANDBOX_MIRROR:-$(detect_mirror)}
+
+label_of() { docker image inspect -f '{{ index .Config.Labels "toolgate.hash" }}' "$1" 2>/dev/null || true; }
+
+# Hash of a build context plus its parent's hash, so a changed base rebuilds its children.
+context_hash() {
+  local dir=$1 parent=$2
+  (cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "parent=$parent") | sha256sum | cut -c1-16
+}
+
+# 1. Base image from debootstrap.
+base_hash=$(printf 'suite=%s variant=minbase v1' "$suite" | sha256sum | cut -c1-16)
+if [ "$force" != 1 ] && [ "$(label_of "$base_tag")" = "$base_hash" ]; then
+  log "base $base_tag up to date ($base_hash)"
+else
+  command -v debootstrap >/dev/null || die "debootstrap missing (run scripts/sandbox/ensure-docker.sh)"
+  root="$build_dir/debootstrap-$suite"
+  rm -rf "$root"
+  mkdir -p "$root"
+  log "debootstrap --variant=minbase $suite from $mirror (about a minute)"
+  debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$build_dir/debootstrap.log" 2>&1 \
+    || { tail -n 20 "$build_dir/debootstrap.log"; die "debootstrap failed (log: $build_dir/debootstrap.log)"; }
+  # Same suites the host uses: updates and security fixes, from the same mirror family.
+  security=${mirror%/debian}/debian-security
+  cat >"$root/etc/apt/sources.list" <<EOF
+deb $mirror $suite main
+deb $mirror $suite-updates main
+deb $security $suite-security main
+EOF
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+  log "docker import -> $base_tag"
+  tar -C "$root" --numeric-owner -c . \
+    | docker import --change "LABEL toolgate.hash=$base_hash" --change 'CMD ["/bin/bash"]' - "$base_tag" >/dev/null
+  rm -rf "$root"
+  log "base $base_tag built ($base_hash)"
+fi
+
+build_image() {
+  local name=$1 tag=$2 parent_tag=$3 parent_hash=$4 hash
+  hash=$(context_hash "$src/$name" "$parent_hash")
+  if [ "$force" != 1 ] && [ "$(label_of "$tag")" = "$hash" ]; then
+    log "$tag up to date ($hash)"
+  else
+    log "docker build $tag ($hash)"
+    mkdir -p "$build_dir"
+    docker build --label "toolgate.hash=$hash" --build-arg "BASE=$parent_tag" -t "$tag" "$src/$name" \
+      >"$build_dir/build-$name.log" 2>&1 \
+      || { tail -n 30 "$build_dir/build-$name.log" >&2; die "docker build of $tag failed (log: $build_dir/build-$name.log)"; }
+    log "$tag built"
+  fi
+  echo "$hash"
+}
+
+# 2. Images.
+common_hash=$(build_image common "$common_tag" "$base_tag" "$base_hash")
+mkdir -p "$build_dir/rootfs"
+for name in $images; do
+  tag="toolgate/sandbox-$name:local"
+  hash=$(build_image "$name" "$tag" "$common_tag" "$common_hash")
+
+  # 3. Root filesystem for bwrap, swapped in atomically.
+  dest="$build_dir/rootfs/$name"
+  stamp="$build_dir/rootfs/$name.hash"
+  stamp_value="$hash export-v2"
+  if [ "$force" != 1 ] && [ -d "$dest" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$stamp_value" ]; then
+    log "rootfs $dest up to date"
+    continue
+  fi
+  log "exporting $tag -> $dest"
+  tmp="$dest.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  cid=$(docker create --label toolgate.export=1 "$tag")
+  docker export "$cid" | tar -C "$tmp" --numeric-owner -x
+  docker rm -f "$cid" >/dev/null
+  # docker export leaves these as empty placeholders; bwrap needs them to be plain files.
+  : >"$tmp/etc/resolv.conf"
+  # The image's ENV is not part of its filesystem; the bwrap driver reads it from here.
+  docker image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$tag" | sed '/^$/d' >"$tmp/etc/toolgate-sandbox.env"
+  rm -rf "$dest.old"
+  [ -d "$dest" ] && mv "$dest" "$dest.old"
+  mv "$tmp" "$dest"
+  rm -rf "$dest.old"
+  echo "$stamp_value" >"$stamp"
+  log "rootfs $dest ready"
+done
+
+log "done: images $(for n in $images; do printf 'toolgate/sandbox-%s:local ' "$n"; done)"

@@ -38,8 +38,16 @@ export class Dispatcher {
     for (const q of Object.values(this.queues)) q.on('error', () => undefined);
   }
 
-  async ready(): Promise<void> {
-    await Promise.all(Object.values(this.events).map((e) => e.waitUntilReady()));
+  /** Resolves once every event reader is connected; false if that takes over `timeoutMs`. */
+  async ready(timeoutMs: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
+    const ready = Promise.all(Object.values(this.events).map((e) => e.waitUntilReady())).then(() => true);
+    try {
+      return await Promise.race([ready, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   queue(kind: QueueKind): Queue {

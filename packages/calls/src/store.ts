@@ -35,4 +35,10 @@ export class CallStore {
     const holder = await this.redis.get(redisKey);
     return holder ?? undefined;
   }
+
+  /** Frees a key this call claimed but never used (the call was not accepted). */
+  async releaseIdempotencyKey(clientId: string, key: string, callId: string): Promise<void> {
+    const redisKey = this.keys.idempotency(clientId, key);
+    if ((await this.redis.get(redisKey)) === callId) await this.redis.del(redisKey);
+  }
 }

@@ -17,7 +17,9 @@ export class ConfigError extends Error {
 
 type Env = Record<string, string | undefined>;
 
-const ajv = new Ajv({ useDefaults: true, allErrors: true, coerceTypes: false, strict: false });
+// Config values may come from ${VAR} substitution as strings: coerce "9000" to 9000 here (and
+// only here — tool arguments are never coerced).
+const ajv = new Ajv({ useDefaults: true, allErrors: true, coerceTypes: true, strict: false });
 const validate = ajv.compile<Config>(ConfigSchema);
 
 /** Env vars that override fields of the file: name → [path, kind]. */

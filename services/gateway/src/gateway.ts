@@ -81,7 +81,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     app,
     dev,
     async listen(port = config.server.port, host = dev ? '127.0.0.1' : config.server.host) {
-      await dispatcher.ready();
+      if (!(await dispatcher.ready(5000))) log.warn('Redis is not reachable yet; answering 503 until it is');
       server = await new Promise<Server>((resolve, reject) => {
         const s = app.listen(port, host, (err?: Error) => (err ? reject(err) : resolve(s)));
       });

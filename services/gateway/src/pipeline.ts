@@ -61,27 +61,35 @@ export class CallPipeline {
     if (!checked.ok) throw ApiError.invalidArguments(tool.name, checked.issues);
 
     return guardRedis(async () => {
+      await this.requireWorkers();
+      if (req.wait && !(await this.o.dispatcher.ready(2000))) {
+        throw new ApiError('unavailable', 'Redis is unavailable; the call was not accepted', { headers: { 'Retry-After': '2' } });
+      }
       const id = randomUUID();
       if (req.idempotencyKey) {
         const holder = await this.o.store.claimIdempotencyKey(client.id, req.idempotencyKey, id);
         if (holder) return this.existing(client, holder, req.wait, tool.timeoutMs);
       }
-      await this.requireWorkers();
       const kind: QueueKind = tool.sandbox ? 'sandbox' : 'fast';
       const acceptedAt = Date.now();
-      await this.o.store.put({ id, tool: tool.name, clientId: client.id, status: 'queued', queue: kind, createdAt: acceptedAt });
-      const outcome = req.wait ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs) : undefined;
-      await this.o.dispatcher.enqueue(
-        {
-          id,
-          tool: tool.name,
-          args: checked.args,
-          clientId: client.id,
-          acceptedAt,
-          ...(req.conversationId ? { conversationId: req.conversationId } : {}),
-        },
-        kind,
-      );
+      const job = {
+        id,
+        tool: tool.name,
+        args: checked.args,
+        clientId: client.id,
+        acceptedAt,
+        ...(req.conversationId ? { conversationId: req.conversationId } : {}),
+      };
+      let outcome: Promise<CallOutcome | undefined> | undefined;
+      try {
+        await this.o.store.put({ id, tool: tool.name, clientId: client.id, status: 'queued', queue: kind, createdAt: acceptedAt });
+        outcome = req.wait ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs) : undefined;
+        await this.o.dispatcher.enqueue(job, kind);
+      } catch (err) {
+        // Not accepted: free the idempotency key so a retry can run the call.
+        if (req.idempotencyKey) await this.o.store.releaseIdempotencyKey(client.id, req.idempotencyKey, id).catch(() => undefined);
+        throw err;
+      }
       if (!outcome) return { kind: 'accepted', id, status: 'queued' };
       const done = await outcome;
       return done ? { kind: 'done', outcome: done } : { kind: 'accepted', id, status: 'running' };

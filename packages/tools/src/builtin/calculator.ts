@@ -6,7 +6,8 @@ import { Type, ToolError, defineTool } from '@toolgate/registry';
  *   unary := ('-'|'+') unary | power    power := primary ('**' unary)?   (right-assoc)
  *   primary := number | constant | fn '(' expr (',' expr)* ')' | '(' expr ')'
  */
-const FUNCTIONS: Record<string, (...args: number[]) => number> = {
+// Maps, not object literals: a name like "constructor" must not reach Object.prototype.
+const FUNCTIONS = new Map<string, (...args: number[]) => number>(Object.entries({
   abs: Math.abs,
   sqrt: Math.sqrt,
   cbrt: Math.cbrt,
@@ -34,8 +35,12 @@ const FUNCTIONS: Record<string, (...args: number[]) => number> = {
   max: Math.max,
   pow: Math.pow,
   hypot: Math.hypot,
-};
-const CONSTANTS: Record<string, number> = { pi: Math.PI, e: Math.E, tau: 2 * Math.PI };
+}));
+const CONSTANTS = new Map<string, number>([
+  ['pi', Math.PI],
+  ['e', Math.E],
+  ['tau', 2 * Math.PI],
+]);
 const MAX_LENGTH = 1000;
 const MAX_DEPTH = 100;
 
@@ -149,7 +154,7 @@ class Parser {
     }
     if (t.kind === 'id') {
       if (this.isOp('(')) {
-        const fn = FUNCTIONS[t.value];
+        const fn = FUNCTIONS.get(t.value);
         if (!fn) throw syntax(`unknown function "${t.value}"`, t.pos);
         this.i++;
         const args = [this.expr()];
@@ -160,7 +165,7 @@ class Parser {
         this.expect(')');
         return fn(...args);
       }
-      const constant = CONSTANTS[t.value];
+      const constant = CONSTANTS.get(t.value);
       if (constant === undefined) throw syntax(`unknown name "${t.value}"`, t.pos);
       return constant;
     }

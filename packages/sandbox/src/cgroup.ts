@@ -1,0 +1,128 @@
+/**
+ * A cgroup per bwrap call: memory, pids and CPU limits, OOM detection, and a way to kill
+ * every process of the call. cgroup v1 (memory, pids, cpu hierarchies) or v2 (unified);
+ * unavailable when not root or not writable, and the bwrap driver then falls back to rlimits.
+ */
+import { access, mkdir, readFile, rmdir, writeFile, constants } from 'node:fs/promises';
+import path from 'node:path';
+import type { ResourceLimits } from './types.js';
+
+const ROOT = '/sys/fs/cgroup';
+const GROUP = 'toolgate-sandbox';
+const MiB = 1024 * 1024;
+
+export type CgroupMode = 'v1' | 'v2' | 'none';
+
+export async function detectCgroups(): Promise<CgroupMode> {
+  if (process.getuid?.() !== 0) return 'none';
+  const writable = (p: string) => access(p, constants.W_OK).then(() => true, () => false);
+  try {
+    const controllers = await readFile(path.join(ROOT, 'cgroup.controllers'), 'utf8');
+    if (['memory', 'pids', 'cpu'].every((c) => controllers.includes(c)) && (await writable(ROOT))) {
+      const parent = path.join(ROOT, GROUP);
+      await mkdir(parent, { recursive: true });
+      await writeFile(path.join(ROOT, 'cgroup.subtree_control'), '+memory +pids +cpu').catch(() => undefined);
+      await writeFile(path.join(parent, 'cgroup.subtree_control'), '+memory +pids +cpu');
+      return 'v2';
+    }
+  } catch {
+    // not v2
+  }
+  for (const c of ['memory', 'pids', 'cpu']) {
+    const dir = path.join(ROOT, c);
+    try {
+      await mkdir(path.join(dir, GROUP), { recursive: true });
+    } catch {
+      return 'none';
+    }
+  }
+  return 'v1';
+}
+
+export class CallCgroup {
+  private constructor(
+    private readonly mode: 'v1' | 'v2',
+    private readonly dirs: { memory: string; pids: string; cpu: string },
+  ) {}
+
+  static async create(mode: CgroupMode, id: string, limits: ResourceLimits): Promise<CallCgroup | undefined> {
+    if (mode === 'none') return undefined;
+    const memory = limits.memoryMb * MiB;
+    if (mode === 'v2') {
+      const dir = path.join(ROOT, GROUP, id);
+      await mkdir(dir);
+      const cg = new CallCgroup('v2', { memory: dir, pids: dir, cpu: dir });
+      await writeFile(path.join(dir, 'memory.max'), String(memory));
+      await writeFile(path.join(dir, 'memory.swap.max'), '0').catch(() => undefined);
+      await writeFile(path.join(dir, 'pids.max'), String(limits.pids));
+      await writeFile(path.join(dir, 'cpu.max'), `${Math.round(limits.cpus * 100_000)} 100000`);
+      return cg;
+    }
+    const dirs = {
+      memory: path.join(ROOT, 'memory', GROUP, id),
+      pids: path.join(ROOT, 'pids', GROUP, id),
+      cpu: path.join(ROOT, 'cpu', GROUP, id),
+    };
+    const cg = new CallCgroup('v1', dirs);
+    try {
+      for (const d of Object.values(dirs)) await mkdir(d);
+      await writeFile(path.join(dirs.memory, 'memory.limit_in_bytes'), String(memory));
+      // Count swap too, where the kernel accounts it, so the limit cannot be dodged.
+      await writeFile(path.join(dirs.memory, 'memory.memsw.limit_in_bytes'), String(memory)).catch(() => undefined);
+      await writeFile(path.join(dirs.pids, 'pids.max'), String(limits.pids));
+      await writeFile(path.join(dirs.cpu, 'cpu.cfs_period_us'), '100000');
+      await writeFile(path.join(dirs.cpu, 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100_000)));
+    } catch (err) {
+      await cg.destroy();
+      throw err;
+    }
+    return cg;
+  }
+
+  /** The cgroup.procs files a process writes its pid to, to join. */
+  get procsFiles(): string[] {
+    return [...new Set(Object.values(this.dirs))].map((d) => path.join(d, 'cgroup.procs'));
+  }
+
+  async oomKilled(): Promise<boolean> {
+    const file = this.mode === 'v2' ? 'memory.events' : 'memory.oom_control';
+    const text = await readFile(path.join(this.dirs.memory, file), 'utf8').catch(() => '');
+    const m = /^oom_kill (\d+)/m.exec(text);
+    return m !== null && Number(m[1]) > 0;
+  }
+
+  async pids(): Promise<number[]> {
+    const text = await readFile(path.join(this.dirs.pids, 'cgroup.procs'), 'utf8').catch(() => '');
+    return text.split('\n').filter(Boolean).map(Number);
+  }
+
+  /** SIGKILLs every process in the cgroup until none is left (forks racing the kill included). */
+  async killAll(): Promise<void> {
+    if (this.mode === 'v2') {
+      const ok = await writeFile(path.join(this.dirs.pids, 'cgroup.kill'), '1').then(() => true, () => false);
+      if (ok) return;
+    }
+    for (let i = 0; i < 50; i++) {
+      const pids = await this.pids();
+      if (pids.length === 0) return;
+      for (const pid of pids) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  async destroy(): Promise<void> {
+    for (const d of new Set(Object.values(this.dirs))) {
+      for (let i = 0; i < 20; i++) {
+        const ok = await rmdir(d).then(() => true, (e: NodeJS.ErrnoException) => e.code === 'ENOENT');
+        if (ok) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    }
+  }
+}

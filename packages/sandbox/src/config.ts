@@ -1,0 +1,114 @@
+/**
+ * The `sandbox:` section of the toolgate config (SPEC §2, §5). Self-contained so the config
+ * package can embed it; every field has a default.
+ */
+import { Type, type Static } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+
+export const SandboxLimitsSchema = Type.Object(
+  {
+    memoryMb: Type.Integer({ minimum: 16, default: 512, description: 'Memory (RAM, no swap) per call, MiB' }),
+    cpus: Type.Number({ exclusiveMinimum: 0, maximum: 64, default: 1, description: 'CPU share per call, in cores' }),
+    pids: Type.Integer({ minimum: 8, default: 128, description: 'Processes and threads per call' }),
+    fileSizeMb: Type.Integer({ minimum: 1, default: 64, description: 'Largest file a call may write, MiB (RLIMIT_FSIZE)' }),
+    tmpfsMb: Type.Integer({ minimum: 1, default: 64, description: 'Size of the writable /tmp, MiB' }),
+    outputBytes: Type.Integer({
+      minimum: 1024,
+      default: 262_144,
+      description: 'stdout and stderr are each cut at this many bytes; a call writing far past it is killed',
+    }),
+    timeoutMs: Type.Integer({ minimum: 100, default: 30_000, description: 'Default wall-clock timeout of a call' }),
+    maxTimeoutMs: Type.Integer({ minimum: 100, default: 300_000, description: 'Largest timeout a call may ask for' }),
+  },
+  { default: {} },
+);
+
+export const SandboxImageSchema = Type.Object({
+  docker: Type.String({ minLength: 1, description: 'Docker image tag (built by scripts/sandbox/build-images.sh)' }),
+  rootfs: Type.String({
+    minLength: 1,
+    description: 'Root filesystem directory for bwrap; relative paths are resolved from the working directory',
+  }),
+});
+
+export const SandboxConfigSchema = Type.Object(
+  {
+    driver: Type.Union([Type.Literal('auto'), Type.Literal('docker'), Type.Literal('bwrap')], {
+      default: 'auto',
+      description: 'auto = docker when its socket answers, else bwrap',
+    }),
+    images: Type.Record(Type.String({ pattern: '^[a-z0-9][a-z0-9_-]*$' }), SandboxImageSchema, {
+      default: {
+        python: { docker: 'toolgate/sandbox-python:local', rootfs: 'deploy/sandbox/.build/rootfs/python' },
+        shell: { docker: 'toolgate/sandbox-shell:local', rootfs: 'deploy/sandbox/.build/rootfs/shell' },
+      },
+    }),
+    workspacesRoot: Type.String({
+      minLength: 1,
+      default: '/var/lib/toolgate/workspaces',
+      description: 'Host directory holding one workspace per client, mounted at /workspace',
+    }),
+    stateDir: Type.String({
+      minLength: 1,
+      default: '/var/lib/toolgate/sandbox',
+      description: 'Host directory for the driver: workspace mount slots of the warm pool, heartbeats',
+    }),
+    limits: SandboxLimitsSchema,
+    pool: Type.Object(
+      {
+        size: Type.Integer({ minimum: 0, default: 2, description: 'Warm containers kept per image (docker); 0 disables the pool' }),
+        sizes: Type.Record(Type.String(), Type.Integer({ minimum: 0 }), {
+          default: {},
+          description: 'Per-image override of size',
+        }),
+        maxIdleMs: Type.Integer({ minimum: 1000, default: 600_000, description: 'A warm container older than this is replaced' }),
+      },
+      { default: {} },
+    ),
+    reaper: Type.Object(
+      {
+        intervalMs: Type.Integer({ minimum: 1000, default: 30_000 }),
+        maxAgeMs: Type.Integer({
+          minimum: 10_000,
+          default: 1_800_000,
+          description: 'Any sandbox container older than this is removed, whoever owns it',
+        }),
+      },
+      { default: {} },
+    ),
+    docker: Type.Object(
+      {
+        socketPath: Type.String({ default: '/var/run/docker.sock' }),
+        runtime: Type.Optional(Type.String({ description: 'OCI runtime, e.g. runsc for gVisor' })),
+      },
+      { default: {} },
+    ),
+    allowNetwork: Type.Boolean({
+      default: false,
+      description: 'Whether a call may ask for network access at all (tools never do by default)',
+    }),
+  },
+  { default: {} },
+);
+
+export type SandboxLimits = Static<typeof SandboxLimitsSchema>;
+export type SandboxImage = Static<typeof SandboxImageSchema>;
+export type SandboxConfig = Static<typeof SandboxConfigSchema>;
+/** What callers may pass: any subset, defaults fill the rest. */
+export type SandboxConfigInput = DeepPartial<SandboxConfig>;
+
+type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
+
+/**
+ * Fills defaults and validates. The config package validates the whole file with ajv; this is
+ * for callers that build a sandbox config by hand (tests, bench).
+ */
+export function parseSandboxConfig(input: SandboxConfigInput = {}): SandboxConfig {
+  const value = Value.Default(SandboxConfigSchema, structuredClone(input));
+  const errors = [...Value.Errors(SandboxConfigSchema, value)];
+  if (errors.length > 0) {
+    const first = errors[0]!;
+    throw new Error(`invalid sandbox config at ${first.path || '/'}: ${first.message}`);
+  }
+  return value as SandboxConfig;
+}

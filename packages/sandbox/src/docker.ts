@@ -1,0 +1,572 @@
+/**
+ * Docker driver (dockerode): one throwaway container per call, taken from a warm pool of
+ * pre-started containers whose entrypoint waits for the call on stdin. Loaded only through
+ * the `@toolgate/sandbox/docker` subpath or createSandbox()'s dynamic import.
+ */
+import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { Duplex } from 'node:stream';
+import Docker from 'dockerode';
+import type { SandboxConfig } from './config.js';
+import { encodeEnvelope } from './envelope.js';
+import { SandboxError } from './errors.js';
+import { SlotMounts } from './mounts.js';
+import { CappedOutput } from './output.js';
+import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './run-request.js';
+import type {
+  DriverOptions,
+  ResourceLimits,
+  RunRequest,
+  RunResult,
+  SandboxDriver,
+  SandboxLogger,
+  SandboxStats,
+} from './types.js';
+import { SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT } from './workspaces.js';
+
+export const LABEL = 'toolgate.sandbox';
+export const LABEL_OWNER = 'toolgate.owner';
+export const LABEL_CREATED = 'toolgate.created';
+export const LABEL_IMAGE = 'toolgate.image';
+
+const MiB = 1024 * 1024;
+/** Containers created at once per image while refilling; more only queues in dockerd. */
+const MAX_PARALLEL_CREATES = 3;
+
+/** A started container blocked in its entrypoint, waiting for one call. */
+interface Armed {
+  key: string;
+  container: Docker.Container;
+  stream: Duplex;
+  /** Resolves with the exit status once the container stops. */
+  exited: Promise<number>;
+  onStdout: (b: Buffer) => void;
+  onStderr: (b: Buffer) => void;
+  /** Empty slot directory mounted at /workspace (pooled containers). */
+  slot: string | undefined;
+  createdAt: number;
+  dead: boolean;
+}
+
+interface Waiter {
+  resolve: (a: Armed) => void;
+  reject: (e: unknown) => void;
+}
+
+class ImagePool {
+  readonly ready: Armed[] = [];
+  readonly waiters: Waiter[] = [];
+  filling = 0;
+  constructor(
+    readonly key: string,
+    readonly size: number,
+  ) {}
+}
+
+export class DockerDriver implements SandboxDriver {
+  readonly name = 'docker' as const;
+  private readonly docker: Docker;
+  private readonly log: SandboxLogger;
+  private readonly owner: string;
+  private readonly mounts: SlotMounts;
+  private readonly pools = new Map<string, ImagePool>();
+  /** Every container this driver created and has not removed yet. */
+  private readonly live = new Set<string>();
+  private readonly missingImages = new Set<string>();
+  private propagation = false;
+  private started: Promise<void> | undefined;
+  private closed = false;
+  private timer: NodeJS.Timeout | undefined;
+  private running = 0;
+  private reaped = 0;
+  private slotSeq = 0;
+
+  constructor(
+    private readonly config: SandboxConfig,
+    private readonly options: DriverOptions = {},
+  ) {
+    this.docker = new Docker({ socketPath: config.docker.socketPath });
+    this.log = options.logger ?? silentLogger;
+    this.owner = options.ownerId ?? defaultOwnerId();
+    this.mounts = new SlotMounts(config.stateDir);
+    for (const key of Object.keys(config.images)) {
+      this.pools.set(key, new ImagePool(key, config.pool.sizes[key] ?? config.pool.size));
+    }
+  }
+
+  /** Whether a Docker engine answers on the configured socket. */
+  static async available(socketPath: string, timeoutMs = 1500): Promise<boolean> {
+    const docker = new Docker({ socketPath, timeout: timeoutMs });
+    try {
+      await docker.ping();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  get ownerId(): string {
+    return this.owner;
+  }
+
+  start(): Promise<void> {
+    this.started ??= this.doStart();
+    return this.started;
+  }
+
+  private async doStart(): Promise<void> {
+    try {
+      await this.docker.ping();
+    } catch (err) {
+      throw new SandboxError('driver_unavailable', `Docker does not answer on ${this.config.docker.socketPath}`, { cause: err });
+    }
+    for (const [key, image] of Object.entries(this.config.images)) {
+      try {
+        await this.docker.getImage(image.docker).inspect();
+      } catch {
+        this.missingImages.add(key);
+        this.log.warn({ image: image.docker, key }, 'sandbox image missing; run scripts/sandbox/build-images.sh');
+      }
+    }
+    this.propagation = await this.mounts.setup();
+    if (!this.propagation) {
+      this.log.warn({ stateDir: this.config.stateDir }, 'no shared mount for workspace slots; calls with a workspace start a container each');
+    }
+    await this.heartbeat();
+    await this.reap();
+    this.timer = setInterval(() => {
+      void this.heartbeat()
+        .then(() => this.reap())
+        .then(() => this.recycleIdle())
+        .catch((err: unknown) => this.log.warn({ err }, 'sandbox reaper failed'));
+    }, this.config.reaper.intervalMs);
+    this.timer.unref();
+    for (const pool of this.pools.values()) this.topUp(pool);
+  }
+
+  /** Resolves once every pool holds its target number of warm containers (bench, tests). */
+  async warmUp(timeoutMs = 60_000): Promise<void> {
+    await this.start();
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const short = [...this.pools.values()].some((p) => !this.missingImages.has(p.key) && p.ready.length < p.size);
+      if (!short) return;
+      if (Date.now() > deadline) throw new SandboxError('start_failed', 'warm pool did not fill in time');
+      await sleep(20);
+    }
+  }
+
+  stats(): SandboxStats {
+    const warm: Record<string, number> = {};
+    for (const [key, pool] of this.pools) warm[key] = pool.ready.length;
+    return { driver: 'docker', warm, running: this.running, reaped: this.reaped };
+  }
+
+  async run(request: RunRequest): Promise<RunResult> {
+    if (this.closed) throw new SandboxError('closed', 'sandbox driver is closed');
+    const prepared = prepareRun(this.config, request);
+    await this.start();
+    if (this.missingImages.has(prepared.key)) {
+      throw new SandboxError('driver_unavailable', `sandbox image "${prepared.image.docker}" is not built; run scripts/sandbox/build-images.sh`);
+    }
+    prepared.signal?.throwIfAborted?.();
+    this.running++;
+    try {
+      return await this.execute(prepared);
+    } finally {
+      this.running--;
+    }
+  }
+
+  private async execute(req: PreparedRun): Promise<RunResult> {
+    const t0 = performance.now();
+    const pool = this.pools.get(req.key)!;
+    const poolable =
+      pool.size > 0 && !req.network && req.defaultResources && (req.workspace === undefined || this.propagation);
+    let armed: Armed;
+    let warm = false;
+    if (poolable) {
+      warm = pool.ready.length > 0;
+      armed = await this.acquire(pool, req.signal);
+    } else {
+      armed = await this.arm(req.key, req.resources, { network: req.network, workspace: req.workspace });
+    }
+
+    const stdout = new CappedOutput(req.outputBytes);
+    const stderr = new CappedOutput(req.outputBytes);
+    let timedOut = false;
+    let outputLimited = false;
+    let aborted = false;
+    let killing: Promise<void> | undefined;
+    const kill = () => {
+      killing ??= armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
+    };
+    armed.onStdout = (b) => {
+      stdout.push(b);
+      if (stdout.flooding && !outputLimited) {
+        outputLimited = true;
+        kill();
+      }
+    };
+    armed.onStderr = (b) => {
+      stderr.push(b);
+      if (stderr.flooding && !outputLimited) {
+        outputLimited = true;
+        kill();
+      }
+    };
+    const timer = setTimeout(() => {
+      timedOut = true;
+      kill();
+    }, req.timeoutMs);
+    const onAbort = () => {
+      aborted = true;
+      kill();
+    };
+    req.signal?.addEventListener('abort', onAbort, { once: true });
+
+    try {
+      if (armed.dead) throw new SandboxError('start_failed', 'sandbox container stopped before its call');
+      if (armed.slot && req.workspace) await this.mounts.bind(req.workspace, armed.slot);
+      const ended = new Promise<void>((resolve) => {
+        armed.stream.once('end', resolve);
+        armed.stream.once('close', resolve);
+        armed.stream.once('error', () => resolve());
+      });
+      armed.stream.end(encodeEnvelope(req.argv, req.stdin));
+      let exitCode = await armed.exited;
+      // The attach stream carries the last output after the exit is reported.
+      await Promise.race([ended, sleep(2000)]);
+      let oomKilled = false;
+      if (exitCode === 137 && !timedOut && !outputLimited && !aborted) {
+        const info = await armed.container.inspect().catch(() => undefined);
+        oomKilled = info?.State?.OOMKilled ?? false;
+      }
+      if (exitCode < 0) exitCode = 137;
+      if (aborted) throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
+      const durationMs = Math.round(performance.now() - t0);
+      const result: RunResult = {
+        stdout: stdout.text(),
+        stderr: stderr.text(),
+        exitCode,
+        timedOut,
+        truncated: stdout.truncated || stderr.truncated,
+        outputLimited,
+        oomKilled,
+        durationMs,
+        driver: 'docker',
+        warm,
+      };
+      this.options.hooks?.onRun?.({ image: req.key, driver: 'docker', warm, durationMs, result });
+      return result;
+    } catch (err) {
+      kill();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+      req.signal?.removeEventListener('abort', onAbort);
+      void (killing ?? Promise.resolve()).then(() => this.dispose(armed));
+    }
+  }
+
+  /** A warm container for the pool's image: a ready one, or the next one being started. */
+  private acquire(pool: ImagePool, signal?: AbortSignal): Promise<Armed> {
+    while (pool.ready.length > 0) {
+      const armed = pool.ready.shift()!;
+      this.topUp(pool);
+      if (!armed.dead) return Promise.resolve(armed);
+      void this.dispose(armed);
+    }
+    return new Promise<Armed>((resolve, reject) => {
+      const waiter: Waiter = {
+        resolve: (a) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(a);
+        },
+        reject: (e) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+      };
+      const onAbort = () => {
+        const i = pool.waiters.indexOf(waiter);
+        if (i >= 0) pool.waiters.splice(i, 1);
+        reject(new SandboxError('aborted', 'the call was cancelled before its sandbox started'));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      pool.waiters.push(waiter);
+      this.topUp(pool);
+    });
+  }
+
+  /** Starts containers until ready + starting covers the target size plus the waiting calls. */
+  private topUp(pool: ImagePool): void {
+    if (this.closed || this.missingImages.has(pool.key)) return;
+    while (pool.filling < MAX_PARALLEL_CREATES && pool.ready.length + pool.filling < pool.size + pool.waiters.length) {
+      pool.filling++;
+      this.arm(pool.key, this.defaultResources(), { pooled: true })
+        .then((armed) => {
+          pool.filling--;
+          if (this.closed) return void this.dispose(armed);
+          const waiter = pool.waiters.shift();
+          if (waiter) waiter.resolve(armed);
+          else pool.ready.push(armed);
+          this.topUp(pool);
+        })
+        .catch((err: unknown) => {
+          pool.filling--;
+          this.log.error({ err, image: pool.key }, 'sandbox container failed to start');
+          // Fail the calls waiting now rather than retrying in a tight loop.
+          const waiters = pool.waiters.splice(0);
+          for (const w of waiters) w.reject(new SandboxError('start_failed', `sandbox container failed to start: ${(err as Error).message}`, { cause: err }));
+        });
+    }
+  }
+
+  private defaultResources(): ResourceLimits {
+    const { memoryMb, cpus, pids, fileSizeMb, tmpfsMb } = this.config.limits;
+    return { memoryMb, cpus, pids, fileSizeMb, tmpfsMb };
+  }
+
+  /** Creates, attaches and starts one container whose entrypoint then waits for its call. */
+  private async arm(
+    key: string,
+    limits: ResourceLimits,
+    how: { pooled?: boolean; network?: boolean; workspace?: string | undefined },
+  ): Promise<Armed> {
+    const t0 = performance.now();
+    const image = this.config.images[key]!;
+    let slot: string | undefined;
+    let source: string | undefined = how.workspace;
+    if (how.pooled && this.propagation) {
+      slot = await this.mounts.createSlot(this.owner, `s${++this.slotSeq}`);
+      source = slot;
+    }
+    const memory = limits.memoryMb * MiB;
+    const fsize = limits.fileSizeMb * MiB;
+    let container: Docker.Container;
+    try {
+      container = await this.docker.createContainer({
+        Image: image.docker,
+        User: `${SANDBOX_UID}:${SANDBOX_GID}`,
+        // Replaces the image's env: nothing of the worker's environment gets in.
+        Env: ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/tmp', 'LANG=C.UTF-8', 'TMPDIR=/tmp'],
+        WorkingDir: WORKSPACE_MOUNT,
+        OpenStdin: true,
+        StdinOnce: true,
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: false,
+        NetworkDisabled: !how.network,
+        Hostname: 'sandbox',
+        Labels: {
+          [LABEL]: '1',
+          [LABEL_OWNER]: this.owner,
+          [LABEL_CREATED]: String(Date.now()),
+          [LABEL_IMAGE]: key,
+        },
+        HostConfig: {
+          NetworkMode: how.network ? 'bridge' : 'none',
+          ReadonlyRootfs: true,
+          Tmpfs: { '/tmp': `rw,nosuid,nodev,size=${limits.tmpfsMb}m,mode=1777` },
+          CapDrop: ['ALL'],
+          SecurityOpt: ['no-new-privileges'],
+          Memory: memory,
+          MemorySwap: memory,
+          NanoCpus: Math.round(limits.cpus * 1e9),
+          PidsLimit: limits.pids,
+          Ulimits: [
+            { Name: 'fsize', Soft: fsize, Hard: fsize },
+            { Name: 'core', Soft: 0, Hard: 0 },
+            { Name: 'nofile', Soft: 1024, Hard: 1024 },
+          ],
+          // tini as PID 1: reaps zombies, and its exit (when the program exits) ends every process.
+          Init: true,
+          IpcMode: 'private',
+          LogConfig: { Type: 'none', Config: {} },
+          ...(this.config.docker.runtime ? { Runtime: this.config.docker.runtime } : {}),
+          Mounts: source
+            ? [
+                {
+                  Type: 'bind',
+                  Source: source,
+                  Target: WORKSPACE_MOUNT,
+                  ReadOnly: false,
+                  ...(slot ? { BindOptions: { Propagation: 'rslave' } } : {}),
+                },
+              ]
+            : [],
+        },
+      });
+    } catch (err) {
+      if (slot) await this.mounts.releaseSlot(slot);
+      throw err;
+    }
+    this.live.add(container.id);
+    try {
+      const stream = (await container.attach({
+        stream: true,
+        stdin: true,
+        stdout: true,
+        stderr: true,
+        hijack: true,
+      })) as unknown as Duplex;
+      const armed: Armed = {
+        key,
+        container,
+        stream,
+        exited: Promise.resolve(-1),
+        onStdout: () => undefined,
+        onStderr: () => undefined,
+        slot,
+        createdAt: Date.now(),
+        dead: false,
+      };
+      demux(stream, (b) => armed.onStdout(b), (b) => armed.onStderr(b));
+      stream.on('error', () => undefined);
+      await container.start();
+      armed.exited = (container.wait() as Promise<{ StatusCode: number }>).then(
+        (r) => {
+          armed.dead = true;
+          return r.StatusCode;
+        },
+        () => {
+          armed.dead = true;
+          return -1;
+        },
+      );
+      this.options.hooks?.onStart?.({ image: key, driver: 'docker', durationMs: performance.now() - t0 });
+      return armed;
+    } catch (err) {
+      await this.removeContainer(container);
+      if (slot) await this.mounts.releaseSlot(slot);
+      throw new SandboxError('start_failed', `sandbox container failed to start: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /** Off the call path: remove the container, then unmount and drop its slot. */
+  private async dispose(armed: Armed): Promise<void> {
+    armed.stream.destroy();
+    await this.removeContainer(armed.container);
+    if (armed.slot) await this.mounts.releaseSlot(armed.slot);
+  }
+
+  private async removeContainer(container: Docker.Container): Promise<void> {
+    try {
+      await container.remove({ force: true, v: true });
+    } catch (err) {
+      const status = (err as { statusCode?: number }).statusCode;
+      // 404: already gone; 409: removal already in progress.
+      if (status !== 404 && status !== 409) this.log.warn({ err, id: container.id }, 'sandbox container removal failed');
+    }
+    this.live.delete(container.id);
+  }
+
+  /** Warm containers past maxIdleMs are replaced, so none lingers for days. */
+  private async recycleIdle(): Promise<void> {
+    const now = Date.now();
+    for (const pool of this.pools.values()) {
+      const stale = pool.ready.filter((a) => a.dead || now - a.createdAt > this.config.pool.maxIdleMs);
+      for (const a of stale) {
+        pool.ready.splice(pool.ready.indexOf(a), 1);
+        await this.dispose(a);
+      }
+      this.topUp(pool);
+    }
+  }
+
+  private heartbeatFile(owner: string): string {
+    return path.join(path.resolve(this.config.stateDir), 'owners', owner);
+  }
+
+  private async heartbeat(): Promise<void> {
+    const file = this.heartbeatFile(this.owner);
+    await mkdir(path.dirname(file), { recursive: true });
+    const now = new Date();
+    await utimes(file, now, now).catch(() => writeFile(file, String(process.pid)));
+  }
+
+  private async ownerAlive(owner: string): Promise<boolean> {
+    if (owner === this.owner) return true;
+    if (this.options.isOwnerAlive) return this.options.isOwnerAlive(owner);
+    const st = await stat(this.heartbeatFile(owner)).catch(() => undefined);
+    return st !== undefined && Date.now() - st.mtimeMs < 3 * this.config.reaper.intervalMs + 10_000;
+  }
+
+  /**
+   * Removes sandbox containers left behind: by a worker whose heartbeat stopped, older than
+   * reaper.maxAgeMs whoever owns them, or ours but no longer tracked. Returns how many.
+   */
+  async reap(): Promise<number> {
+    const list = await this.docker.listContainers({ all: true, filters: { label: [`${LABEL}=1`] } });
+    const now = Date.now();
+    const verdicts = new Map<string, boolean>();
+    let removed = 0;
+    for (const info of list) {
+      const owner = info.Labels[LABEL_OWNER] ?? '';
+      const age = now - Number(info.Labels[LABEL_CREATED] ?? 0);
+      let reap: boolean;
+      if (age > this.config.reaper.maxAgeMs) reap = true;
+      else if (owner === this.owner) reap = !this.live.has(info.Id) && age > 60_000;
+      else {
+        if (!verdicts.has(owner)) verdicts.set(owner, await this.ownerAlive(owner));
+        reap = !verdicts.get(owner);
+      }
+      if (!reap) continue;
+      await this.removeContainer(this.docker.getContainer(info.Id));
+      removed++;
+    }
+    for (const owner of await this.mounts.owners()) {
+      if (owner === this.owner) continue;
+      if (!verdicts.has(owner)) verdicts.set(owner, await this.ownerAlive(owner));
+      if (!verdicts.get(owner)) await this.mounts.removeOwner(owner);
+    }
+    const ownersDir = path.dirname(this.heartbeatFile(this.owner));
+    for (const owner of await readdir(ownersDir).catch(() => [])) {
+      const st = await stat(path.join(ownersDir, owner)).catch(() => undefined);
+      if (st && now - st.mtimeMs > this.config.reaper.maxAgeMs) await rm(path.join(ownersDir, owner), { force: true });
+    }
+    if (removed > 0) this.log.info({ removed }, 'reaped leftover sandbox containers');
+    this.reaped += removed;
+    return removed;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    for (const pool of this.pools.values()) {
+      for (const w of pool.waiters.splice(0)) w.reject(new SandboxError('closed', 'sandbox driver is closed'));
+      const ready = pool.ready.splice(0);
+      await Promise.all(ready.map((a) => this.dispose(a)));
+    }
+    // Containers of calls still running, or being started for the pool.
+    for (let i = 0; i < 50 && this.live.size > 0; i++) {
+      await Promise.all([...this.live].map((id) => this.removeContainer(this.docker.getContainer(id))));
+      await sleep(100);
+    }
+    await this.mounts.removeOwner(this.owner);
+    await rm(this.heartbeatFile(this.owner), { force: true });
+  }
+}
+
+/** Docker's multiplexed attach stream: 8-byte header (stream type, size) then the payload. */
+function demux(stream: Duplex, out: (b: Buffer) => void, err: (b: Buffer) => void): void {
+  let pending: Buffer = Buffer.alloc(0);
+  stream.on('data', (chunk: Buffer) => {
+    pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
+    while (pending.length >= 8) {
+      const size = pending.readUInt32BE(4);
+      if (pending.length < 8 + size) break;
+      const payload = pending.subarray(8, 8 + size);
+      if (pending[0] === 2) err(payload);
+      else out(payload);
+      pending = pending.subarray(8 + size);
+    }
+  });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

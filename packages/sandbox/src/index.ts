@@ -1,0 +1,78 @@
+/**
+ * @toolgate/sandbox: runs one program per call in a throwaway sandbox (SPEC §5). The driver is
+ * chosen once here; the docker driver (and dockerode) is only loaded when it is the one.
+ */
+import { request } from 'node:http';
+import { BwrapDriver } from './bwrap.js';
+import { parseSandboxConfig, type SandboxConfig, type SandboxConfigInput } from './config.js';
+import { SandboxError } from './errors.js';
+import type { DriverName, DriverOptions, SandboxDriver } from './types.js';
+import { Workspaces } from './workspaces.js';
+
+/** What tools and the worker hold: a started driver plus the config it runs with. */
+export interface Sandbox extends SandboxDriver {
+  readonly config: SandboxConfig;
+}
+
+/**
+ * Parses the config (filling defaults), picks the driver — `auto` is docker when its socket
+ * answers, else bwrap — and starts it (image checks, reaper, warm pool filling in background).
+ */
+export async function createSandbox(config: SandboxConfig | SandboxConfigInput = {}, options: DriverOptions = {}): Promise<Sandbox> {
+  const parsed = parseSandboxConfig(config as SandboxConfigInput);
+  const name = await chooseDriver(parsed);
+  let driver: SandboxDriver;
+  if (name === 'docker') {
+    const { DockerDriver } = await import('./docker.js');
+    driver = new DockerDriver(parsed, options);
+  } else {
+    driver = new BwrapDriver(parsed, options);
+  }
+  await driver.start();
+  return Object.assign(driver, { config: parsed }) as Sandbox;
+}
+
+export async function chooseDriver(config: SandboxConfig): Promise<DriverName> {
+  if (config.driver !== 'auto') return config.driver;
+  if (await dockerAnswers(config.docker.socketPath)) return 'docker';
+  if (await BwrapDriver.available()) return 'bwrap';
+  throw new SandboxError('driver_unavailable', `no sandbox driver: Docker does not answer on ${config.docker.socketPath} and bwrap is unavailable`);
+}
+
+/** GET /_ping on the Docker socket, without loading dockerode. */
+export function dockerAnswers(socketPath: string, timeoutMs = 1500): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request({ socketPath, path: '/_ping', method: 'GET', timeout: timeoutMs }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(false));
+    req.end();
+  });
+}
+
+/** The per-client workspaces under config.workspacesRoot. */
+export function createWorkspaces(config: Pick<SandboxConfig, 'workspacesRoot'>): Workspaces {
+  return new Workspaces(config.workspacesRoot);
+}
+
+export { BwrapDriver } from './bwrap.js';
+export { SandboxConfigSchema, SandboxLimitsSchema, SandboxImageSchema, parseSandboxConfig } from './config.js';
+export { SandboxError } from './errors.js';
+export { Workspaces, WorkspacePathError, normalizeRelative, SANDBOX_UID, SANDBOX_GID, WORKSPACE_MOUNT } from './workspaces.js';
+
+export type { SandboxConfig, SandboxConfigInput, SandboxLimits, SandboxImage } from './config.js';
+export type { SandboxErrorCode } from './errors.js';
+export type {
+  DriverName,
+  DriverOptions,
+  ResourceLimits,
+  RunRequest,
+  RunResult,
+  SandboxDriver,
+  SandboxHooks,
+  SandboxLogger,
+  SandboxStats,
+} from './types.js';
+export type { PathErrorReason, ResolvedPath } from './workspaces.js';

@@ -1,0 +1,104 @@
+/**
+ * Host mounts behind the docker driver's shared warm pool. Each pooled container gets its own
+ * empty "slot" directory bind-mounted at /workspace with rslave propagation; when a call takes
+ * the container, the client's workspace is bind-mounted onto the slot on the host and appears
+ * inside that one container only. Needs root on the host (the worker already has the Docker
+ * socket, which is root-equivalent) and a shared mount at <stateDir>/slots.
+ */
+import { execFile } from 'node:child_process';
+import { mkdir, readFile, readdir, rmdir } from 'node:fs/promises';
+import path from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+/** Mount points from /proc/self/mountinfo, with their propagation tags. */
+async function mountTable(): Promise<{ target: string; shared: boolean }[]> {
+  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => {
+      const fields = line.split(' ');
+      const sep = fields.indexOf('-');
+      const optional = fields.slice(6, sep);
+      return { target: unescape(fields[4] ?? ''), shared: optional.some((f) => f.startsWith('shared:')) };
+    });
+}
+
+// mountinfo escapes space, tab, newline and backslash as octal.
+function unescape(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
+}
+
+export class SlotMounts {
+  readonly slotsDir: string;
+
+  constructor(stateDir: string) {
+    this.slotsDir = path.join(path.resolve(stateDir), 'slots');
+  }
+
+  /**
+   * Makes <stateDir>/slots a shared mount so binds below it propagate into containers.
+   * Returns false (and the driver falls back to per-call containers for workspace calls)
+   * when that is impossible here, e.g. when not root.
+   */
+  async setup(): Promise<boolean> {
+    if (process.getuid?.() !== 0) return false;
+    try {
+      await mkdir(this.slotsDir, { recursive: true, mode: 0o755 });
+      const table = await mountTable();
+      const own = table.filter((m) => m.target === this.slotsDir).at(-1);
+      if (!own) await run('mount', ['--bind', this.slotsDir, this.slotsDir]);
+      if (!own?.shared) await run('mount', ['--make-rshared', this.slotsDir]);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  ownerDir(owner: string): string {
+    return path.join(this.slotsDir, owner);
+  }
+
+  async createSlot(owner: string, name: string): Promise<string> {
+    const dir = path.join(this.ownerDir(owner), name);
+    await mkdir(dir, { recursive: true, mode: 0o755 });
+    return dir;
+  }
+
+  async bind(source: string, slot: string): Promise<void> {
+    // nosuid,nodev: the workspace holds untrusted files.
+    await run('mount', ['--bind', source, slot]);
+    await run('mount', ['-o', 'remount,bind,nosuid,nodev', slot]).catch(() => undefined);
+  }
+
+  /** Unmounts whatever is bound on the slot and removes it. */
+  async releaseSlot(slot: string): Promise<void> {
+    await this.unmountBelow(slot);
+    await rmdir(slot).catch(() => undefined);
+  }
+
+  /** Unmounts everything at or below dir (deepest first), lazily so a busy mount cannot stall us. */
+  async unmountBelow(dir: string): Promise<void> {
+    const table = await mountTable().catch(() => []);
+    const targets = table
+      .map((m) => m.target)
+      .filter((t) => t === dir || t.startsWith(dir + '/'))
+      .sort((a, b) => b.length - a.length);
+    for (const t of targets) await run('umount', ['-l', t]).catch(() => undefined);
+  }
+
+  /** Owners that have a slot directory (for the reaper). */
+  async owners(): Promise<string[]> {
+    return readdir(this.slotsDir).catch(() => []);
+  }
+
+  async removeOwner(owner: string): Promise<void> {
+    const dir = this.ownerDir(owner);
+    await this.unmountBelow(dir);
+    // rmdir, never rm -r: if an unmount failed, a slot still shows a client's files.
+    for (const slot of await readdir(dir).catch(() => [])) await rmdir(path.join(dir, slot)).catch(() => undefined);
+    await rmdir(dir).catch(() => undefined);
+  }
+}

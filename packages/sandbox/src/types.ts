@@ -1,0 +1,97 @@
+/** The one interface every sandbox driver implements (docker.ts, bwrap.ts). */
+import type { SandboxLimits } from './config.js';
+
+export type DriverName = 'docker' | 'bwrap';
+
+/** Limits that shape the sandbox itself; timeouts and output caps are per call. */
+export type ResourceLimits = Pick<SandboxLimits, 'memoryMb' | 'cpus' | 'pids' | 'fileSizeMb' | 'tmpfsMb'>;
+
+export interface RunRequest {
+  /** Image key from the config (`python`, `shell`, …). */
+  image: string;
+  /** Program and arguments, run with /workspace (or /tmp) as working directory. */
+  argv: readonly string[];
+  /** Written to the program's stdin, which is then closed. */
+  stdin?: string | Uint8Array;
+  /** Host directory mounted read-write at /workspace; none = an empty read-only /workspace. */
+  workspace?: string;
+  /** Wall-clock limit; defaults to limits.timeoutMs, capped at limits.maxTimeoutMs. */
+  timeoutMs?: number;
+  /** Network access; refused unless the config sets allowNetwork. Default false. */
+  network?: boolean;
+  /** Per-call overrides of the configured limits. */
+  limits?: Partial<Omit<SandboxLimits, 'timeoutMs' | 'maxTimeoutMs'>>;
+  /** Aborting kills the call; run() then rejects with SandboxError code `aborted`. */
+  signal?: AbortSignal;
+  /** For labels and logs. */
+  callId?: string;
+}
+
+export interface RunResult {
+  stdout: string;
+  stderr: string;
+  /** The program's exit status; 128+N when killed by signal N (as a shell reports it). */
+  exitCode: number;
+  /** Killed at the wall-clock timeout. */
+  timedOut: boolean;
+  /** stdout or stderr was cut at the output cap. */
+  truncated: boolean;
+  /** Killed because it kept writing far past the output cap. */
+  outputLimited: boolean;
+  /** Killed by the kernel for exceeding its memory limit. */
+  oomKilled: boolean;
+  durationMs: number;
+  driver: DriverName;
+  /** Ran in a pre-started container from the warm pool. */
+  warm: boolean;
+}
+
+/** A driver runs one call in one throwaway sandbox; createSandbox() picks one. */
+export interface SandboxDriver {
+  readonly name: DriverName;
+  /** Prepares the driver (checks images, fills pools, starts the reaper). Idempotent. */
+  start(): Promise<void>;
+  run(request: RunRequest): Promise<RunResult>;
+  /** Resolves once the warm pool is full (docker); at once for bwrap. For benches and tests. */
+  warmUp(timeoutMs?: number): Promise<void>;
+  /** Point-in-time numbers for metrics (SPEC §7). */
+  stats(): SandboxStats;
+  /** Stops background work and removes every sandbox this driver still owns. */
+  close(): Promise<void>;
+}
+
+export interface SandboxStats {
+  driver: DriverName;
+  /** Warm containers ready, per image key (always 0 for bwrap). */
+  warm: Record<string, number>;
+  /** Calls running now. */
+  running: number;
+  /** Containers removed by the reaper since start. */
+  reaped: number;
+}
+
+/** pino-compatible; the sandbox never logs through console. */
+export interface SandboxLogger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+/** Observations for metrics: called after every run and every container start. */
+export interface SandboxHooks {
+  onRun?(info: { image: string; driver: DriverName; warm: boolean; durationMs: number; result: RunResult }): void;
+  onStart?(info: { image: string; driver: DriverName; durationMs: number }): void;
+}
+
+export interface DriverOptions {
+  logger?: SandboxLogger;
+  hooks?: SandboxHooks;
+  /** Identifies this worker on its containers' labels; default host-pid-random. */
+  ownerId?: string;
+  /**
+   * Whether another worker is alive, for the reaper. Default: its heartbeat file in stateDir
+   * is fresh. Workers on several hosts sharing one engine can answer from Redis instead.
+   */
+  isOwnerAlive?: (ownerId: string) => Promise<boolean> | boolean;
+}

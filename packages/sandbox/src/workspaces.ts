@@ -1,0 +1,136 @@
+/**
+ * Per-client workspaces on the host: `<root>/<sanitized clientId>`, mounted read-write at
+ * /workspace in that client's sandboxes and nowhere else. Also the host-side half of the file
+ * tools' path confinement (the in-sandbox half runs inside the container).
+ */
+import { createHash } from 'node:crypto';
+import { chown, lstat, mkdir, realpath, chmod } from 'node:fs/promises';
+import path from 'node:path';
+
+/** uid/gid of the `sandbox` user baked into the images (deploy/sandbox/common/Dockerfile). */
+export const SANDBOX_UID = 10001;
+export const SANDBOX_GID = 10001;
+export const WORKSPACE_MOUNT = '/workspace';
+
+export type PathErrorReason = 'absolute' | 'escapes' | 'symlink_outside' | 'invalid';
+
+/** Thrown by Workspaces.resolve; tools turn it into ToolError `invalid_path`. */
+export class WorkspacePathError extends Error {
+  readonly code = 'invalid_path';
+  readonly reason: PathErrorReason;
+
+  constructor(reason: PathErrorReason, message: string) {
+    super(message);
+    this.name = 'WorkspacePathError';
+    this.reason = reason;
+  }
+}
+
+export interface ResolvedPath {
+  /** Normalized path relative to the workspace ('' = the workspace itself). */
+  relative: string;
+  /** The same path as the sandbox sees it, under /workspace. */
+  sandboxPath: string;
+  /** Real host path, symlinks resolved (of the deepest part that exists). */
+  hostPath: string;
+  exists: boolean;
+}
+
+export class Workspaces {
+  readonly root: string;
+
+  constructor(root: string) {
+    this.root = path.resolve(root);
+  }
+
+  /**
+   * Directory name for a client: ids made of [A-Za-z0-9_-] (≤ 64) map to themselves; anything
+   * else is sanitized and suffixed with a hash of the raw id, so two ids never share a directory.
+   */
+  static dirName(clientId: string): string {
+    if (/^[A-Za-z0-9_-]{1,64}$/.test(clientId)) return clientId;
+    const safe = clientId.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 48);
+    const hash = createHash('sha256').update(clientId).digest('hex').slice(0, 12);
+    return `${safe || 'client'}-${hash}`;
+  }
+
+  pathFor(clientId: string): string {
+    return path.join(this.root, Workspaces.dirName(clientId));
+  }
+
+  /** Creates the client's workspace if needed (owned by the sandbox user) and returns its path. */
+  async ensure(clientId: string): Promise<string> {
+    const dir = this.pathFor(clientId);
+    await mkdir(this.root, { recursive: true, mode: 0o711 });
+    try {
+      await mkdir(dir, { mode: 0o700 });
+      if (process.getuid?.() === 0) {
+        await chown(dir, SANDBOX_UID, SANDBOX_GID);
+        await chmod(dir, 0o700);
+      }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const st = await lstat(dir);
+    if (!st.isDirectory()) throw new Error(`workspace ${dir} is not a directory`);
+    return dir;
+  }
+
+  /**
+   * Resolves a path a model gave (relative to /workspace) on the host and refuses absolute
+   * paths, `..` escapes and symlinks that lead out of the workspace. The sandboxed operation
+   * checks again inside the container, where nothing of the host but the workspace is visible.
+   */
+  async resolve(clientId: string, requested: string): Promise<ResolvedPath> {
+    const relative = normalizeRelative(requested);
+    const base = await realpath(await this.ensure(clientId));
+    const target = path.join(base, relative);
+    const inside = (p: string) => p === base || p.startsWith(base + path.sep);
+
+    // Walk up to the deepest part that exists and resolve it; what is below it cannot be a link.
+    let probe = target;
+    let missing = '';
+    for (;;) {
+      try {
+        const real = await realpath(probe);
+        const hostPath = missing ? path.join(real, missing) : real;
+        if (!inside(hostPath)) {
+          throw new WorkspacePathError('symlink_outside', `"${requested}" leads outside the workspace through a symbolic link`);
+        }
+        return {
+          relative,
+          sandboxPath: relative ? `${WORKSPACE_MOUNT}/${relative}` : WORKSPACE_MOUNT,
+          hostPath,
+          exists: missing === '',
+        };
+      } catch (err) {
+        if (err instanceof WorkspacePathError) throw err;
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err;
+        // A dangling symlink would be followed by a write: refuse it rather than guess.
+        const st = await lstat(probe).catch(() => undefined);
+        if (st?.isSymbolicLink()) {
+          throw new WorkspacePathError('symlink_outside', `"${requested}" goes through a symbolic link that points nowhere inside the workspace`);
+        }
+        if (probe === base) throw err;
+        missing = missing ? path.join(path.basename(probe), missing) : path.basename(probe);
+        probe = path.dirname(probe);
+      }
+    }
+  }
+}
+
+/** 'a/./b/' → 'a/b'; '' and '.' → ''; absolute, '..'-escaping and NUL paths are refused. */
+export function normalizeRelative(requested: string): string {
+  if (requested.includes('\0')) throw new WorkspacePathError('invalid', 'path contains a NUL byte');
+  const p = requested.trim() === '' ? '.' : requested;
+  if (path.posix.isAbsolute(p) || /^[A-Za-z]:[\\/]/.test(p)) {
+    const hint = p.startsWith(WORKSPACE_MOUNT + '/') ? ` (write "${p.slice(WORKSPACE_MOUNT.length + 1)}")` : '';
+    throw new WorkspacePathError('absolute', `"${requested}" is absolute; give a path relative to the workspace${hint}`);
+  }
+  const normalized = path.posix.normalize(p).replace(/\/+$/, '');
+  if (normalized === '..' || normalized.startsWith('../')) {
+    throw new WorkspacePathError('escapes', `"${requested}" leads outside the workspace`);
+  }
+  return normalized === '.' ? '' : normalized;
+}

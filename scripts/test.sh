@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One command to test toolgate: installs what is missing (Node 24, pnpm, redis-server, the
+# Docker engine, bubblewrap, the sandbox images), then typechecks, lints and runs every test
+# against the real Redis, Docker and bubblewrap.
+set -euo pipefail
+source "$(dirname "$0")/lib/bootstrap.sh"
+bootstrap
+[ -n "${REDIS_URL:-}" ] || ensure_redis_server
+if [ "${TOOLGATE_SANDBOX:-on}" != off ] && [ -f "$ROOT/scripts/sandbox/build-images.sh" ]; then
+  bash "$ROOT/scripts/sandbox/ensure-docker.sh"
+  bash "$ROOT/scripts/sandbox/build-images.sh"
+fi
+cd "$ROOT"
+log "typecheck"
+pnpm exec tsc -b
+log "lint"
+pnpm exec eslint .
+log "tests"
+pnpm exec vitest run "$@"

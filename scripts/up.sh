@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One command to run toolgate locally: installs what is missing, starts Redis (unless REDIS_URL
+# is set), builds the sandbox images (unless TOOLGATE_SANDBOX=off), then the worker and the
+# gateway. Ctrl-C stops everything it started.
+set -euo pipefail
+source "$(dirname "$0")/lib/bootstrap.sh"
+bootstrap
+
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ -z "${REDIS_URL:-}" ]; then
+  ensure_redis_server
+  port=${TOOLGATE_REDIS_PORT:-6379}
+  if redis-cli -p "$port" ping >/dev/null 2>&1; then
+    log "using the Redis already answering on 127.0.0.1:$port"
+  else
+    log "starting redis-server on 127.0.0.1:$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --loglevel warning &
+    pids+=($!)
+    for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  export REDIS_URL="redis://127.0.0.1:$port"
+fi
+
+if [ "${TOOLGATE_SANDBOX:-on}" != off ] && [ -f "$ROOT/scripts/sandbox/build-images.sh" ]; then
+  bash "$ROOT/scripts/sandbox/ensure-docker.sh"
+  bash "$ROOT/scripts/sandbox/build-images.sh"
+fi
+
+run() { node --conditions=@toolgate/source --import tsx "$@"; }
+cd "$ROOT"
+run services/worker/src/main.ts &
+pids+=($!)
+run services/gateway/src/main.ts &
+pids+=($!)
+wait -n "${pids[@]}"

@@ -221,12 +221,13 @@ export class BwrapDriver implements SandboxDriver {
       await cgroup?.killAll();
       const oomKilled = !timedOut && !outputLimited && !aborted && ((await cgroup?.oomKilled()) ?? false);
       if (aborted) throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
-      if (!status.includes('"child-pid"') && !timedOut && !outputLimited) {
+      // bwrap writes {"exit-code"} only when the program ran and ended; a setup failure has none.
+      const reported = /"exit-code"\s*:\s*(\d+)/.exec(status);
+      if (!reported && !timedOut && !outputLimited && !oomKilled) {
         throw new SandboxError('start_failed', `sandbox failed to start: ${stderr.text().trim().slice(0, 500)}`);
       }
-      const reported = /"exit-code"\s*:\s*(\d+)/.exec(status);
       let exitCode = reported ? Number(reported[1]) : (code ?? 128 + signalNumber(signal));
-      if (timedOut || outputLimited) exitCode = 137;
+      if (timedOut || outputLimited || (oomKilled && !reported)) exitCode = 137;
       const durationMs = Math.round(performance.now() - t0);
       const result: RunResult = {
         stdout: stdout.text(),

@@ -547,6 +547,7 @@ export class DockerDriver implements SandboxDriver {
       await sleep(100);
     }
     await this.mounts.removeOwner(this.owner);
+    if (this.propagation) await this.mounts.teardownIfUnused();
     await rm(this.heartbeatFile(this.owner), { force: true });
   }
 }

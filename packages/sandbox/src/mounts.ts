@@ -94,6 +94,12 @@ export class SlotMounts {
     return readdir(this.slotsDir).catch(() => []);
   }
 
+  /** Undoes setup() when no worker has slots left (the last one out unmounts). */
+  async teardownIfUnused(): Promise<void> {
+    if ((await this.owners()).length > 0) return;
+    await run('umount', ['-l', this.slotsDir]).catch(() => undefined);
+  }
+
   async removeOwner(owner: string): Promise<void> {
     const dir = this.ownerDir(owner);
     await this.unmountBelow(dir);

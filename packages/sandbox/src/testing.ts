@@ -1,0 +1,56 @@
+/**
+ * Helpers for tests and benches that run real sandboxes (`@toolgate/sandbox/testing`): a config
+ * rooted in a temporary directory, and which drivers can run on this host (and why not).
+ */
+import { access } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { BwrapDriver } from './bwrap.js';
+import { parseSandboxConfig, type SandboxConfig, type SandboxConfigInput } from './config.js';
+import { dockerAnswers } from './index.js';
+import type { DriverName } from './types.js';
+
+/** The repository root (this file is packages/sandbox/src/testing.ts). */
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+
+export function testSandboxConfig(driver: DriverName, dir: string, overrides: SandboxConfigInput = {}): SandboxConfig {
+  const rootfs = (name: string) => path.join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
+  return parseSandboxConfig({
+    driver,
+    workspacesRoot: path.join(dir, 'workspaces'),
+    stateDir: path.join(dir, 'state'),
+    images: {
+      python: { docker: 'toolgate/sandbox-python:local', rootfs: rootfs('python') },
+      shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
+    },
+    ...overrides,
+    pool: { size: 1, ...overrides.pool },
+    reaper: { intervalMs: 5_000, ...overrides.reaper },
+  });
+}
+
+/** undefined when the driver can run here, else the reason it cannot. */
+export async function whyDriverUnavailable(driver: DriverName): Promise<string | undefined> {
+  const config = parseSandboxConfig({});
+  if (driver === 'docker') {
+    if (!(await dockerAnswers(config.docker.socketPath))) return `Docker does not answer on ${config.docker.socketPath}`;
+    const { default: Docker } = await import('dockerode');
+    const docker = new Docker({ socketPath: config.docker.socketPath });
+    for (const tag of ['toolgate/sandbox-python:local', 'toolgate/sandbox-shell:local']) {
+      try {
+        await docker.getImage(tag).inspect();
+      } catch {
+        return `image ${tag} not built (bash scripts/sandbox/build-images.sh)`;
+      }
+    }
+    return undefined;
+  }
+  if (!(await BwrapDriver.available())) return 'bwrap is missing or cannot create namespaces';
+  for (const name of ['python', 'shell']) {
+    const dir = path.join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
+    if (!(await access(path.join(dir, 'usr/bin')).then(() => true, () => false))) {
+      return `rootfs ${dir} not built (bash scripts/sandbox/build-images.sh)`;
+    }
+  }
+  return undefined;
+}

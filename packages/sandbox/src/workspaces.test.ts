@@ -1,0 +1,63 @@
+import { mkdtemp, mkdir, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Workspaces, WorkspacePathError, normalizeRelative } from './workspaces.js';
+
+describe('normalizeRelative', () => {
+  it('keeps plain relative paths and normalizes dots', () => {
+    expect(normalizeRelative('a/./b/')).toBe('a/b');
+    expect(normalizeRelative('')).toBe('');
+    expect(normalizeRelative('.')).toBe('');
+    expect(normalizeRelative('a/../b')).toBe('b');
+  });
+
+  it.each(['/etc/passwd', '/workspace/x', 'C:\\x'])('refuses the absolute path %s', (p) => {
+    expect(() => normalizeRelative(p)).toThrow(WorkspacePathError);
+  });
+
+  it.each(['..', '../x', 'a/../../x', './../..'])('refuses the escape %s', (p) => {
+    expect(() => normalizeRelative(p)).toThrow(/outside the workspace/);
+  });
+});
+
+describe('Workspaces', () => {
+  let root: string;
+  let ws: Workspaces;
+  beforeAll(async () => {
+    root = await mkdtemp(path.join(tmpdir(), 'tg-ws-'));
+    ws = new Workspaces(root);
+  });
+  afterAll(() => rm(root, { recursive: true, force: true }));
+
+  it('gives each client its own directory, never shared between distinct ids', () => {
+    expect(Workspaces.dirName('assistant-a')).toBe('assistant-a');
+    const a = Workspaces.dirName('team/a');
+    const b = Workspaces.dirName('team_a');
+    expect(a).not.toBe(b);
+    expect(a).toMatch(/^[A-Za-z0-9_-]+$/);
+    expect(Workspaces.dirName('..')).not.toContain('.');
+  });
+
+  it('creates the workspace on first use', async () => {
+    const dir = await ws.ensure('alice');
+    expect(dir).toBe(path.join(root, 'alice'));
+  });
+
+  it('resolves paths inside and refuses symlinks that lead out', async () => {
+    const dir = await ws.ensure('bob');
+    await mkdir(path.join(dir, 'sub'));
+    await writeFile(path.join(dir, 'sub/ok.txt'), 'x');
+    await symlink('/etc', path.join(dir, 'etc-link'));
+    await symlink('sub/ok.txt', path.join(dir, 'inner-link'));
+    await symlink('/nonexistent/target', path.join(dir, 'dangling'));
+
+    await expect(ws.resolve('bob', 'sub/ok.txt')).resolves.toMatchObject({ relative: 'sub/ok.txt', exists: true, sandboxPath: '/workspace/sub/ok.txt' });
+    await expect(ws.resolve('bob', 'sub/new/file.txt')).resolves.toMatchObject({ exists: false });
+    await expect(ws.resolve('bob', 'inner-link')).resolves.toMatchObject({ hostPath: path.join(dir, 'sub/ok.txt') });
+    await expect(ws.resolve('bob', 'etc-link/passwd')).rejects.toMatchObject({ code: 'invalid_path', reason: 'symlink_outside' });
+    await expect(ws.resolve('bob', 'etc-link')).rejects.toMatchObject({ reason: 'symlink_outside' });
+    await expect(ws.resolve('bob', 'dangling')).rejects.toMatchObject({ reason: 'symlink_outside' });
+    await expect(ws.resolve('bob', '../alice/x')).rejects.toMatchObject({ reason: 'escapes' });
+  });
+});

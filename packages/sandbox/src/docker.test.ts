@@ -1,0 +1,85 @@
+/** The docker driver's pool and reaper against a real Docker engine (skipped with the reason when none). */
+import { chmod, mkdir, mkdtemp, rm, utimes, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import Docker from 'dockerode';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DockerDriver, LABEL, LABEL_CREATED, LABEL_IMAGE, LABEL_OWNER } from './docker.js';
+import { testSandboxConfig, whyDriverUnavailable } from './testing.js';
+
+const unavailable = await whyDriverUnavailable('docker');
+if (unavailable) console.warn(`docker driver tests skipped: ${unavailable}`);
+
+describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
+  const docker = new Docker();
+  let dir: string;
+  let driver: DockerDriver;
+
+  const leftover = (owner: string, createdAt = Date.now()) =>
+    docker
+      .createContainer({
+        Image: 'toolgate/sandbox-shell:local',
+        Entrypoint: ['sleep', '300'],
+        Labels: { [LABEL]: '1', [LABEL_OWNER]: owner, [LABEL_CREATED]: String(createdAt), [LABEL_IMAGE]: 'shell' },
+        HostConfig: { NetworkMode: 'none' },
+      })
+      .then(async (c) => (await c.start(), c.id));
+  const exists = (id: string) => docker.getContainer(id).inspect().then(() => true, () => false);
+
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'tg-docker-'));
+    await chmod(dir, 0o711);
+    driver = new DockerDriver(testSandboxConfig('docker', dir, { pool: { size: 1 }, reaper: { maxAgeMs: 600_000 } }));
+    await driver.warmUp();
+  });
+  afterAll(async () => {
+    await driver?.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('runs each call in a fresh pre-started container, used once', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      await driver.warmUp();
+      const r = await driver.run({ image: 'shell', argv: ['cat', '/proc/self/cgroup'] });
+      expect(r.warm).toBe(true);
+      ids.push(/([0-9a-f]{64})/.exec(r.stdout)![1]!);
+    }
+    expect(ids[0]).not.toBe(ids[1]);
+  });
+
+  it('serves a call whose pool is empty by waiting for the next container', async () => {
+    const results = await Promise.all([1, 2, 3].map((n) => driver.run({ image: 'python', argv: ['python3', '-c', `print(${n})`] })));
+    expect(results.map((r) => r.stdout)).toEqual(['1\n', '2\n', '3\n']);
+  });
+
+  it('reaps containers of a worker whose heartbeat stopped, and keeps a live one', async () => {
+    const owners = path.join(dir, 'state/owners');
+    await mkdir(owners, { recursive: true });
+    await writeFile(path.join(owners, 'dead-worker'), '1');
+    const old = new Date(Date.now() - 3_600_000);
+    await utimes(path.join(owners, 'dead-worker'), old, old);
+    await writeFile(path.join(owners, 'live-worker'), '1');
+    const dead = await leftover('dead-worker');
+    const unknown = await leftover('never-heard-of');
+    const live = await leftover('live-worker');
+    const ancient = await leftover('live-worker', Date.now() - 3_600_000);
+
+    expect(await driver.reap()).toBeGreaterThanOrEqual(3);
+    expect(await exists(dead)).toBe(false);
+    expect(await exists(unknown)).toBe(false);
+    expect(await exists(ancient)).toBe(false);
+    expect(await exists(live)).toBe(true);
+    await docker.getContainer(live).remove({ force: true });
+  });
+
+  it('removes every container it owns on close', async () => {
+    const other = new DockerDriver(testSandboxConfig('docker', dir, { pool: { size: 2 } }));
+    await other.warmUp();
+    const owned = () =>
+      docker.listContainers({ all: true, filters: { label: [`${LABEL_OWNER}=${other.ownerId}`] } }).then((l) => l.length);
+    expect(await owned()).toBe(4);
+    await other.close();
+    expect(await owned()).toBe(0);
+  });
+});

@@ -12,18 +12,34 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { ToolContext } from '@toolgate/registry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createSandbox, createWorkspaces, type Sandbox, type Workspaces } from '../../packages/sandbox/src/index.js';
+import {
+  createSandbox,
+  createWorkspaces,
+  type Sandbox,
+  type Workspaces,
+} from '../../packages/sandbox/src/index.js';
 import { testSandboxConfig, whyDriverUnavailable } from '../../packages/sandbox/src/testing.js';
-import { fileList, fileRead, fileWrite, runPython, runShell } from '../../packages/tools/src/sandboxed/index.js';
+import {
+  fileList,
+  fileRead,
+  fileWrite,
+  runPython,
+  runShell,
+} from '../../packages/tools/src/sandboxed/index.js';
 
 const exec = promisify(execFile);
 const drivers = ['docker', 'bwrap'] as const;
-const reasons = Object.fromEntries(await Promise.all(drivers.map(async (d) => [d, await whyDriverUnavailable(d)] as const)));
-for (const d of drivers) if (reasons[d]) console.warn(`sandbox isolation suite: ${d} skipped: ${reasons[d]}`);
+const reasons = Object.fromEntries(
+  await Promise.all(drivers.map(async (d) => [d, await whyDriverUnavailable(d)] as const)),
+);
+for (const d of drivers)
+  if (reasons[d]) console.warn(`sandbox isolation suite: ${d} skipped: ${reasons[d]}`);
 
 /** Host processes of the sandbox uid whose command line matches (the warm pool's idle bash excluded). */
 async function sandboxProcesses(pattern: string): Promise<string[]> {
-  const { stdout } = await exec('ps', ['-u', '10001', '-o', 'pid=,args=']).catch(() => ({ stdout: '' }));
+  const { stdout } = await exec('ps', ['-u', '10001', '-o', 'pid=,args=']).catch(() => ({
+    stdout: '',
+  }));
   return stdout.split('\n').filter((l) => l.trim() && new RegExp(pattern).test(l));
 }
 
@@ -80,24 +96,35 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
   it.skipIf(skip)('contains a fork bomb, and the next call still works', async () => {
     const t0 = Date.now();
     // The classic bomb, kept in the foreground so it runs until the timeout.
-    const bomb = await shell(':(){ :|:& };: ; sleep 3; echo survived # forkbomb-marker', 'alice', 3);
+    const bomb = await shell(
+      ':(){ :|:& };: ; sleep 3; echo survived # forkbomb-marker',
+      'alice',
+      3,
+    );
     expect(Date.now() - t0).toBeLessThan(10_000);
     expect(bomb.stdout).not.toContain('survived');
     expect(bomb.timedOut).toBe(true);
     const next = await shell('echo still-alive');
     expect(next).toMatchObject({ stdout: 'still-alive\n', exitCode: 0 });
-    expect(await eventually(async () => (await sandboxProcesses('forkbomb-marker')).length === 0)).toBe(true);
+    expect(
+      await eventually(async () => (await sandboxProcesses('forkbomb-marker')).length === 0),
+    ).toBe(true);
   });
 
   it.skipIf(skip)('kills a memory bomb with a clear result', async () => {
-    const r = await python('chunks = []\nwhile True:\n    chunks.append(b"x" * (32 * 1024 * 1024))', 20);
+    const r = await python(
+      'chunks = []\nwhile True:\n    chunks.append(b"x" * (32 * 1024 * 1024))',
+      20,
+    );
     expect(r.timedOut).toBe(false);
     expect(r.exitCode).toBe(137);
     expect(r.stderr).toContain('memory limit');
   });
 
   it.skipIf(skip)('stops a disk fill at the file size limit', async () => {
-    const r = await shell('dd if=/dev/zero of=big.bin bs=1M count=200 2>/dev/null; echo "dd=$?"; dd if=/dev/zero of=/tmp/big bs=1M count=200 2>/dev/null; echo "tmp=$?"');
+    const r = await shell(
+      'dd if=/dev/zero of=big.bin bs=1M count=200 2>/dev/null; echo "dd=$?"; dd if=/dev/zero of=/tmp/big bs=1M count=200 2>/dev/null; echo "tmp=$?"',
+    );
     // dd is stopped by SIGXFSZ (128+25) at the limit, in the workspace and in /tmp alike.
     expect(r.stdout).toContain('dd=153');
     expect(r.stdout).toContain('tmp=153');
@@ -108,10 +135,14 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
   });
 
   it.skipIf(skip)('has no network: egress fails and only loopback exists', async () => {
-    const r = await shell('curl -sS -m 3 http://deb.debian.org/ >/dev/null; echo "curl=$?"; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " "');
+    const r = await shell(
+      'curl -sS -m 3 http://deb.debian.org/ >/dev/null; echo "curl=$?"; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " "',
+    );
     expect(r.stdout).not.toContain('curl=0');
     expect(r.stdout.split('\n').filter((l) => l && !l.startsWith('curl='))).toEqual(['lo']);
-    const p = await python('import socket\ntry:\n    socket.create_connection(("1.1.1.1", 53), timeout=3)\n    print("connected")\nexcept OSError as e:\n    print("refused", e)');
+    const p = await python(
+      'import socket\ntry:\n    socket.create_connection(("1.1.1.1", 53), timeout=3)\n    print("connected")\nexcept OSError as e:\n    print("refused", e)',
+    );
     expect(p.stdout).toMatch(/^refused/);
   });
 
@@ -140,24 +171,39 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
     expect(r.stdout.startsWith('flood\nflood\n')).toBe(true);
   });
 
-  it.skipIf(skip)('kills an infinite loop at the timeout and leaves no process behind', async () => {
-    const t0 = Date.now();
-    const r = await python('print("looping", flush=True)\nwhile True:\n    pass', 2);
-    expect(r).toMatchObject({ timedOut: true, exitCode: 137, stdout: 'looping\n' });
-    expect(r.stderr).toContain('timeout');
-    expect(Date.now() - t0).toBeLessThan(6000);
-    // The same from a shell, with a marker to find any survivor on the host.
-    const marker = `loop-marker-${driver}`;
-    const s = await shell(`python3 -c 'while True: pass' ${marker} & while :; do :; done # ${marker}`, 'alice', 1);
-    expect(s.timedOut).toBe(true);
-    expect(await eventually(async () => (await sandboxProcesses(marker)).length === 0)).toBe(true);
-  });
+  it.skipIf(skip)(
+    'kills an infinite loop at the timeout and leaves no process behind',
+    async () => {
+      const t0 = Date.now();
+      const r = await python('print("looping", flush=True)\nwhile True:\n    pass', 2);
+      expect(r).toMatchObject({ timedOut: true, exitCode: 137, stdout: 'looping\n' });
+      expect(r.stderr).toContain('timeout');
+      expect(Date.now() - t0).toBeLessThan(6000);
+      // The same from a shell, with a marker to find any survivor on the host.
+      const marker = `loop-marker-${driver}`;
+      const s = await shell(
+        `python3 -c 'while True: pass' ${marker} & while :; do :; done # ${marker}`,
+        'alice',
+        1,
+      );
+      expect(s.timedOut).toBe(true);
+      expect(await eventually(async () => (await sandboxProcesses(marker)).length === 0)).toBe(
+        true,
+      );
+    },
+  );
 
   it.skipIf(skip)('kills a backgrounded sleeper with its call', async () => {
     const t = driver === 'docker' ? 1001 : 1011;
-    const r = await shell(`(sleep ${t} &); nohup sleep ${t + 1} >/dev/null 2>&1 & setsid sleep ${t + 2} & echo spawned`);
+    const r = await shell(
+      `(sleep ${t} &); nohup sleep ${t + 1} >/dev/null 2>&1 & setsid sleep ${t + 2} & echo spawned`,
+    );
     expect(r).toMatchObject({ stdout: 'spawned\n', exitCode: 0, timedOut: false });
-    expect(await eventually(async () => (await sandboxProcesses(`sleep (${t}|${t + 1}|${t + 2})`)).length === 0)).toBe(true);
+    expect(
+      await eventually(
+        async () => (await sandboxProcesses(`sleep (${t}|${t + 1}|${t + 2})`)).length === 0,
+      ),
+    ).toBe(true);
   });
 
   it.skipIf(skip)('shows no host environment variable', async () => {
@@ -165,11 +211,14 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
     expect(r.stdout).toContain('secret=unset');
     expect(r.stdout).not.toContain('hunter2');
     const names = r.stdout.split('\n').map((l) => l.split('=')[0]);
-    for (const hostOnly of ['REDIS_URL', 'NODE_OPTIONS', 'VITEST', 'USER', 'SSH_AUTH_SOCK']) expect(names).not.toContain(hostOnly);
+    for (const hostOnly of ['REDIS_URL', 'NODE_OPTIONS', 'VITEST', 'USER', 'SSH_AUTH_SOCK'])
+      expect(names).not.toContain(hostOnly);
   });
 
   it.skipIf(skip)('refuses writes outside /workspace and /tmp', async () => {
-    const r = await shell('for p in /etc/x /usr/x /x /var/x /home/x /tmp/ok /workspace/ok; do touch $p 2>/dev/null && echo "ok $p" || echo "denied $p"; done');
+    const r = await shell(
+      'for p in /etc/x /usr/x /x /var/x /home/x /tmp/ok /workspace/ok; do touch $p 2>/dev/null && echo "ok $p" || echo "denied $p"; done',
+    );
     expect(r.stdout.trim().split('\n')).toEqual([
       'denied /etc/x',
       'denied /usr/x',
@@ -183,30 +232,48 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
 
   it.skipIf(skip)('keeps nothing but /workspace between two calls', async () => {
     await shell('echo kept > /workspace/persist.txt; echo lost > /tmp/persist.txt');
-    const r = await shell('cat /workspace/persist.txt; cat /tmp/persist.txt 2>&1 || echo "tmp empty"');
+    const r = await shell(
+      'cat /workspace/persist.txt; cat /tmp/persist.txt 2>&1 || echo "tmp empty"',
+    );
     expect(r.stdout).toContain('kept');
     expect(r.stdout).toContain('tmp empty');
     expect(r.stdout).not.toContain('lost');
   });
 
-  it.skipIf(skip)('does not let the file tools read or write through a planted symlink', async () => {
-    await shell('ln -sf /etc/passwd leak; ln -sfn / rootlink; ln -sfn /etc etclink');
-    const hostPasswd = await readFile('/etc/passwd', 'utf8');
-    for (const p of ['leak', 'rootlink/etc/hostname', 'etclink/passwd']) {
-      await expect(fileRead.handler({ path: p }, ctx())).rejects.toMatchObject({ code: 'invalid_path' });
-      await expect(fileWrite.handler({ path: p, content: 'pwned' }, ctx())).rejects.toMatchObject({ code: 'invalid_path' });
-    }
-    await expect(fileWrite.handler({ path: 'etclink/new-file', content: 'pwned' }, ctx())).rejects.toMatchObject({ code: 'invalid_path' });
-    expect(await readFile('/etc/passwd', 'utf8')).toBe(hostPasswd);
-  });
+  it.skipIf(skip)(
+    'does not let the file tools read or write through a planted symlink',
+    async () => {
+      await shell('ln -sf /etc/passwd leak; ln -sfn / rootlink; ln -sfn /etc etclink');
+      const hostPasswd = await readFile('/etc/passwd', 'utf8');
+      for (const p of ['leak', 'rootlink/etc/hostname', 'etclink/passwd']) {
+        await expect(fileRead.handler({ path: p }, ctx())).rejects.toMatchObject({
+          code: 'invalid_path',
+        });
+        await expect(fileWrite.handler({ path: p, content: 'pwned' }, ctx())).rejects.toMatchObject(
+          { code: 'invalid_path' },
+        );
+      }
+      await expect(
+        fileWrite.handler({ path: 'etclink/new-file', content: 'pwned' }, ctx()),
+      ).rejects.toMatchObject({ code: 'invalid_path' });
+      expect(await readFile('/etc/passwd', 'utf8')).toBe(hostPasswd);
+    },
+  );
 
   it.skipIf(skip)('removes the sandbox after each call', async () => {
     if (driver === 'docker') {
       const r = await shell('cat /proc/self/cgroup');
-      const id = /docker\/([0-9a-f]{64})/.exec(r.stdout)?.[1] ?? /([0-9a-f]{64})/.exec(r.stdout)?.[1];
+      const id =
+        /docker\/([0-9a-f]{64})/.exec(r.stdout)?.[1] ?? /([0-9a-f]{64})/.exec(r.stdout)?.[1];
       expect(id).toBeDefined();
       const gone = await eventually(async () => {
-        const { stdout } = await exec('docker', ['ps', '-aq', '--no-trunc', '--filter', `id=${id}`]);
+        const { stdout } = await exec('docker', [
+          'ps',
+          '-aq',
+          '--no-trunc',
+          '--filter',
+          `id=${id}`,
+        ]);
         return stdout.trim() === '';
       });
       expect(gone).toBe(true);

@@ -23,15 +23,25 @@ async function freePort(): Promise<number> {
 
 async function startLocalRedis(): Promise<string> {
   const port = await freePort();
-  child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-    stdio: 'ignore',
-  });
+  child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    {
+      stdio: 'ignore',
+    },
+  );
   await new Promise<void>((resolve, reject) => {
-    child!.once('error', (err) => reject(new Error(`cannot start redis-server (${err.message}); install it or set REDIS_URL`)));
+    child!.once('error', (err) =>
+      reject(new Error(`cannot start redis-server (${err.message}); install it or set REDIS_URL`)),
+    );
     child!.once('spawn', () => resolve());
   });
   const { Redis } = await import('ioredis');
-  const probe = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  const probe = new Redis(port, '127.0.0.1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
   for (let i = 0; i < 100; i++) {
     try {
       await probe.connect();
@@ -60,7 +70,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
     } catch (err) {
       // No redis-server here: a container, where Docker can pull images.
       url = await startContainerRedis().catch((cause: unknown) => {
-        throw new Error(`no Redis for the tests: ${(err as Error).message}; testcontainers: ${(cause as Error).message}`);
+        throw new Error(
+          `no Redis for the tests: ${(err as Error).message}; testcontainers: ${(cause as Error).message}`,
+        );
       });
     }
   }

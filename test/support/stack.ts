@@ -19,7 +19,10 @@ export interface Stack {
   gateway: Gateway;
   worker: ToolWorker | undefined;
   /** fetch against the gateway with a client's key (default alice). */
-  call(path: string, init?: RequestInit & { key?: string | null; json?: unknown }): Promise<Response>;
+  call(
+    path: string,
+    init?: RequestInit & { key?: string | null; json?: unknown },
+  ): Promise<Response>;
   close(): Promise<void>;
 }
 
@@ -52,10 +55,14 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     },
     {},
   );
-  const logger = createLogger('test', { level: (process.env.TEST_LOG_LEVEL as 'silent' | undefined) ?? 'silent' });
+  const logger = createLogger('test', {
+    level: (process.env.TEST_LOG_LEVEL as 'silent' | undefined) ?? 'silent',
+  });
   const registry = createToolRegistry(options.tools ?? []);
   const worker =
-    options.worker === false ? undefined : createWorker({ config, registry, logger, services: options.services ?? {} });
+    options.worker === false
+      ? undefined
+      : createWorker({ config, registry, logger, services: options.services ?? {} });
   await worker?.start();
   const gateway = createGateway({ config, registry, logger });
   const { port } = await gateway.listen(0, '127.0.0.1');
@@ -75,7 +82,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
           ...(json === undefined ? {} : { 'content-type': 'application/json' }),
           ...(headers as Record<string, string> | undefined),
         },
-        ...(json === undefined ? {} : { body: typeof json === 'string' ? json : JSON.stringify(json) }),
+        ...(json === undefined
+          ? {}
+          : { body: typeof json === 'string' ? json : JSON.stringify(json) }),
       });
     },
     async close() {

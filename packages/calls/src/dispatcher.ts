@@ -26,10 +26,17 @@ export class Dispatcher {
   ) {
     const make = <T>(fn: (kind: QueueKind) => T) =>
       Object.fromEntries(KINDS.map((k) => [k, fn(k)])) as Record<QueueKind, T>;
-    this.queues = make((kind) => new Queue(keys.queue(kind), { connection, prefix: keys.bullPrefix }));
+    this.queues = make(
+      (kind) => new Queue(keys.queue(kind), { connection, prefix: keys.bullPrefix }),
+    );
     this.events = make((kind) => {
-      const events = new QueueEvents(keys.queue(kind), { connection: eventsConnection(), prefix: keys.bullPrefix });
-      events.on('completed', ({ jobId, returnvalue }) => this.settle(jobId, parseOutcome(returnvalue)));
+      const events = new QueueEvents(keys.queue(kind), {
+        connection: eventsConnection(),
+        prefix: keys.bullPrefix,
+      });
+      events.on('completed', ({ jobId, returnvalue }) =>
+        this.settle(jobId, parseOutcome(returnvalue)),
+      );
       events.on('failed', ({ jobId, failedReason }) => this.settleFailed(jobId, failedReason));
       // Errors surface through /readyz and request failures; keep the process alive.
       events.on('error', () => undefined);
@@ -41,8 +48,12 @@ export class Dispatcher {
   /** Resolves once every event reader is connected; false if that takes over `timeoutMs`. */
   async ready(timeoutMs: number): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
-    const ready = Promise.all(Object.values(this.events).map((e) => e.waitUntilReady())).then(() => true);
+    const timeout = new Promise<false>(
+      (resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)),
+    );
+    const ready = Promise.all(Object.values(this.events).map((e) => e.waitUntilReady())).then(
+      () => true,
+    );
     try {
       return await Promise.race([ready, timeout]);
     } finally {
@@ -110,11 +121,17 @@ export class Dispatcher {
     return record;
   }
 
-  async close(): Promise<void> {
-    await Promise.allSettled([
+  /** Closes the queues and event readers; bounded, since a close waits for a connection that may never come. */
+  async close(timeoutMs = 3000): Promise<void> {
+    const closing = Promise.allSettled([
       ...Object.values(this.events).map((e) => e.close()),
       ...Object.values(this.queues).map((q) => q.close()),
     ]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([closing, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+    clearTimeout(timer);
+    for (const e of Object.values(this.events)) void e.disconnect().catch(() => undefined);
+    for (const q of Object.values(this.queues)) void q.disconnect().catch(() => undefined);
   }
 
   private settle(id: string, outcome: CallOutcome): void {
@@ -147,7 +164,10 @@ export function failedOutcome(id: string, tool: string, reason: string | undefin
     id,
     tool,
     status: 'error',
-    error: { code: 'worker_error', message: `the call could not be completed: ${reason ?? 'worker failure'}` },
+    error: {
+      code: 'worker_error',
+      message: `the call could not be completed: ${reason ?? 'worker failure'}`,
+    },
     durationMs: 0,
     cached: false,
   };

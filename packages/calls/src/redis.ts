@@ -1,20 +1,28 @@
 import { Redis, type RedisOptions } from 'ioredis';
 
 /**
- * Redis connections. `command` connections fail fast while Redis is down (the gateway answers
- * 503 instead of hanging); `blocking` ones wait and reconnect forever (BullMQ workers and
- * queue-event readers need that).
+ * Redis connections. `command` connections give up on a command after one failed reconnect
+ * (the gateway answers 503 instead of hanging; commands sent while first connecting just
+ * wait); `blocking` ones wait and reconnect forever (BullMQ workers and event readers).
  */
-export function createRedis(url: string, kind: 'command' | 'blocking', options: RedisOptions = {}): Redis {
+export function createRedis(
+  url: string,
+  kind: 'command' | 'blocking',
+  options: RedisOptions = {},
+): Redis {
   const common: RedisOptions = {
     lazyConnect: false,
     retryStrategy: (times) => Math.min(times * 200, 2000),
     ...options,
   };
-  if (kind === 'blocking') {
-    return new Redis(url, { ...common, maxRetriesPerRequest: null, enableOfflineQueue: true });
-  }
-  return new Redis(url, { ...common, maxRetriesPerRequest: 1, enableOfflineQueue: false });
+  const redis =
+    kind === 'blocking'
+      ? new Redis(url, { ...common, maxRetriesPerRequest: null, enableOfflineQueue: true })
+      : new Redis(url, { ...common, maxRetriesPerRequest: 1, enableOfflineQueue: true });
+  // Connection errors surface as failed commands (503s, /readyz); without a listener ioredis
+  // would print every reconnect attempt.
+  redis.on('error', () => undefined);
+  return redis;
 }
 
 /** Resolves once the connection is ready, or rejects after `timeoutMs`. */

@@ -28,7 +28,11 @@ export class CallStore {
    * Claims an idempotency key for a call. Returns the id of the call that already holds the
    * key, or undefined when this call now holds it.
    */
-  async claimIdempotencyKey(clientId: string, key: string, callId: string): Promise<string | undefined> {
+  async claimIdempotencyKey(
+    clientId: string,
+    key: string,
+    callId: string,
+  ): Promise<string | undefined> {
     const redisKey = this.keys.idempotency(clientId, key);
     const set = await this.redis.set(redisKey, callId, 'EX', this.ttlSeconds, 'NX');
     if (set === 'OK') return undefined;

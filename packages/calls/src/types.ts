@@ -1,14 +1,13 @@
 /** Lifecycle of one tool call, as GET /v1/calls/{id} reports it. */
 export type CallStatus =
-  | 'queued'
-  | 'running'
-  | 'ok'
-  | 'error'
-  | 'pending_approval'
-  | 'rejected'
-  | 'expired';
+  'queued' | 'running' | 'ok' | 'error' | 'pending_approval' | 'rejected' | 'expired';
 
-export const FINAL_STATUSES: ReadonlySet<CallStatus> = new Set(['ok', 'error', 'rejected', 'expired']);
+export const FINAL_STATUSES: ReadonlySet<CallStatus> = new Set([
+  'ok',
+  'error',
+  'rejected',
+  'expired',
+]);
 
 export interface CallError {
   code: string;

@@ -47,13 +47,22 @@ server:
       admin: false,
     });
     expect(config.clients[0]).not.toHaveProperty('key');
-    expect(config.clients[1]).toMatchObject({ id: 'ops', admin: true, keySha256: 'ab'.repeat(32), tools: ['*'] });
+    expect(config.clients[1]).toMatchObject({
+      id: 'ops',
+      admin: true,
+      keySha256: 'ab'.repeat(32),
+      tools: ['*'],
+    });
     expect(config.policy.approval.tools).toEqual(['file_delete']);
     expect(config.server.port).toBe(9000);
   });
 
   it('lets env vars override the important fields', () => {
-    const config = loadConfig({ REDIS_URL: 'redis://r:6380', PORT: '9999', TOOLGATE_LOG_LEVEL: 'debug' });
+    const config = loadConfig({
+      REDIS_URL: 'redis://r:6380',
+      PORT: '9999',
+      TOOLGATE_LOG_LEVEL: 'debug',
+    });
     expect(config.redis.url).toBe('redis://r:6380');
     expect(config.server.port).toBe(9999);
     expect(config.log.level).toBe('debug');
@@ -64,7 +73,15 @@ server:
     [{ server: { prot: 1 } }, '/server/prot'],
     [{ clients: [{ id: 'a', key: 'short' }] }, '/clients/0/key'],
     [{ clients: [{ id: 'a' }] }, '/clients/0'],
-    [{ clients: [{ id: 'a', key: 'k'.repeat(20) }, { id: 'a', key: 'j'.repeat(20) }] }, '/clients/1/id'],
+    [
+      {
+        clients: [
+          { id: 'a', key: 'k'.repeat(20) },
+          { id: 'a', key: 'j'.repeat(20) },
+        ],
+      },
+      '/clients/1/id',
+    ],
     [{ policy: { shell: { mode: 'yolo' } } }, '/policy/shell/mode'],
     [{ sandbox: 5 }, '/sandbox'],
   ])('names the bad field: %j', (doc, field) => {
@@ -78,12 +95,16 @@ server:
   });
 
   it('names a missing environment variable and a bad override', () => {
-    expect(() => parseConfig({ clients: [{ id: 'a', key: '${NOPE_NOT_SET}' }] })).toThrow(/\/clients\/0\/key: environment variable NOPE_NOT_SET is not set/);
+    expect(() => parseConfig({ clients: [{ id: 'a', key: '${NOPE_NOT_SET}' }] })).toThrow(
+      /\/clients\/0\/key: environment variable NOPE_NOT_SET is not set/,
+    );
     expect(() => loadConfig({ PORT: 'abc' })).toThrow(/PORT: must be an integer/);
   });
 
   it('reports an unreadable or unparsable file', () => {
-    expect(() => loadConfig({ TOOLGATE_CONFIG: '/nonexistent/toolgate.yaml' })).toThrow(/TOOLGATE_CONFIG: cannot read/);
+    expect(() => loadConfig({ TOOLGATE_CONFIG: '/nonexistent/toolgate.yaml' })).toThrow(
+      /TOOLGATE_CONFIG: cannot read/,
+    );
     expect(() => loadConfig({ TOOLGATE_CONFIG: file('clients: [') })).toThrow(/not valid YAML/);
   });
 });

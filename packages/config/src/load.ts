@@ -40,19 +40,28 @@ const OVERRIDES: Record<string, [string[], 'string' | 'int']> = {
  * `${VAR}` / `${VAR:-default}`, applies env overrides, fills defaults and validates.
  * Throws ConfigError naming the offending field.
  */
-export function loadConfig(env: Env = process.env, file: string | undefined = env.TOOLGATE_CONFIG): Config {
+export function loadConfig(
+  env: Env = process.env,
+  file: string | undefined = env.TOOLGATE_CONFIG,
+): Config {
   let raw: unknown = {};
   if (file) {
     let text: string;
     try {
       text = readFileSync(file, 'utf8');
     } catch (err) {
-      throw new ConfigError('TOOLGATE_CONFIG', `cannot read ${file}: ${(err as Error).message}`, { cause: err });
+      throw new ConfigError('TOOLGATE_CONFIG', `cannot read ${file}: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
     try {
       raw = parseYaml(text) ?? {};
     } catch (err) {
-      throw new ConfigError('TOOLGATE_CONFIG', `${file} is not valid YAML/JSON: ${(err as Error).message}`, { cause: err });
+      throw new ConfigError(
+        'TOOLGATE_CONFIG',
+        `${file} is not valid YAML/JSON: ${(err as Error).message}`,
+        { cause: err },
+      );
     }
   }
   return parseConfig(raw, env);
@@ -65,7 +74,8 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
   }
   const doc = substitute(raw, '', env) as Record<string, unknown>;
   applyOverrides(doc, env);
-  if (!validate(doc)) throw new ConfigError(fieldOf(validate.errors?.[0]), messageOf(validate.errors));
+  if (!validate(doc))
+    throw new ConfigError(fieldOf(validate.errors?.[0]), messageOf(validate.errors));
   checkClients(doc);
   for (const client of doc.clients) {
     if (client.key !== undefined) {
@@ -83,16 +93,21 @@ export function sha256(text: string): string {
 
 function substitute(value: unknown, path: string, env: Env): unknown {
   if (typeof value === 'string') {
-    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (_m, name: string, fallback?: string) => {
-      const v = env[name];
-      if (v !== undefined && v !== '') return v;
-      if (fallback !== undefined) return fallback;
-      throw new ConfigError(path || '/', `environment variable ${name} is not set`);
-    });
+    return value.replace(
+      /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g,
+      (_m, name: string, fallback?: string) => {
+        const v = env[name];
+        if (v !== undefined && v !== '') return v;
+        if (fallback !== undefined) return fallback;
+        throw new ConfigError(path || '/', `environment variable ${name} is not set`);
+      },
+    );
   }
   if (Array.isArray(value)) return value.map((v, i) => substitute(v, `${path}/${i}`, env));
   if (typeof value === 'object' && value !== null) {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substitute(v, `${path}/${k}`, env)]));
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, substitute(v, `${path}/${k}`, env)]),
+    );
   }
   return value;
 }
@@ -122,9 +137,13 @@ function checkClients(config: Config): void {
     const hasKey = client.key !== undefined;
     const hasHash = client.keySha256 !== undefined;
     if (hasKey === hasHash) {
-      throw new ConfigError(`/clients/${i}`, `client "${client.id}" needs exactly one of key or keySha256`);
+      throw new ConfigError(
+        `/clients/${i}`,
+        `client "${client.id}" needs exactly one of key or keySha256`,
+      );
     }
-    if (seen.has(client.id)) throw new ConfigError(`/clients/${i}/id`, `duplicate client id "${client.id}"`);
+    if (seen.has(client.id))
+      throw new ConfigError(`/clients/${i}/id`, `duplicate client id "${client.id}"`);
     seen.add(client.id);
   });
 }

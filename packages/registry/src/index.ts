@@ -6,7 +6,15 @@ export { toNative, toOpenAI, toAnthropic } from './dialects.js';
 export { toStrictSchema, closeObjects } from './schema.js';
 export { Type } from '@sinclair/typebox';
 
-export type { AnyToolSpec, Risk, SandboxNeeds, Tool, ToolContext, ToolServices, ToolSpec } from './tool.js';
+export type {
+  AnyToolSpec,
+  Risk,
+  SandboxNeeds,
+  Tool,
+  ToolContext,
+  ToolServices,
+  ToolSpec,
+} from './tool.js';
 export type { ListOptions, ValidationResult } from './registry.js';
 export type { ValidationIssue } from './schema.js';
 export type { NativeTool, OpenAITool, AnthropicTool } from './dialects.js';

@@ -33,30 +33,42 @@ function registry() {
 
 describe('ToolRegistry.validate', () => {
   it('accepts valid arguments', () => {
-    expect(registry().validate('get_weather', { city: 'Oslo', units: 'c' })).toEqual({ ok: true, args: { city: 'Oslo', units: 'c' } });
+    expect(registry().validate('get_weather', { city: 'Oslo', units: 'c' })).toEqual({
+      ok: true,
+      args: { city: 'Oslo', units: 'c' },
+    });
   });
 
   it('rejects unknown properties even though the schema did not say so', () => {
     const result = registry().validate('get_weather', { city: 'Oslo', country: 'NO' });
     expect(result.ok).toBe(false);
-    if (!result.ok) expect(result.issues[0]).toMatchObject({ keyword: 'additionalProperties', params: { additionalProperty: 'country' } });
+    if (!result.ok)
+      expect(result.issues[0]).toMatchObject({
+        keyword: 'additionalProperties',
+        params: { additionalProperty: 'country' },
+      });
   });
 
   it('does not coerce types', () => {
     const result = registry().validate('add_numbers', { a: '1', b: 2 });
     expect(result.ok).toBe(false);
-    if (!result.ok) expect(result.issues).toEqual([expect.objectContaining({ path: '/a', keyword: 'type' })]);
+    if (!result.ok)
+      expect(result.issues).toEqual([expect.objectContaining({ path: '/a', keyword: 'type' })]);
   });
 
   it('reports every error, not just the first', () => {
     const result = registry().validate('add_numbers', { a: 'x' });
     expect(result.ok).toBe(false);
-    if (!result.ok) expect(result.issues.map((i) => i.keyword).sort()).toEqual(['required', 'type']);
+    if (!result.ok)
+      expect(result.issues.map((i) => i.keyword).sort()).toEqual(['required', 'type']);
   });
 
   it('drops null for optional fields (what OpenAI strict mode sends) but not for required ones', () => {
     const r = registry();
-    expect(r.validate('get_weather', { city: 'Oslo', units: null, days: null })).toEqual({ ok: true, args: { city: 'Oslo' } });
+    expect(r.validate('get_weather', { city: 'Oslo', units: null, days: null })).toEqual({
+      ok: true,
+      args: { city: 'Oslo' },
+    });
     expect(r.validate('get_weather', { city: null }).ok).toBe(false);
   });
 
@@ -70,22 +82,35 @@ describe('ToolRegistry.register', () => {
     const r = registry();
     expect(() => r.register(add)).toThrow(RegistryError);
     expect(() => r.register({ ...add, name: 'has space' })).toThrow(/must match/);
-    expect(() => r.register({ ...add, name: 'scalar', parameters: Type.String() as never })).toThrow(/object schema/);
+    expect(() =>
+      r.register({ ...add, name: 'scalar', parameters: Type.String() as never }),
+    ).toThrow(/object schema/);
   });
 
   it('fills defaults: destructive tools need approval, timeouts default to 30 s', () => {
     const r = new ToolRegistry();
     const t = r.register({ ...add, name: 'wipe', risk: 'destructive' });
-    expect(t).toMatchObject({ requiresApproval: true, timeoutMs: 30_000, cacheTtlSeconds: 0, sandbox: undefined });
+    expect(t).toMatchObject({
+      requiresApproval: true,
+      timeoutMs: 30_000,
+      cacheTtlSeconds: 0,
+      sandbox: undefined,
+    });
   });
 });
 
 describe('ToolRegistry.list', () => {
   it('filters by scope and category', () => {
     const r = registry();
-    expect(r.list({ scope: new ToolScope(['category:math']) }).map((t) => t.name)).toEqual(['add_numbers']);
-    expect(r.list({ scope: new ToolScope(['get_weather']) }).map((t) => t.name)).toEqual(['get_weather']);
-    expect(r.list({ scope: new ToolScope(['*']), category: 'web' }).map((t) => t.name)).toEqual(['get_weather']);
+    expect(r.list({ scope: new ToolScope(['category:math']) }).map((t) => t.name)).toEqual([
+      'add_numbers',
+    ]);
+    expect(r.list({ scope: new ToolScope(['get_weather']) }).map((t) => t.name)).toEqual([
+      'get_weather',
+    ]);
+    expect(r.list({ scope: new ToolScope(['*']), category: 'web' }).map((t) => t.name)).toEqual([
+      'get_weather',
+    ]);
     expect(r.list({ scope: new ToolScope([]) })).toEqual([]);
   });
 
@@ -106,8 +131,15 @@ describe('dialects', () => {
       required: ['a', 'b'],
       additionalProperties: false,
     };
-    expect(toOpenAI(tool)).toEqual({ type: 'function', function: { name: 'add_numbers', description: 'Add two numbers together', parameters } });
-    expect(toAnthropic(tool)).toEqual({ name: 'add_numbers', description: 'Add two numbers together', input_schema: parameters });
+    expect(toOpenAI(tool)).toEqual({
+      type: 'function',
+      function: { name: 'add_numbers', description: 'Add two numbers together', parameters },
+    });
+    expect(toAnthropic(tool)).toEqual({
+      name: 'add_numbers',
+      description: 'Add two numbers together',
+      input_schema: parameters,
+    });
     expect(toNative(tool)).toEqual({
       name: 'add_numbers',
       description: 'Add two numbers together',
@@ -129,7 +161,17 @@ describe('dialects', () => {
       additionalProperties: false,
       properties: {
         city: { type: 'string' },
-        units: { anyOf: [{ anyOf: [{ const: 'c', type: 'string' }, { const: 'f', type: 'string' }] }, { type: 'null' }] },
+        units: {
+          anyOf: [
+            {
+              anyOf: [
+                { const: 'c', type: 'string' },
+                { const: 'f', type: 'string' },
+              ],
+            },
+            { type: 'null' },
+          ],
+        },
         days: { type: ['integer', 'null'] },
       },
     });

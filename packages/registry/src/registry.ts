@@ -3,11 +3,16 @@ import MiniSearch from 'minisearch';
 import { closeObjects, createAjv, dropNullOptionals, formatErrors, plainSchema } from './schema.js';
 import type { ValidateFunction, ValidationIssue } from './schema.js';
 import type { ToolScope } from './scope.js';
-import { DEFAULT_TIMEOUT_MS, TOOL_NAME, type AnyToolSpec, type Tool, type ToolSpec } from './tool.js';
+import {
+  DEFAULT_TIMEOUT_MS,
+  TOOL_NAME,
+  type AnyToolSpec,
+  type Tool,
+  type ToolSpec,
+} from './tool.js';
 
 export type ValidationResult =
-  | { ok: true; args: Record<string, unknown> }
-  | { ok: false; issues: ValidationIssue[] };
+  { ok: true; args: Record<string, unknown> } | { ok: false; issues: ValidationIssue[] };
 
 export interface ListOptions {
   scope?: ToolScope;
@@ -29,13 +34,15 @@ export class ToolRegistry {
   private readonly ajv = createAjv();
   private readonly tools = new Map<string, Tool>();
   private readonly validators = new Map<string, ValidateFunction>();
-  private index: MiniSearch<{ id: string; name: string; description: string; category: string }> | undefined;
+  private index:
+    MiniSearch<{ id: string; name: string; description: string; category: string }> | undefined;
 
   register<S extends TSchema, R>(spec: ToolSpec<S, R>): Tool {
     if (!TOOL_NAME.test(spec.name)) {
       throw new RegistryError(`tool name "${spec.name}" must match ${TOOL_NAME}`);
     }
-    if (this.tools.has(spec.name)) throw new RegistryError(`tool "${spec.name}" is already registered`);
+    if (this.tools.has(spec.name))
+      throw new RegistryError(`tool "${spec.name}" is already registered`);
     const parameters = closeObjects(plainSchema(spec.parameters));
     if (parameters.type !== 'object') {
       throw new RegistryError(`tool "${spec.name}": parameters must be an object schema`);
@@ -85,7 +92,12 @@ export class ToolRegistry {
     const validate = this.validators.get(name);
     if (!tool || !validate) throw new RegistryError(`unknown tool "${name}"`);
     if (typeof args !== 'object' || args === null || Array.isArray(args)) {
-      return { ok: false, issues: [{ path: '/', message: 'must be object', keyword: 'type', params: { type: 'object' } }] };
+      return {
+        ok: false,
+        issues: [
+          { path: '/', message: 'must be object', keyword: 'type', params: { type: 'object' } },
+        ],
+      };
     }
     const cleaned = dropNullOptionals(tool.parameters, args as Record<string, unknown>);
     if (validate(cleaned)) return { ok: true, args: cleaned };
@@ -98,8 +110,14 @@ export class ToolRegistry {
     const keep = (t: Tool) => (!scope || scope.allows(t)) && (!category || t.category === category);
     let result: Tool[];
     if (q && q.trim()) {
-      const hits = this.searchIndex().search(q, { prefix: true, fuzzy: 0.2, boost: { name: 3, category: 2 } });
-      result = hits.map((h) => this.tools.get(h.id as string)).filter((t): t is Tool => !!t && keep(t));
+      const hits = this.searchIndex().search(q, {
+        prefix: true,
+        fuzzy: 0.2,
+        boost: { name: 3, category: 2 },
+      });
+      result = hits
+        .map((h) => this.tools.get(h.id as string))
+        .filter((t): t is Tool => !!t && keep(t));
     } else {
       result = [...this.tools.values()].filter(keep);
     }
@@ -119,7 +137,12 @@ export class ToolRegistry {
         tokenize: (text) => text.split(/[\s_\-.,;:!?()[\]{}"'/]+/).filter(Boolean),
       });
       this.index.addAll(
-        [...this.tools.values()].map((t) => ({ id: t.name, name: t.name, description: t.description, category: t.category })),
+        [...this.tools.values()].map((t) => ({
+          id: t.name,
+          name: t.name,
+          description: t.description,
+          category: t.category,
+        })),
       );
     }
     return this.index;

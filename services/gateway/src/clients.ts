@@ -22,7 +22,12 @@ export class Clients {
       const hex = c.keySha256!;
       this.byHash.set(hex, {
         digest: Buffer.from(hex, 'hex'),
-        client: { id: c.id, admin: c.admin, scope: new ToolScope(c.tools), rateLimitPerMinute: c.rateLimit.perMinute },
+        client: {
+          id: c.id,
+          admin: c.admin,
+          scope: new ToolScope(c.tools),
+          rateLimitPerMinute: c.rateLimit.perMinute,
+        },
       });
     }
   }
@@ -50,6 +55,12 @@ export interface DevMode {
 export function resolveClients(config: Config): { clients: Clients; dev?: DevMode } {
   if (config.clients.length > 0) return { clients: new Clients(config.clients) };
   const key = `tg_dev_${randomBytes(24).toString('base64url')}`;
-  const dev: ClientConfig = { id: 'dev', keySha256: sha256(key), tools: ['*'], admin: true, rateLimit: { perMinute: 6000 } };
+  const dev: ClientConfig = {
+    id: 'dev',
+    keySha256: sha256(key),
+    tools: ['*'],
+    admin: true,
+    rateLimit: { perMinute: 6000 },
+  };
   return { clients: new Clients([dev]), dev: { key } };
 }

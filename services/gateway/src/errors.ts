@@ -63,10 +63,17 @@ export class ApiError extends Error {
   static invalidArguments(tool: string, issues: ValidationIssue[]): ApiError {
     const summary = issues
       .slice(0, 3)
-      .map((i) => `${i.path} ${i.message}${i.keyword === 'additionalProperties' ? ` (${String(i.params.additionalProperty)})` : ''}`)
+      .map(
+        (i) =>
+          `${i.path} ${i.message}${i.keyword === 'additionalProperties' ? ` (${String(i.params.additionalProperty)})` : ''}`,
+      )
       .join('; ');
-    return new ApiError('invalid_arguments', `arguments for ${tool} do not match its schema: ${summary}`, {
-      details: issues,
-    });
+    return new ApiError(
+      'invalid_arguments',
+      `arguments for ${tool} do not match its schema: ${summary}`,
+      {
+        details: issues,
+      },
+    );
   }
 }

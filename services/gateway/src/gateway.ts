@@ -35,7 +35,12 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const redis = createRedis(config.redis.url, 'command');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
   const store = new CallStore(redis, keys, config.calls.ttlSeconds);
-  const dispatcher = new Dispatcher(redis, () => createRedis(config.redis.url, 'blocking'), keys, store);
+  const dispatcher = new Dispatcher(
+    redis,
+    () => createRedis(config.redis.url, 'blocking'),
+    keys,
+    store,
+  );
   const pipeline = new CallPipeline({
     redis,
     keys,
@@ -58,8 +63,18 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     res.on('finish', () => {
       const route = (req.route?.path as string | undefined) ?? 'unmatched';
       metrics.httpRequests.inc({ method: req.method, route, status: String(res.statusCode) });
-      if (res.statusCode >= 500) log.warn({ method: req.method, path: req.path, status: res.statusCode }, 'request failed');
-      else log.debug({ method: req.method, path: req.path, status: res.statusCode, ms: Number(process.hrtime.bigint() - started) / 1e6 }, 'request');
+      if (res.statusCode >= 500)
+        log.warn({ method: req.method, path: req.path, status: res.statusCode }, 'request failed');
+      else
+        log.debug(
+          {
+            method: req.method,
+            path: req.path,
+            status: res.statusCode,
+            ms: Number(process.hrtime.bigint() - started) / 1e6,
+          },
+          'request',
+        );
     });
     next();
   });
@@ -81,23 +96,25 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     app,
     dev,
     async listen(port = config.server.port, host = dev ? '127.0.0.1' : config.server.host) {
-      if (!(await dispatcher.ready(5000))) log.warn('Redis is not reachable yet; answering 503 until it is');
       server = await new Promise<Server>((resolve, reject) => {
         const s = app.listen(port, host, (err?: Error) => (err ? reject(err) : resolve(s)));
       });
       server.keepAliveTimeout = 65_000;
       const address = server.address();
-      const bound = typeof address === 'object' && address ? { host: address.address, port: address.port } : { host, port };
+      const bound =
+        typeof address === 'object' && address
+          ? { host: address.address, port: address.port }
+          : { host, port };
       log.info(bound, 'gateway listening');
       return bound;
     },
     async close() {
       if (server) {
         const s = server;
-        await new Promise<void>((resolve) => {
-          s.close(() => resolve());
-          s.closeIdleConnections();
-        });
+        // Keep-alive connections become idle as their last responses go out: close them then.
+        const idle = setInterval(() => s.closeIdleConnections(), 50);
+        await new Promise<void>((resolve) => s.close(() => resolve()));
+        clearInterval(idle);
       }
       await dispatcher.close();
       redis.disconnect();

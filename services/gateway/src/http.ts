@@ -9,7 +9,12 @@ export function authenticate(clients: Clients) {
     const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
     const client = m ? clients.authenticate(m[1]!) : undefined;
     if (!client) {
-      next(new ApiError('unauthorized', m ? 'unknown API key' : 'missing "Authorization: Bearer <key>" header'));
+      next(
+        new ApiError(
+          'unauthorized',
+          m ? 'unknown API key' : 'missing "Authorization: Bearer <key>" header',
+        ),
+      );
       return;
     }
     res.locals.client = client;
@@ -22,7 +27,11 @@ export function clientOf(res: Response): Client {
 }
 
 export function requireAdmin(_req: Request, res: Response, next: NextFunction): void {
-  next(clientOf(res).admin ? undefined : new ApiError('forbidden', 'this route is for admin clients only'));
+  next(
+    clientOf(res).admin
+      ? undefined
+      : new ApiError('forbidden', 'this route is for admin clients only'),
+  );
 }
 
 /** The request body as a JSON object: empty means {}, anything else but an object is 400. */
@@ -39,7 +48,8 @@ export function objectBody(req: Request): Record<string, unknown> {
 export function errorHandler(log: { error: (obj: object, msg: string) => void }) {
   return (err: unknown, _req: Request, res: Response, _next: NextFunction): void => {
     const apiError = toApiError(err);
-    if (apiError.status >= 500 && apiError.code !== 'unavailable') log.error({ err }, 'request failed');
+    if (apiError.status >= 500 && apiError.code !== 'unavailable')
+      log.error({ err }, 'request failed');
     if (res.headersSent) return;
     res.status(apiError.status).set(apiError.headers).json(apiError.toBody());
   };
@@ -50,9 +60,15 @@ function toApiError(err: unknown): ApiError {
   const type = (err as { type?: string } | null)?.type;
   switch (type) {
     case 'entity.too.large':
-      return new ApiError('payload_too_large', `the request body is larger than the limit (${(err as { limit?: number }).limit} bytes)`);
+      return new ApiError(
+        'payload_too_large',
+        `the request body is larger than the limit (${(err as { limit?: number }).limit} bytes)`,
+      );
     case 'entity.parse.failed':
-      return new ApiError('invalid_json', `the request body is not valid JSON: ${(err as Error).message}`);
+      return new ApiError(
+        'invalid_json',
+        `the request body is not valid JSON: ${(err as Error).message}`,
+      );
     case 'encoding.unsupported':
     case 'charset.unsupported':
     case 'request.aborted':

@@ -63,7 +63,9 @@ export class CallPipeline {
     return guardRedis(async () => {
       await this.requireWorkers();
       if (req.wait && !(await this.o.dispatcher.ready(2000))) {
-        throw new ApiError('unavailable', 'Redis is unavailable; the call was not accepted', { headers: { 'Retry-After': '2' } });
+        throw new ApiError('unavailable', 'Redis is unavailable; the call was not accepted', {
+          headers: { 'Retry-After': '2' },
+        });
       }
       const id = randomUUID();
       if (req.idempotencyKey) {
@@ -82,18 +84,30 @@ export class CallPipeline {
       };
       let outcome: Promise<CallOutcome | undefined> | undefined;
       try {
-        await this.o.store.put({ id, tool: tool.name, clientId: client.id, status: 'queued', queue: kind, createdAt: acceptedAt });
-        outcome = req.wait ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs) : undefined;
+        await this.o.store.put({
+          id,
+          tool: tool.name,
+          clientId: client.id,
+          status: 'queued',
+          queue: kind,
+          createdAt: acceptedAt,
+        });
+        outcome = req.wait
+          ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
+          : undefined;
         await this.o.dispatcher.enqueue(job, kind);
       } catch (err) {
         // Not accepted: free the idempotency key so a retry can run the call.
-        if (req.idempotencyKey) await this.o.store.releaseIdempotencyKey(client.id, req.idempotencyKey, id).catch(() => undefined);
+        if (req.idempotencyKey)
+          await this.o.store
+            .releaseIdempotencyKey(client.id, req.idempotencyKey, id)
+            .catch(() => undefined);
         throw err;
       }
       if (!outcome) return { kind: 'accepted', id, status: 'queued' };
       const done = await outcome;
       return done ? { kind: 'done', outcome: done } : { kind: 'accepted', id, status: 'running' };
-    });
+    }, this.o.redis);
   }
 
   /** The current state of a call the client may see (its own; admins see all). */
@@ -104,15 +118,23 @@ export class CallPipeline {
         throw new ApiError('not_found', `no call with id "${id}"`);
       }
       return this.o.dispatcher.refresh(record);
-    });
+    }, this.o.redis);
   }
 
   /** A retry with a known idempotency key: the first call's result, never a second run. */
-  private async existing(client: Client, id: string, wait: boolean, timeoutMs: number): Promise<CallResponse> {
+  private async existing(
+    client: Client,
+    id: string,
+    wait: boolean,
+    timeoutMs: number,
+  ): Promise<CallResponse> {
     const record = await this.get(client, id).catch((err: unknown) => {
       // The key was claimed but the first request failed before recording its call.
       if (err instanceof ApiError && err.code === 'not_found') {
-        throw new ApiError('unavailable', 'the first request with this Idempotency-Key did not complete; retry shortly');
+        throw new ApiError(
+          'unavailable',
+          'the first request with this Idempotency-Key did not complete; retry shortly',
+        );
       }
       throw err;
     });
@@ -127,13 +149,25 @@ export class CallPipeline {
     const now = Date.now();
     if (now - this.workersSeenAt < LIVENESS_CACHE_MS) return;
     const alive = await liveWorkers(this.o.redis, this.o.keys);
-    if (alive === 0) throw new ApiError('unavailable', 'no worker is running; the call was not accepted', { headers: { 'Retry-After': '5' } });
+    if (alive === 0)
+      throw new ApiError('unavailable', 'no worker is running; the call was not accepted', {
+        headers: { 'Retry-After': '5' },
+      });
     this.workersSeenAt = now;
   }
 }
 
 /** Redis connection failures become 503 unavailable. */
-export async function guardRedis<T>(fn: () => Promise<T>): Promise<T> {
+export async function guardRedis<T>(fn: () => Promise<T>, redis?: Redis): Promise<T> {
+  // Reconnecting after a loss: fail now rather than wait for the next reconnect attempt.
+  if (
+    redis &&
+    (redis.status === 'reconnecting' || redis.status === 'end' || redis.status === 'close')
+  ) {
+    throw new ApiError('unavailable', 'Redis is unavailable; the call was not accepted', {
+      headers: { 'Retry-After': '2' },
+    });
+  }
   try {
     return await fn();
   } catch (err) {

@@ -29,11 +29,21 @@ export async function runTool(
   try {
     const result = await Promise.race([
       Promise.resolve().then(() =>
-        tool.handler(job.args, { callId: job.id, clientId: job.clientId, signal: controller.signal, services }),
+        tool.handler(job.args, {
+          callId: job.id,
+          clientId: job.clientId,
+          signal: controller.signal,
+          services,
+        }),
       ),
       timeout,
     ]);
-    return { ...base, status: 'ok', result: result === undefined ? null : result, durationMs: elapsed(started) };
+    return {
+      ...base,
+      status: 'ok',
+      result: result === undefined ? null : result,
+      durationMs: elapsed(started),
+    };
   } catch (err) {
     return { ...base, status: 'error', error: describe(err, tool), durationMs: elapsed(started) };
   } finally {
@@ -44,10 +54,17 @@ export async function runTool(
 
 function describe(err: unknown, tool: Tool): CallOutcome['error'] {
   if (err instanceof Timeout) {
-    return { code: 'timeout', message: `${tool.name} did not finish within ${tool.timeoutMs} ms and was stopped` };
+    return {
+      code: 'timeout',
+      message: `${tool.name} did not finish within ${tool.timeoutMs} ms and was stopped`,
+    };
   }
   if (err instanceof ToolError) {
-    return { code: err.code, message: err.message, ...(err.details === undefined ? {} : { details: err.details }) };
+    return {
+      code: err.code,
+      message: err.message,
+      ...(err.details === undefined ? {} : { details: err.details }),
+    };
   }
   const message = err instanceof Error ? err.message : String(err);
   return { code: 'tool_error', message: `${tool.name} failed: ${message}` };

@@ -2,7 +2,16 @@ import { createServer, type Server } from 'node:http';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { Worker, type Job } from 'bullmq';
-import { CallStore, Heartbeat, Keys, createRedis, waitReady, type CallJob, type CallOutcome, type QueueKind } from '@toolgate/calls';
+import {
+  CallStore,
+  Heartbeat,
+  Keys,
+  createRedis,
+  waitReady,
+  type CallJob,
+  type CallOutcome,
+  type QueueKind,
+} from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry, ToolServices } from '@toolgate/registry';
@@ -28,7 +37,13 @@ export interface ToolWorker {
 }
 
 /** Consumes tool calls from BullMQ and runs them; stateless, any number per Redis. */
-export function createWorker({ config, registry, logger, services, queues = ['fast', 'sandbox'] }: WorkerOptions): ToolWorker {
+export function createWorker({
+  config,
+  registry,
+  logger,
+  services,
+  queues = ['fast', 'sandbox'],
+}: WorkerOptions): ToolWorker {
   const id = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
   const log = logger.child({ component: 'worker', workerId: id });
   const keys = new Keys(config.redis.prefix);
@@ -48,20 +63,37 @@ export function createWorker({ config, registry, logger, services, queues = ['fa
     metrics.inFlight.inc({ queue: kind });
     try {
       if (!tool) {
-        outcome = errorOutcome(call, 'unknown_tool', `this worker has no tool named "${call.tool}"`);
+        outcome = errorOutcome(
+          call,
+          'unknown_tool',
+          `this worker has no tool named "${call.tool}"`,
+        );
       } else if (job.attemptsStarted > 1 && !tool.idempotent) {
         // A worker died while running this call; running a non-idempotent tool twice could repeat its effects.
-        outcome = errorOutcome(call, 'worker_lost', `the worker running ${call.tool} stopped mid-call; it was not run again because the tool is not idempotent`);
+        outcome = errorOutcome(
+          call,
+          'worker_lost',
+          `the worker running ${call.tool} stopped mid-call; it was not run again because the tool is not idempotent`,
+        );
       } else {
         outcome = await runTool(tool, call, services, shutdown.signal);
       }
       await store.finish(
-        { id: call.id, tool: call.tool, clientId: call.clientId, queue: kind, createdAt: call.acceptedAt },
+        {
+          id: call.id,
+          tool: call.tool,
+          clientId: call.clientId,
+          queue: kind,
+          createdAt: call.acceptedAt,
+        },
         outcome,
       );
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
-      log.debug({ callId: call.id, tool: call.tool, status: outcome.status, ms: outcome.durationMs }, 'call finished');
+      log.debug(
+        { callId: call.id, tool: call.tool, status: outcome.status, ms: outcome.durationMs },
+        'call finished',
+      );
       return outcome;
     } finally {
       metrics.inFlight.dec({ queue: kind });
@@ -73,31 +105,49 @@ export function createWorker({ config, registry, logger, services, queues = ['fa
     async start() {
       await waitReady(redis);
       for (const kind of queues) {
-        const worker = new Worker<CallJob, CallOutcome>(keys.queue(kind), (job) => processCall(job, kind), {
-          connection: createRedis(config.redis.url, 'blocking'),
-          prefix: keys.bullPrefix,
-          concurrency: kind === 'fast' ? config.worker.concurrency : config.worker.sandboxConcurrency,
-          // A stalled job (its worker died) is handed out once more, where `process` decides.
-          maxStalledCount: 1,
-        });
+        const worker = new Worker<CallJob, CallOutcome>(
+          keys.queue(kind),
+          (job) => processCall(job, kind),
+          {
+            connection: createRedis(config.redis.url, 'blocking'),
+            prefix: keys.bullPrefix,
+            concurrency:
+              kind === 'fast' ? config.worker.concurrency : config.worker.sandboxConcurrency,
+            // A stalled job (its worker died) is handed out once more, where `process` decides.
+            maxStalledCount: 1,
+          },
+        );
         worker.on('error', (err) => log.warn({ err: err.message, queue: kind }, 'queue error'));
-        worker.on('failed', (job, err) => log.error({ callId: job?.id, err: err.message }, 'job failed outside the tool'));
+        worker.on('failed', (job, err) =>
+          log.error({ callId: job?.id, err: err.message }, 'job failed outside the tool'),
+        );
         workers.push(worker);
       }
       await Promise.all(workers.map((w) => w.waitUntilReady()));
       await heartbeat.start();
-      log.info({ queues, concurrency: config.worker.concurrency, sandboxConcurrency: config.worker.sandboxConcurrency, tools: registry.size }, 'worker started');
+      log.info(
+        {
+          queues,
+          concurrency: config.worker.concurrency,
+          sandboxConcurrency: config.worker.sandboxConcurrency,
+          tools: registry.size,
+        },
+        'worker started',
+      );
     },
     async serveMetrics(port = config.worker.metricsPort) {
       if (port === 0 && config.worker.metricsPort === 0) return undefined;
       metricsServer = createServer((req, res) => {
         if (req.url === '/metrics') {
           metrics.registry.metrics().then(
-            (text) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
+            (text) =>
+              res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
             () => res.writeHead(500).end(),
           );
         } else if (req.url === '/healthz') {
-          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ status: 'ok', workerId: id }));
+          res
+            .writeHead(200, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ status: 'ok', workerId: id }));
         } else {
           res.writeHead(404).end();
         }
@@ -120,5 +170,12 @@ export function createWorker({ config, registry, logger, services, queues = ['fa
 }
 
 function errorOutcome(call: CallJob, code: string, message: string): CallOutcome {
-  return { id: call.id, tool: call.tool, status: 'error', error: { code, message }, durationMs: 0, cached: false };
+  return {
+    id: call.id,
+    tool: call.tool,
+    status: 'error',
+    error: { code, message },
+    durationMs: 0,
+    cached: false,
+  };
 }

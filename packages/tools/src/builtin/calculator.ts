@@ -7,35 +7,37 @@ import { Type, ToolError, defineTool } from '@toolgate/registry';
  *   primary := number | constant | fn '(' expr (',' expr)* ')' | '(' expr ')'
  */
 // Maps, not object literals: a name like "constructor" must not reach Object.prototype.
-const FUNCTIONS = new Map<string, (...args: number[]) => number>(Object.entries({
-  abs: Math.abs,
-  sqrt: Math.sqrt,
-  cbrt: Math.cbrt,
-  exp: Math.exp,
-  ln: Math.log,
-  log: Math.log10,
-  log10: Math.log10,
-  log2: Math.log2,
-  sin: Math.sin,
-  cos: Math.cos,
-  tan: Math.tan,
-  asin: Math.asin,
-  acos: Math.acos,
-  atan: Math.atan,
-  atan2: Math.atan2,
-  sinh: Math.sinh,
-  cosh: Math.cosh,
-  tanh: Math.tanh,
-  floor: Math.floor,
-  ceil: Math.ceil,
-  round: Math.round,
-  trunc: Math.trunc,
-  sign: Math.sign,
-  min: Math.min,
-  max: Math.max,
-  pow: Math.pow,
-  hypot: Math.hypot,
-}));
+const FUNCTIONS = new Map<string, (...args: number[]) => number>(
+  Object.entries({
+    abs: Math.abs,
+    sqrt: Math.sqrt,
+    cbrt: Math.cbrt,
+    exp: Math.exp,
+    ln: Math.log,
+    log: Math.log10,
+    log10: Math.log10,
+    log2: Math.log2,
+    sin: Math.sin,
+    cos: Math.cos,
+    tan: Math.tan,
+    asin: Math.asin,
+    acos: Math.acos,
+    atan: Math.atan,
+    atan2: Math.atan2,
+    sinh: Math.sinh,
+    cosh: Math.cosh,
+    tanh: Math.tanh,
+    floor: Math.floor,
+    ceil: Math.ceil,
+    round: Math.round,
+    trunc: Math.trunc,
+    sign: Math.sign,
+    min: Math.min,
+    max: Math.max,
+    pow: Math.pow,
+    hypot: Math.hypot,
+  }),
+);
 const CONSTANTS = new Map<string, number>([
   ['pi', Math.PI],
   ['e', Math.E],
@@ -44,20 +46,27 @@ const CONSTANTS = new Map<string, number>([
 const MAX_LENGTH = 1000;
 const MAX_DEPTH = 100;
 
-type Token = { kind: 'num'; value: number; pos: number } | { kind: 'op' | 'id'; value: string; pos: number };
+type Token =
+  { kind: 'num'; value: number; pos: number } | { kind: 'op' | 'id'; value: string; pos: number };
 
 function tokenize(input: string): Token[] {
   const tokens: Token[] = [];
-  const re = /\s*(?:(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|(\*\*|[-+*/%(),^])|([A-Za-z_][A-Za-z0-9_]*))/y;
+  const re =
+    /\s*(?:(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)|(\*\*|[-+*/%(),^])|([A-Za-z_][A-Za-z0-9_]*))/y;
   let pos = 0;
   while (pos < input.length) {
     if (/^\s*$/.test(input.slice(pos))) break;
     re.lastIndex = pos;
     const m = re.exec(input);
-    if (!m) throw syntax(`unexpected character "${input[pos + (input.slice(pos).length - input.slice(pos).trimStart().length)]}"`, pos);
+    if (!m)
+      throw syntax(
+        `unexpected character "${input[pos + (input.slice(pos).length - input.slice(pos).trimStart().length)]}"`,
+        pos,
+      );
     const at = pos + m[0].length - (m[1] ?? m[2] ?? m[3] ?? '').length;
     if (m[1] !== undefined) tokens.push({ kind: 'num', value: Number(m[1]), pos: at });
-    else if (m[2] !== undefined) tokens.push({ kind: 'op', value: m[2] === '^' ? '**' : m[2], pos: at });
+    else if (m[2] !== undefined)
+      tokens.push({ kind: 'op', value: m[2] === '^' ? '**' : m[2], pos: at });
     else tokens.push({ kind: 'id', value: m[3]!.toLowerCase(), pos: at });
     pos = re.lastIndex;
   }
@@ -75,7 +84,8 @@ class Parser {
   constructor(private readonly tokens: Token[]) {}
 
   parse(): number {
-    if (this.tokens.length === 0) throw new ToolError('invalid_expression', 'the expression is empty');
+    if (this.tokens.length === 0)
+      throw new ToolError('invalid_expression', 'the expression is empty');
     const value = this.expr();
     const extra = this.tokens[this.i];
     if (extra) throw syntax(`unexpected "${extra.value}"`, extra.pos);
@@ -94,13 +104,16 @@ class Parser {
   private expect(value: string): void {
     const t = this.peek();
     if (!this.isOp(value)) {
-      throw t ? syntax(`expected "${value}" but found "${t.value}"`, t.pos) : new ToolError('invalid_expression', `expected "${value}" at the end`);
+      throw t
+        ? syntax(`expected "${value}" but found "${t.value}"`, t.pos)
+        : new ToolError('invalid_expression', `expected "${value}" at the end`);
     }
     this.i++;
   }
 
   private expr(): number {
-    if (++this.depth > MAX_DEPTH) throw new ToolError('invalid_expression', 'the expression is nested too deeply');
+    if (++this.depth > MAX_DEPTH)
+      throw new ToolError('invalid_expression', 'the expression is nested too deeply');
     let value = this.term();
     while (this.isOp('+') || this.isOp('-')) {
       const op = (this.tokens[this.i++] as Token).value;
@@ -116,7 +129,8 @@ class Parser {
     while (this.isOp('*') || this.isOp('/') || this.isOp('%')) {
       const op = (this.tokens[this.i++] as Token).value;
       const rhs = this.unary();
-      if ((op === '/' || op === '%') && rhs === 0) throw new ToolError('division_by_zero', 'division by zero');
+      if ((op === '/' || op === '%') && rhs === 0)
+        throw new ToolError('division_by_zero', 'division by zero');
       value = op === '*' ? value * rhs : op === '/' ? value / rhs : value % rhs;
     }
     return value;
@@ -124,7 +138,8 @@ class Parser {
 
   private unary(): number {
     if (this.isOp('-') || this.isOp('+')) {
-      if (++this.depth > MAX_DEPTH) throw new ToolError('invalid_expression', 'the expression is nested too deeply');
+      if (++this.depth > MAX_DEPTH)
+        throw new ToolError('invalid_expression', 'the expression is nested too deeply');
       const op = (this.tokens[this.i++] as Token).value;
       const value = this.unary();
       this.depth--;
@@ -175,7 +190,10 @@ class Parser {
 
 export function evaluate(expression: string): number {
   if (expression.length > MAX_LENGTH) {
-    throw new ToolError('invalid_expression', `the expression is longer than ${MAX_LENGTH} characters`);
+    throw new ToolError(
+      'invalid_expression',
+      `the expression is longer than ${MAX_LENGTH} characters`,
+    );
   }
   const value = new Parser(tokenize(expression)).parse();
   if (!Number.isFinite(value)) {
@@ -190,7 +208,11 @@ export const calculator = defineTool({
     'Evaluate an arithmetic expression exactly as written. Supports + - * / % ** (or ^), parentheses, unary minus, constants pi, e, tau and functions such as sqrt, abs, ln, log, log2, sin, cos, tan, floor, ceil, round, min, max, pow.',
   category: 'math',
   parameters: Type.Object({
-    expression: Type.String({ minLength: 1, maxLength: MAX_LENGTH, description: 'e.g. "2*(3+4)" or "sqrt(2)/2"' }),
+    expression: Type.String({
+      minLength: 1,
+      maxLength: MAX_LENGTH,
+      description: 'e.g. "2*(3+4)" or "sqrt(2)/2"',
+    }),
   }),
   timeoutMs: 1000,
   idempotent: true,

@@ -14,7 +14,11 @@ describe('current_time', () => {
 
   it('answers now in the requested zone', async () => {
     const before = Date.now();
-    const out = (await currentTime.handler({ timezone: 'Asia/Tokyo' }, ctx)) as { iso: string; unixMs: number; timezone: string };
+    const out = (await currentTime.handler({ timezone: 'Asia/Tokyo' }, ctx)) as {
+      iso: string;
+      unixMs: number;
+      timezone: string;
+    };
     expect(out.timezone).toBe('Asia/Tokyo');
     expect(out.iso).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}\+09:00$/);
     expect(Math.abs(Date.parse(out.iso) - out.unixMs)).toBeLessThan(1000);
@@ -22,7 +26,9 @@ describe('current_time', () => {
   });
 
   it('rejects unknown zones with invalid_timezone', async () => {
-    await expect(Promise.resolve().then(() => currentTime.handler({ timezone: 'Mars/Olympus' }, ctx))).rejects.toMatchObject({
+    await expect(
+      Promise.resolve().then(() => currentTime.handler({ timezone: 'Mars/Olympus' }, ctx)),
+    ).rejects.toMatchObject({
       code: 'invalid_timezone',
     });
   });

@@ -31,10 +31,13 @@ export function isoInZone(date: Date, timeZone: string): string {
 
 export const currentTime = defineTool({
   name: 'current_time',
-  description: 'The current date and time in ISO 8601, in an IANA time zone such as "Europe/Paris" (default UTC).',
+  description:
+    'The current date and time in ISO 8601, in an IANA time zone such as "Europe/Paris" (default UTC).',
   category: 'time',
   parameters: Type.Object({
-    timezone: Type.Optional(Type.String({ minLength: 1, maxLength: 64, description: 'IANA zone, default "UTC"' })),
+    timezone: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 64, description: 'IANA zone, default "UTC"' }),
+    ),
   }),
   timeoutMs: 1000,
   idempotent: true,
@@ -43,7 +46,10 @@ export const currentTime = defineTool({
     try {
       new Intl.DateTimeFormat('en-US', { timeZone: zone });
     } catch {
-      throw new ToolError('invalid_timezone', `unknown time zone "${zone}"; use an IANA name such as "America/New_York"`);
+      throw new ToolError(
+        'invalid_timezone',
+        `unknown time zone "${zone}"; use an IANA name such as "America/New_York"`,
+      );
     }
     const now = new Date();
     return { iso: isoInZone(now, zone), timezone: zone, unixMs: now.getTime() };

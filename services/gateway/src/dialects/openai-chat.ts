@@ -10,7 +10,11 @@ export const openaiChat: Dialect = {
   extract(body) {
     if (Array.isArray(body)) return undefined;
     const choice = Array.isArray(body.choices) ? body.choices[0] : undefined;
-    const message = isRecord(body.message) ? body.message : isRecord(choice) && isRecord(choice.message) ? choice.message : body;
+    const message = isRecord(body.message)
+      ? body.message
+      : isRecord(choice) && isRecord(choice.message)
+        ? choice.message
+        : body;
     if (!Array.isArray(message.tool_calls)) return undefined;
     return message.tool_calls.map((tc, i): BridgeCall => {
       const fn = isRecord(tc) && isRecord(tc.function) ? tc.function : {};
@@ -23,7 +27,11 @@ export const openaiChat: Dialect = {
   },
   format(slots) {
     return {
-      messages: slots.map((slot) => ({ role: 'tool', tool_call_id: slot.call.callId, content: slotContent(slot).text })),
+      messages: slots.map((slot) => ({
+        role: 'tool',
+        tool_call_id: slot.call.callId,
+        content: slotContent(slot).text,
+      })),
     };
   },
 };

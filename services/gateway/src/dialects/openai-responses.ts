@@ -8,21 +8,32 @@ import type { BridgeCall, Dialect } from './types.js';
 export const openaiResponses: Dialect = {
   name: 'openai-responses',
   extract(body) {
-    const list = Array.isArray(body) ? body : Array.isArray(body.output) ? body.output : Array.isArray(body.input) ? body.input : undefined;
+    const list = Array.isArray(body)
+      ? body
+      : Array.isArray(body.output)
+        ? body.output
+        : Array.isArray(body.input)
+          ? body.input
+          : undefined;
     if (!list) return undefined;
-    const calls = list.filter((item) => isRecord(item) && item.type === 'function_call') as Record<string, unknown>[];
+    const calls = list.filter((item) => isRecord(item) && item.type === 'function_call') as Record<
+      string,
+      unknown
+    >[];
     if (calls.length === 0) return undefined;
-    return calls.map(
-      (item, i): BridgeCall => ({
-        callId: str(item.call_id) || str(item.id) || `call_${i}`,
-        name: str(item.name),
-        args: parseArguments(item.arguments),
-      }),
-    );
+    return calls.map((item, i): BridgeCall => ({
+      callId: str(item.call_id) || str(item.id) || `call_${i}`,
+      name: str(item.name),
+      args: parseArguments(item.arguments),
+    }));
   },
   format(slots) {
     return {
-      items: slots.map((slot) => ({ type: 'function_call_output', call_id: slot.call.callId, output: slotContent(slot).text })),
+      items: slots.map((slot) => ({
+        type: 'function_call_output',
+        call_id: slot.call.callId,
+        output: slotContent(slot).text,
+      })),
     };
   },
 };

@@ -13,7 +13,9 @@ export function callRoutes(pipeline: CallPipeline): Router {
       createdAt: new Date(record.createdAt).toISOString(),
       ...(record.outcome
         ? {
-            ...(record.outcome.status === 'ok' ? { result: record.outcome.result } : { error: record.outcome.error }),
+            ...(record.outcome.status === 'ok'
+              ? { result: record.outcome.result }
+              : { error: record.outcome.error }),
             durationMs: record.outcome.durationMs,
             cached: record.outcome.cached,
           }

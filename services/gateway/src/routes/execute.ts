@@ -18,7 +18,10 @@ export function sendCall(res: Response, response: CallResponse): void {
     res.status(200).json(response.outcome);
     return;
   }
-  res.status(202).location(`/v1/calls/${response.id}`).json({ id: response.id, status: response.status });
+  res
+    .status(202)
+    .location(`/v1/calls/${response.id}`)
+    .json({ id: response.id, status: response.status });
 }
 
 export function executeRoutes(pipeline: CallPipeline): Router {
@@ -26,7 +29,10 @@ export function executeRoutes(pipeline: CallPipeline): Router {
   router.post('/tools/:name/execute', async (req, res) => {
     const args = objectBody(req);
     const idempotencyKey = req.get('idempotency-key');
-    if (idempotencyKey !== undefined && (idempotencyKey.length === 0 || idempotencyKey.length > 255)) {
+    if (
+      idempotencyKey !== undefined &&
+      (idempotencyKey.length === 0 || idempotencyKey.length > 255)
+    ) {
       throw new ApiError('invalid_request', 'Idempotency-Key must be 1 to 255 characters');
     }
     const response = await pipeline.call(clientOf(res), {

@@ -22,7 +22,11 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
     let calls;
     if (named) {
       dialect = dialectNamed(named);
-      if (!dialect) throw new ApiError('invalid_request', `unknown dialect "${named}"; use one of ${DIALECTS.map((d) => d.name).join(', ')}`);
+      if (!dialect)
+        throw new ApiError(
+          'invalid_request',
+          `unknown dialect "${named}"; use one of ${DIALECTS.map((d) => d.name).join(', ')}`,
+        );
       calls = dialect.extract(body as Record<string, unknown>);
     } else {
       for (const d of DIALECTS) {
@@ -39,12 +43,17 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
         'no tool calls found: send an OpenAI assistant message with tool_calls, OpenAI Responses function_call items, or Anthropic tool_use blocks',
       );
     }
-    if (calls.length > MAX_CALLS) throw new ApiError('invalid_request', `at most ${MAX_CALLS} tool calls per request`);
+    if (calls.length > MAX_CALLS)
+      throw new ApiError('invalid_request', `at most ${MAX_CALLS} tool calls per request`);
     const client = clientOf(res);
     const conversationId = req.get('x-conversation-id');
     const slots = await Promise.all(
       calls.map(async (call): Promise<BridgeSlot> => {
-        if (!call.name) return { call, error: new ApiError('invalid_request', 'the tool call has no function name') };
+        if (!call.name)
+          return {
+            call,
+            error: new ApiError('invalid_request', 'the tool call has no function name'),
+          };
         if (!call.args.ok) return { call, error: new ApiError('invalid_json', call.args.message) };
         try {
           const response = await pipeline.call(client, {

@@ -8,7 +8,8 @@ const MAX_LIMIT = 1000;
 function single(req: Request, name: string): string | undefined {
   const v = req.query[name];
   if (v === undefined) return undefined;
-  if (typeof v !== 'string') throw new ApiError('invalid_request', `query parameter "${name}" must be given once`);
+  if (typeof v !== 'string')
+    throw new ApiError('invalid_request', `query parameter "${name}" must be given once`);
   return v;
 }
 
@@ -31,7 +32,10 @@ function listOptions(req: Request) {
 }
 
 /** Tool listings, each holding only the tools the calling client may use. */
-export function toolRoutes(registry: ToolRegistry, requiresApproval: (tool: Tool) => boolean): Router {
+export function toolRoutes(
+  registry: ToolRegistry,
+  requiresApproval: (tool: Tool) => boolean,
+): Router {
   const router = Router();
   const visible = (req: Request, res: Parameters<typeof clientOf>[0]) => {
     const { strict, ...options } = listOptions(req);

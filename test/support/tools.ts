@@ -1,0 +1,47 @@
+import { Type, ToolError, defineTool } from '@toolgate/registry';
+
+/** Tools the integration tests register next to the built-ins. */
+export const counter = { runs: 0 };
+
+export const testTools = [
+  defineTool({
+    name: 'count_runs',
+    description: 'Counts how many times it ran (for idempotency tests)',
+    category: 'test',
+    parameters: Type.Object({ label: Type.Optional(Type.String()) }),
+    handler: () => ++counter.runs,
+  }),
+  defineTool({
+    name: 'explode',
+    description: 'Always throws',
+    category: 'test',
+    parameters: Type.Object({
+      how: Type.Union([Type.Literal('error'), Type.Literal('tool_error'), Type.Literal('string')]),
+    }),
+    handler: ({ how }) => {
+      if (how === 'tool_error')
+        throw new ToolError('upstream_down', 'the upstream service is down', {
+          details: { retryInSeconds: 5 },
+        });
+      if (how === 'string') throw 'a bare string';
+      throw new Error('kaboom');
+    },
+  }),
+  defineTool({
+    name: 'sleep',
+    description: 'Sleeps for ms milliseconds, then answers',
+    category: 'test',
+    parameters: Type.Object({ ms: Type.Integer({ minimum: 0, maximum: 60_000 }) }),
+    timeoutMs: 2000,
+    handler: async ({ ms }, ctx) => {
+      await new Promise<void>((resolve, reject) => {
+        const t = setTimeout(resolve, ms);
+        ctx.signal.addEventListener('abort', () => {
+          clearTimeout(t);
+          reject(new Error('aborted'));
+        });
+      });
+      return { slept: ms };
+    },
+  }),
+];

@@ -101,24 +101,37 @@ export class Dispatcher {
     return pending;
   }
 
-  /** Current view of a record: `queued` becomes `running` once a worker holds the job. */
-  async refresh(record: CallRecord): Promise<CallRecord> {
-    if (record.status !== 'queued') return record;
-    const job = await this.queues[record.queue].getJob(record.id);
-    if (!job) {
-      // Finished between the two reads, or lost: re-read the record.
-      return (await this.store.get(record.id)) ?? record;
-    }
-    const state = await job.getState();
-    if (state === 'active') return { ...record, status: 'running' };
-    if (state === 'failed') {
-      return {
-        ...record,
-        status: 'error',
-        outcome: failedOutcome(record.id, record.tool, job.failedReason),
+  /**
+   * A call's current record. In-flight calls live only as BullMQ jobs (the gateway writes
+   * nothing else on the hot path); the worker writes the record when the call ends.
+   */
+  async lookup(id: string): Promise<CallRecord | undefined> {
+    const record = await this.store.get(id);
+    if (record) return record;
+    for (const kind of KINDS) {
+      const job = await this.queues[kind].getJob(id);
+      if (!job) continue;
+      const data = job.data as CallJob;
+      const base = {
+        id,
+        tool: data.tool,
+        clientId: data.clientId,
+        queue: kind,
+        createdAt: data.acceptedAt,
       };
+      const state = await job.getState();
+      if (state === 'active') return { ...base, status: 'running' };
+      if (state === 'failed')
+        return {
+          ...base,
+          status: 'error',
+          outcome: failedOutcome(id, data.tool, job.failedReason),
+        };
+      if (state === 'completed') break;
+      return { ...base, status: 'queued' };
     }
-    return record;
+    // Finished between the two reads.
+    return this.store.get(id);
   }
 
   /** Closes the queues and event readers; bounded, since a close waits for a connection that may never come. */

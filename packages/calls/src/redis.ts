@@ -12,6 +12,8 @@ export function createRedis(
 ): Redis {
   const common: RedisOptions = {
     lazyConnect: false,
+    // Commands issued in the same tick go out in one write: fewer syscalls under load.
+    enableAutoPipelining: true,
     retryStrategy: (times) => Math.min(times * 200, 2000),
     ...options,
   };

@@ -70,7 +70,7 @@ export class CallPipeline {
       const id = randomUUID();
       if (req.idempotencyKey) {
         const holder = await this.o.store.claimIdempotencyKey(client.id, req.idempotencyKey, id);
-        if (holder) return this.existing(client, holder, req.wait, tool.timeoutMs);
+        if (holder) return this.existing(holder, req.wait, tool.timeoutMs);
       }
       const kind: QueueKind = tool.sandbox ? 'sandbox' : 'fast';
       const acceptedAt = Date.now();
@@ -84,14 +84,6 @@ export class CallPipeline {
       };
       let outcome: Promise<CallOutcome | undefined> | undefined;
       try {
-        await this.o.store.put({
-          id,
-          tool: tool.name,
-          clientId: client.id,
-          status: 'queued',
-          queue: kind,
-          createdAt: acceptedAt,
-        });
         outcome = req.wait
           ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
           : undefined;
@@ -113,34 +105,22 @@ export class CallPipeline {
   /** The current state of a call the client may see (its own; admins see all). */
   async get(client: Client, id: string): Promise<CallRecord> {
     return guardRedis(async () => {
-      const record = await this.o.store.get(id);
+      const record = await this.o.dispatcher.lookup(id);
       if (!record || (record.clientId !== client.id && !client.admin)) {
         throw new ApiError('not_found', `no call with id "${id}"`);
       }
-      return this.o.dispatcher.refresh(record);
+      return record;
     }, this.o.redis);
   }
 
   /** A retry with a known idempotency key: the first call's result, never a second run. */
-  private async existing(
-    client: Client,
-    id: string,
-    wait: boolean,
-    timeoutMs: number,
-  ): Promise<CallResponse> {
-    const record = await this.get(client, id).catch((err: unknown) => {
-      // The key was claimed but the first request failed before recording its call.
-      if (err instanceof ApiError && err.code === 'not_found') {
-        throw new ApiError(
-          'unavailable',
-          'the first request with this Idempotency-Key did not complete; retry shortly',
-        );
-      }
-      throw err;
-    });
-    if (record.outcome) return { kind: 'done', outcome: record.outcome };
-    const inFlight = record.status === 'queued' || record.status === 'running';
-    if (!wait || !inFlight) return { kind: 'accepted', id, status: record.status };
+  private async existing(id: string, wait: boolean, timeoutMs: number): Promise<CallResponse> {
+    // Undefined while a concurrent first request is still enqueueing: treat it as queued.
+    const record = await this.o.dispatcher.lookup(id);
+    if (record?.outcome) return { kind: 'done', outcome: record.outcome };
+    const status = record?.status ?? 'queued';
+    if (!wait || (status !== 'queued' && status !== 'running'))
+      return { kind: 'accepted', id, status };
     const outcome = await this.o.dispatcher.waitFor(id, timeoutMs + this.o.syncWaitGraceMs);
     return outcome ? { kind: 'done', outcome } : { kind: 'accepted', id, status: 'running' };
   }

@@ -11,12 +11,10 @@ export function healthRoutes(redis: Redis, keys: Keys): Router {
     try {
       await redis.ping();
     } catch (err) {
-      res
-        .status(503)
-        .json({
-          status: 'unavailable',
-          reason: `Redis does not answer: ${(err as Error).message}`,
-        });
+      res.status(503).json({
+        status: 'unavailable',
+        reason: `Redis does not answer: ${(err as Error).message}`,
+      });
       return;
     }
     const workers = await liveWorkers(redis, keys).catch(() => 0);

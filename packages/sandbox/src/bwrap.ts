@@ -26,8 +26,15 @@ const BASE_ENV: Record<string, string> = {
   TMPDIR: '/tmp',
 };
 
-// Joins the cgroups named before "--", then execs the rest: the call is limited from its first instruction.
-const JOIN_AND_EXEC = 'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 126; shift; done; shift; exec "$@"';
+/**
+ * The one shell between the worker and bwrap: joins the cgroups named before "--", sets the
+ * rlimits (dash builtins, no extra exec), then execs the rest — so the call is limited from its
+ * first instruction.
+ */
+function wrapperScript(ulimits: string[]): string {
+  const limits = ulimits.map((u) => `ulimit ${u} || exit 126; `).join('');
+  return `for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 126; shift; done; shift; ${limits}exec "$@"`;
+}
 
 export class BwrapDriver implements SandboxDriver {
   readonly name = 'bwrap' as const;
@@ -147,20 +154,20 @@ export class BwrapDriver implements SandboxDriver {
       this.log.warn({ err }, 'could not create a cgroup for the call; rlimits only');
       return undefined;
     });
-    const fsize = req.resources.fileSizeMb * MiB;
-    const rlimits = [`--fsize=${fsize}`, '--core=0', '--nofile=1024'];
+    // dash's ulimit: -f in 512-byte blocks, -v in KiB.
+    const ulimits = [`-f ${(req.resources.fileSizeMb * MiB) / 512}`, '-c 0', '-n 1024'];
     if (!cgroup) {
       // Weaker stand-ins: address space instead of memory; nproc counts every process of the uid.
-      rlimits.push(`--as=${req.resources.memoryMb * 2 * MiB}`);
-      if (this.asRoot) rlimits.push(`--nproc=${req.resources.pids * 4}`);
+      ulimits.push(`-v ${req.resources.memoryMb * 2 * 1024}`);
+      if (this.asRoot) ulimits.push(`-p ${req.resources.pids * 4}`);
     }
-    const inner = ['prlimit', ...rlimits, '--', 'bwrap', ...this.bwrapArgs(req, fs)];
+    const inner = ['bwrap', ...this.bwrapArgs(req, fs)];
     // As root, drop to the sandbox uid on the host too: bwrap then runs unprivileged, and files
     // written to the workspace belong to the same uid as with the docker driver.
     const dropped = this.asRoot
       ? ['setpriv', `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_GID}`, '--clear-groups', '--inh-caps=-all', '--', ...inner]
       : inner;
-    const argv = ['/bin/sh', '-c', JOIN_AND_EXEC, 'sh', ...(cgroup?.procsFiles ?? []), '--', ...dropped];
+    const argv = ['/bin/sh', '-c', wrapperScript(ulimits), 'sh', ...(cgroup?.procsFiles ?? []), '--', ...dropped];
 
     const child = spawn(argv[0]!, argv.slice(1), {
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],

@@ -3,12 +3,13 @@
  * pre-started containers whose entrypoint waits for the call on stdin. Loaded only through
  * the `@toolgate/sandbox/docker` subpath or createSandbox()'s dynamic import.
  */
+import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import Docker from 'dockerode';
 import type { SandboxConfig } from './config.js';
-import { encodeEnvelope } from './envelope.js';
+import { ExitMarkerScanner, encodeEnvelope, type ExitReport } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { SlotMounts } from './mounts.js';
 import { CappedOutput } from './output.js';
@@ -201,20 +202,25 @@ export class DockerDriver implements SandboxDriver {
     const kill = () => {
       killing ??= armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
     };
-    armed.onStdout = (b) => {
-      stdout.push(b);
-      if (stdout.flooding && !outputLimited) {
+    const collect = (out: CappedOutput) => (b: Buffer) => {
+      out.push(b);
+      if (out.flooding && !outputLimited) {
         outputLimited = true;
         kill();
       }
     };
-    armed.onStderr = (b) => {
-      stderr.push(b);
-      if (stderr.flooding && !outputLimited) {
-        outputLimited = true;
-        kill();
-      }
+    // The entrypoint reports the exit on both streams; once both lines are in, the call is over.
+    const nonce = randomBytes(12).toString('hex');
+    const outScan = new ExitMarkerScanner(nonce, collect(stdout));
+    const errScan = new ExitMarkerScanner(nonce, collect(stderr));
+    let reported: (r: ExitReport) => void = () => undefined;
+    const exitReport = new Promise<ExitReport>((resolve) => (reported = resolve));
+    const scan = (scanner: ExitMarkerScanner) => (b: Buffer) => {
+      scanner.push(b);
+      if (outScan.report && errScan.report) reported(errScan.report);
     };
+    armed.onStdout = scan(outScan);
+    armed.onStderr = scan(errScan);
     const timer = setTimeout(() => {
       timedOut = true;
       kill();
@@ -233,16 +239,26 @@ export class DockerDriver implements SandboxDriver {
         armed.stream.once('close', resolve);
         armed.stream.once('error', () => resolve());
       });
-      armed.stream.end(encodeEnvelope(req.argv, req.stdin));
-      let exitCode = await armed.exited;
-      // The attach stream carries the last output after the exit is reported.
-      await Promise.race([ended, sleep(2000)]);
-      let oomKilled = false;
-      if (exitCode === 137 && !timedOut && !outputLimited && !aborted) {
-        const info = await armed.container.inspect().catch(() => undefined);
-        oomKilled = info?.State?.OOMKilled ?? false;
+      armed.stream.end(encodeEnvelope(req.argv, req.stdin, nonce));
+      const outcome = await Promise.race([
+        exitReport.then((r) => ({ inBand: true as const, ...r })),
+        armed.exited.then((code) => ({ inBand: false as const, exitCode: code, oomKills: 0 })),
+      ]);
+      let exitCode = outcome.exitCode;
+      let oomKilled = outcome.oomKills > 0 && exitCode === 137;
+      if (!outcome.inBand) {
+        // Killed (timeout, flood, abort) or the entrypoint itself died: Docker has the verdict,
+        // and the attach stream carries the last output after the exit is reported.
+        await Promise.race([ended, sleep(2000)]);
+        outScan.flush();
+        errScan.flush();
+        if (exitCode === 137 && !timedOut && !outputLimited && !aborted) {
+          const info = await armed.container.inspect().catch(() => undefined);
+          oomKilled = info?.State?.OOMKilled ?? false;
+        }
       }
       if (exitCode < 0) exitCode = 137;
+      if (timedOut || outputLimited) exitCode = 137;
       if (aborted) throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
       const durationMs = Math.round(performance.now() - t0);
       const result: RunResult = {

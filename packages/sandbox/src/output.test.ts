@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { encodeEnvelope } from './envelope.js';
+import { ExitMarkerScanner, encodeEnvelope } from './envelope.js';
 import { CappedOutput } from './output.js';
 import { parseSandboxConfig } from './config.js';
 
@@ -36,5 +36,27 @@ describe('parseSandboxConfig', () => {
   it('names the field that is wrong', () => {
     expect(() => parseSandboxConfig({ driver: 'lxc' as 'docker' })).toThrow(/driver/);
     expect(() => parseSandboxConfig({ limits: { memoryMb: 1 } })).toThrow(/memoryMb/);
+  });
+});
+
+describe('ExitMarkerScanner', () => {
+  const line = '\x1eTGEXIT abc123 3 0\n';
+
+  it('forwards output before the exit line and parses it, even split byte by byte', () => {
+    const seen: Buffer[] = [];
+    const scanner = new ExitMarkerScanner('abc123', (b) => seen.push(b));
+    const all = Buffer.from(`out \x1e not a marker\n${line}late output`);
+    for (const byte of all) scanner.push(Buffer.from([byte]));
+    expect(Buffer.concat(seen).toString()).toBe('out \x1e not a marker\n');
+    expect(scanner.report).toEqual({ exitCode: 3, oomKills: 0 });
+  });
+
+  it('ignores a line with another nonce, and flushes held bytes at the end', () => {
+    const seen: Buffer[] = [];
+    const scanner = new ExitMarkerScanner('abc123', (b) => seen.push(b));
+    scanner.push(Buffer.from('x\x1eTGEXIT forged 0 0\n\x1eTG'));
+    scanner.flush();
+    expect(Buffer.concat(seen).toString()).toBe('x\x1eTGEXIT forged 0 0\n\x1eTG');
+    expect(scanner.done).toBe(false);
   });
 });

@@ -38,6 +38,7 @@ export interface ResolvedPath {
 
 export class Workspaces {
   readonly root: string;
+  private readonly known = new Set<string>();
 
   constructor(root: string) {
     this.root = path.resolve(root);
@@ -61,6 +62,12 @@ export class Workspaces {
   /** Creates the client's workspace if needed (owned by the sandbox user) and returns its path. */
   async ensure(clientId: string): Promise<string> {
     const dir = this.pathFor(clientId);
+    // Checked once per process; a workspace deleted behind our back is recreated by the next miss.
+    if (this.known.has(dir)) {
+      const ok = await lstat(dir).then((st) => st.isDirectory(), () => false);
+      if (ok) return dir;
+      this.known.delete(dir);
+    }
     await mkdir(this.root, { recursive: true, mode: 0o711 });
     try {
       await mkdir(dir, { mode: 0o700 });
@@ -73,6 +80,7 @@ export class Workspaces {
     }
     const st = await lstat(dir);
     if (!st.isDirectory()) throw new Error(`workspace ${dir} is not a directory`);
+    this.known.add(dir);
     return dir;
   }
 

@@ -1,0 +1,236 @@
+/**
+ * Sandbox path benchmarks (SPEC §9), as ratios measured in one run on one machine:
+ *  - run_python hello-world through the docker driver + warm pool vs a plain `docker run --rm`
+ *    of the same image (p50 ratio, target ≤ 0.2);
+ *  - the same through the bwrap driver vs a bare `bwrap` start of the same rootfs (≤ 1.5);
+ *  - sustained load at concurrency 8 for 30 s: calls/s, errors, containers left afterwards (0).
+ * The helpers (latency sampling, sustained load, plain baselines) are exported for the
+ * gateway end-to-end variant.
+ *
+ * Imports are relative: bench/ has no package.json listing the workspace packages yet.
+ */
+import { execFile } from 'node:child_process';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import type { ToolContext } from '@toolgate/registry';
+import { createSandbox, createWorkspaces, type Sandbox } from '../../packages/sandbox/src/index.js';
+import { REPO_ROOT, testSandboxConfig, whyDriverUnavailable } from '../../packages/sandbox/src/testing.js';
+import { runPython } from '../../packages/tools/src/sandboxed/index.js';
+
+const exec = promisify(execFile);
+
+export const HELLO = 'print("hello world")';
+export const PYTHON_IMAGE = 'toolgate/sandbox-python:local';
+
+export interface LatencyStats {
+  samples: number;
+  p50Ms: number;
+  p95Ms: number;
+  minMs: number;
+}
+
+export interface SustainedStats {
+  seconds: number;
+  concurrency: number;
+  calls: number;
+  errors: number;
+  callsPerSecond: number;
+  p50Ms: number;
+}
+
+export interface SandboxBenchReport {
+  docker?: {
+    warmPool: LatencyStats;
+    plainDockerRun: LatencyStats;
+    p50Ratio: number;
+    sustained: SustainedStats;
+    containersLeft: number;
+  };
+  bwrap?: { driver: LatencyStats; bareBwrap: LatencyStats; p50Ratio: number };
+  skipped: Record<string, string>;
+}
+
+export interface SandboxBenchOptions {
+  /** Samples per latency measurement (default 15). */
+  samples?: number;
+  sustainSeconds?: number;
+  concurrency?: number;
+  log?: (line: string) => void;
+}
+
+export function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? NaN;
+}
+
+function stats(values: number[]): LatencyStats {
+  return {
+    samples: values.length,
+    p50Ms: round(percentile(values, 50)),
+    p95Ms: round(percentile(values, 95)),
+    minMs: round(Math.min(...values)),
+  };
+}
+
+const round = (n: number) => Math.round(n * 10) / 10;
+
+/** Times `fn` `samples` times, one after another; `before` runs untimed ahead of each sample. */
+export async function sampleLatency(
+  fn: () => Promise<unknown>,
+  samples: number,
+  before?: () => Promise<unknown>,
+): Promise<LatencyStats> {
+  const times: number[] = [];
+  for (let i = 0; i < samples; i++) {
+    await before?.();
+    const t0 = performance.now();
+    await fn();
+    times.push(performance.now() - t0);
+  }
+  return stats(times);
+}
+
+/** Runs `fn` from `concurrency` loops for `seconds`; counts completed calls and failures. */
+export async function sustain(fn: () => Promise<unknown>, seconds: number, concurrency: number): Promise<SustainedStats> {
+  const deadline = performance.now() + seconds * 1000;
+  const times: number[] = [];
+  let errors = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < deadline) {
+        const s = performance.now();
+        try {
+          await fn();
+          times.push(performance.now() - s);
+        } catch {
+          errors++;
+        }
+      }
+    }),
+  );
+  const elapsed = (performance.now() - t0) / 1000;
+  return {
+    seconds: round(elapsed),
+    concurrency,
+    calls: times.length,
+    errors,
+    callsPerSecond: round(times.length / elapsed),
+    p50Ms: round(percentile(times, 50)),
+  };
+}
+
+/** The baseline: `docker run --rm` of the python image running the same hello world. */
+export function plainDockerRun(image = PYTHON_IMAGE): Promise<unknown> {
+  return exec('docker', ['run', '--rm', '--network', 'none', '--entrypoint', 'python3', image, '-c', HELLO]);
+}
+
+/** The baseline: a bare bwrap over the same rootfs, no limits, no cgroup, no wrapper. */
+export function bareBwrap(rootfs = path.join(REPO_ROOT, 'deploy/sandbox/.build/rootfs/python')): Promise<unknown> {
+  return exec('bwrap', ['--unshare-all', '--ro-bind', rootfs, '/', '--proc', '/proc', '--dev', '/dev', '--', 'python3', '-c', HELLO]);
+}
+
+/** run_python through its handler, as the worker calls it. */
+export function toolCall(sandbox: Sandbox, clientId = 'bench'): () => Promise<unknown> {
+  const workspaces = createWorkspaces(sandbox.config);
+  let n = 0;
+  return async () => {
+    const ctx: ToolContext = { callId: `bench-${++n}`, clientId, signal: new AbortController().signal, services: { sandbox, workspaces } };
+    const r = await runPython.handler({ code: HELLO }, ctx);
+    if (r.exitCode !== 0 || r.stdout !== 'hello world\n') throw new Error(`unexpected result: ${JSON.stringify(r)}`);
+  };
+}
+
+async function countContainers(ownerId?: string): Promise<number> {
+  const filter = ownerId ? ['--filter', `label=toolgate.owner=${ownerId}`] : ['--filter', 'label=toolgate.sandbox=1'];
+  const { stdout } = await exec('docker', ['ps', '-aq', ...filter]);
+  return stdout.split('\n').filter(Boolean).length;
+}
+
+export async function runSandboxBench(options: SandboxBenchOptions = {}): Promise<SandboxBenchReport> {
+  const samples = options.samples ?? 15;
+  const seconds = options.sustainSeconds ?? 30;
+  const concurrency = options.concurrency ?? 8;
+  const log = options.log ?? (() => undefined);
+  const report: SandboxBenchReport = { skipped: {} };
+  const dir = await mkdtemp(path.join(tmpdir(), 'tg-bench-'));
+  await chmod(dir, 0o711);
+  try {
+    const dockerWhy = await whyDriverUnavailable('docker');
+    if (dockerWhy) report.skipped.docker = dockerWhy;
+    else {
+      const sandbox = await createSandbox(testSandboxConfig('docker', dir, { pool: { size: concurrency } }));
+      const call = toolCall(sandbox);
+      await sandbox.warmUp();
+      await call(); // first-use costs (workspace creation, page cache) out of the sample
+      log(`docker: ${samples} warm-pool calls (pool refilled before each)…`);
+      const warmPool = await sampleLatency(call, samples, () => sandbox.warmUp());
+      log(`docker: ${samples} plain docker run --rm…`);
+      await plainDockerRun();
+      const plain = await sampleLatency(plainDockerRun, samples);
+      await sandbox.warmUp();
+      log(`docker: sustained ${seconds}s at concurrency ${concurrency}…`);
+      const sustained = await sustain(call, seconds, concurrency);
+      const owner = (sandbox as unknown as { ownerId?: string }).ownerId;
+      await sandbox.close();
+      const containersLeft = await countContainers(owner);
+      report.docker = { warmPool, plainDockerRun: plain, p50Ratio: round2(warmPool.p50Ms / plain.p50Ms), sustained, containersLeft };
+    }
+
+    const bwrapWhy = await whyDriverUnavailable('bwrap');
+    if (bwrapWhy) report.skipped.bwrap = bwrapWhy;
+    else {
+      const sandbox = await createSandbox(testSandboxConfig('bwrap', dir));
+      const call = toolCall(sandbox);
+      await call();
+      await bareBwrap();
+      log(`bwrap: ${samples * 2} driver calls and bare bwrap starts, interleaved…`);
+      const driverTimes: number[] = [];
+      const bareTimes: number[] = [];
+      for (let i = 0; i < samples * 2; i++) {
+        let t0 = performance.now();
+        await call();
+        driverTimes.push(performance.now() - t0);
+        t0 = performance.now();
+        await bareBwrap();
+        bareTimes.push(performance.now() - t0);
+      }
+      await sandbox.close();
+      const d = stats(driverTimes);
+      const b = stats(bareTimes);
+      report.bwrap = { driver: d, bareBwrap: b, p50Ratio: round2(d.p50Ms / b.p50Ms) };
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+  return report;
+}
+
+const round2 = (n: number) => Math.round(n * 100) / 100;
+
+export function formatReport(r: SandboxBenchReport): string {
+  const lines: string[] = [];
+  if (r.docker) {
+    const d = r.docker;
+    lines.push(
+      `run_python via docker warm pool  p50 ${d.warmPool.p50Ms} ms (p95 ${d.warmPool.p95Ms})`,
+      `plain docker run --rm            p50 ${d.plainDockerRun.p50Ms} ms (p95 ${d.plainDockerRun.p95Ms})`,
+      `  p50 ratio ${d.p50Ratio} (target <= 0.2) ${d.p50Ratio <= 0.2 ? 'OK' : 'MISSED'}`,
+      `sustained ${d.sustained.seconds} s at concurrency ${d.sustained.concurrency}: ${d.sustained.callsPerSecond} calls/s, ` +
+        `${d.sustained.calls} calls, ${d.sustained.errors} errors, p50 ${d.sustained.p50Ms} ms`,
+      `  containers left afterwards: ${d.containersLeft} (target 0) ${d.containersLeft === 0 ? 'OK' : 'MISSED'}`,
+    );
+  }
+  if (r.bwrap) {
+    const b = r.bwrap;
+    lines.push(
+      `run_python via bwrap driver      p50 ${b.driver.p50Ms} ms (p95 ${b.driver.p95Ms})`,
+      `bare bwrap                       p50 ${b.bareBwrap.p50Ms} ms (p95 ${b.bareBwrap.p95Ms})`,
+      `  p50 ratio ${b.p50Ratio} (target <= 1.5) ${b.p50Ratio <= 1.5 ? 'OK' : 'MISSED'}`,
+    );
+  }
+  for (const [k, why] of Object.entries(r.skipped)) lines.push(`${k}: skipped (${why})`);
+  return lines.join('\n');
+}

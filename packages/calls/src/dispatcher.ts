@@ -107,7 +107,8 @@ export class Dispatcher {
    */
   async lookup(id: string): Promise<CallRecord | undefined> {
     const record = await this.store.get(id);
-    if (record) return record;
+    // A record says everything, except for approved calls now back in the queue.
+    if (record && record.status !== 'queued') return record;
     for (const kind of KINDS) {
       const job = await this.queues[kind].getJob(id);
       if (!job) continue;
@@ -130,8 +131,8 @@ export class Dispatcher {
       if (state === 'completed') break;
       return { ...base, status: 'queued' };
     }
-    // Finished between the two reads.
-    return this.store.get(id);
+    // Finished between the two reads (or approved and not yet enqueued).
+    return (await this.store.get(id)) ?? record;
   }
 
   /** Closes the queues and event readers; bounded, since a close waits for a connection that may never come. */

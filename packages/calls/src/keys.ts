@@ -25,4 +25,30 @@ export class Keys {
   get workers(): string {
     return `${this.prefix}:workers`;
   }
+
+  get audit(): string {
+    return `${this.prefix}:audit`;
+  }
+
+  /** Sorted set of pending approvals, scored by expiry time. */
+  get approvals(): string {
+    return `${this.prefix}:approvals`;
+  }
+
+  cache(tool: string, digest: string): string {
+    return `${this.prefix}:cache:${tool}:${digest}`;
+  }
+
+  /** Sorted set of live cache keys scored by expiry, for key counts and eviction counts. */
+  get cacheIndex(): string {
+    return `${this.prefix}:cache-index`;
+  }
+
+  stat(kind: 'tool' | 'durations', tool: string): string {
+    return `${this.prefix}:stats:${kind}:${tool}`;
+  }
+
+  stats(kind: 'tools' | 'recent' | 'slowest' | 'cache'): string {
+    return `${this.prefix}:stats:${kind}`;
+  }
 }

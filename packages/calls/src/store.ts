@@ -7,7 +7,7 @@ export class CallStore {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly ttlSeconds: number,
+    readonly ttlSeconds: number,
   ) {}
 
   async put(record: CallRecord): Promise<void> {

@@ -35,6 +35,8 @@ export interface CallJob {
   conversationId?: string;
   /** Epoch ms at acceptance by the gateway. */
   acceptedAt: number;
+  /** The admin who approved this call, for calls that needed approval. */
+  approvedBy?: string;
   /** W3C trace context carriers, so the worker's spans join the gateway's trace. */
   trace?: Record<string, string>;
 }
@@ -49,6 +51,16 @@ export interface CallRecord {
   queue: QueueKind;
   createdAt: number;
   outcome?: CallOutcome;
+  /** Parked calls keep their job until an admin decides. */
+  job?: CallJob;
+  /** Epoch ms after which a pending approval expires. */
+  expiresAt?: number;
+  approval?: {
+    decision: 'approved' | 'rejected' | 'expired';
+    by: string;
+    at: string;
+    reason?: string;
+  };
 }
 
 export type QueueKind = 'fast' | 'sandbox';

@@ -32,6 +32,8 @@ export const ConfigSchema = Type.Object(
         bodyLimitBytes: Type.Integer({ minimum: 1024, default: 1_048_576 }),
         /** Extra time a synchronous request waits beyond the tool's timeout before answering 202. */
         syncWaitGraceMs: Type.Integer({ minimum: 0, default: 5000 }),
+        /** How often a gateway expires pending approvals and counts expired cache entries. */
+        sweepIntervalMs: Type.Integer({ minimum: 100, default: 5000 }),
       },
       closed,
     ),
@@ -84,6 +86,13 @@ export const ConfigSchema = Type.Object(
       {
         /** How long a call's state and result stay readable at GET /v1/calls/{id}. */
         ttlSeconds: Type.Integer({ minimum: 60, default: 86_400 }),
+      },
+      closed,
+    ),
+    audit: Type.Object(
+      {
+        /** Audit entries kept (oldest dropped first). */
+        maxEntries: Type.Integer({ minimum: 100, default: 10_000 }),
       },
       closed,
     ),

@@ -6,6 +6,7 @@ export type ApiErrorCode =
   | 'forbidden'
   | 'unknown_tool'
   | 'not_found'
+  | 'conflict'
   | 'invalid_json'
   | 'invalid_request'
   | 'invalid_arguments'
@@ -20,6 +21,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   forbidden: 403,
   unknown_tool: 404,
   not_found: 404,
+  conflict: 409,
   invalid_json: 400,
   invalid_request: 400,
   invalid_arguments: 400,

@@ -1,16 +1,29 @@
 import type { Server } from 'node:http';
-import { CallStore, Dispatcher, Keys, createRedis } from '@toolgate/calls';
+import {
+  Approvals,
+  AuditLog,
+  CallStore,
+  Dispatcher,
+  Keys,
+  ResultCache,
+  Stats,
+  createRedis,
+} from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { Tool, ToolRegistry } from '@toolgate/registry';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
+import { checkBodyShape } from './body-limits.js';
 import { authenticate, errorHandler, notFound } from './http.js';
 import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
+import { CallLimits } from './policy/limits.js';
+import { adminRoutes } from './routes/admin.js';
 import { callRoutes } from './routes/calls.js';
 import { executeRoutes } from './routes/execute.js';
 import { healthRoutes } from './routes/health.js';
+import { statsRoutes } from './routes/stats.js';
 import { toolCallRoutes } from './routes/tool-calls.js';
 import { toolRoutes } from './routes/tools.js';
 
@@ -41,18 +54,88 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     keys,
     store,
   );
+  const { clients, dev } = resolveClients(config);
+  const metrics = createMetrics();
+  const approvalTools = new Set(config.policy.approval.tools);
+  const requiresApproval = (tool: Tool) => tool.requiresApproval || approvalTools.has(tool.name);
+  const approvals = new Approvals(redis, keys, store, config.policy.approval.ttlSeconds);
+  const audit = new AuditLog(redis, keys, config.audit.maxEntries);
+  const cache = new ResultCache(redis, keys);
+  const stats = new Stats(redis, keys);
+  const limits = new CallLimits(
+    redis,
+    config.redis.prefix,
+    config.policy.loopGuard,
+    (kind, client) => metrics.limited.inc({ kind, client: client.id }),
+  );
   const pipeline = new CallPipeline({
     redis,
     keys,
     store,
     dispatcher,
     registry,
+    limits,
+    approvals,
+    audit,
+    cache,
+    stats,
+    metrics,
+    requiresApproval,
     syncWaitGraceMs: config.server.syncWaitGraceMs,
   });
-  const { clients, dev } = resolveClients(config);
-  const metrics = createMetrics();
-  const approvalTools = new Set(config.policy.approval.tools);
-  const requiresApproval = (tool: Tool) => tool.requiresApproval || approvalTools.has(tool.name);
+  metrics.setSources({
+    async queueDepth() {
+      const out: Record<
+        string,
+        { waiting: number; active: number; delayed: number; failed: number }
+      > = {};
+      for (const kind of ['fast', 'sandbox'] as const) {
+        const c = await dispatcher
+          .queue(kind)
+          .getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
+        out[kind] = {
+          waiting: (c.waiting ?? 0) + (c.prioritized ?? 0),
+          active: c.active ?? 0,
+          delayed: c.delayed ?? 0,
+          failed: c.failed ?? 0,
+        };
+      }
+      return out;
+    },
+    approvalsPending: () => approvals.count(),
+    cacheKeys: () => cache.size(),
+  });
+
+  // Housekeeping any gateway may do (each step is safe to race): expire pending approvals,
+  // count expired cache entries.
+  const sweep = async () => {
+    const expired = await approvals.expireOverdue();
+    for (const record of expired) {
+      metrics.approvalDecisions.inc({ decision: 'expired' });
+      await audit.append(
+        audit.entry({
+          event: 'approval',
+          client: record.clientId,
+          tool: record.tool,
+          callId: record.id,
+          status: 'expired',
+          by: 'system',
+        }),
+      );
+    }
+    const evicted = await cache.sweep();
+    if (evicted > 0) {
+      metrics.cacheEvictions.inc(evicted);
+      const multi = redis.multi();
+      stats.countCache(multi, 'evictions', evicted);
+      await multi.exec();
+    }
+  };
+  const sweeper = setInterval(() => {
+    if (redis.status === 'ready')
+      sweep().catch((err: unknown) => log.debug({ err }, 'sweep failed'));
+  }, config.server.sweepIntervalMs);
+  sweeper.unref();
 
   const app = express();
   app.disable('x-powered-by');
@@ -82,12 +165,15 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.get('/metrics', async (_req, res) => {
     res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
   });
-  app.use(express.json({ limit: config.server.bodyLimitBytes, strict: false, type: () => true }));
   app.use(authenticate(clients));
+  app.use(express.json({ limit: config.server.bodyLimitBytes, strict: false, type: () => true }));
+  app.use(checkBodyShape);
   app.use(toolRoutes(registry, requiresApproval));
   app.use(executeRoutes(pipeline));
   app.use(toolCallRoutes(pipeline));
   app.use(callRoutes(pipeline));
+  app.use(statsRoutes(redis, stats, cache));
+  app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics }));
   app.use(notFound);
   app.use(errorHandler(log));
 
@@ -109,6 +195,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       return bound;
     },
     async close() {
+      clearInterval(sweeper);
       if (server) {
         const s = server;
         // Keep-alive connections become idle as their last responses go out: close them then.

@@ -1,10 +1,20 @@
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
-/** The gateway's own Prometheus registry. */
+/** Sources read at scrape time (queue depth, pending approvals, cache size). */
+export interface ScrapeSources {
+  queueDepth(): Promise<
+    Record<string, { waiting: number; active: number; delayed: number; failed: number }>
+  >;
+  approvalsPending(): Promise<number>;
+  cacheKeys(): Promise<number>;
+}
+
+/** The gateway's own Prometheus registry (SPEC §7). Metric names are a contract with deploy/. */
 export function createMetrics() {
   const registry = new Registry();
   registry.setDefaultLabels({ service: 'gateway' });
-  collectDefaultMetrics({ register: registry, prefix: 'toolgate_gateway_' });
+  collectDefaultMetrics({ register: registry });
+  let sources: ScrapeSources | undefined;
   const httpRequests = new Counter({
     name: 'toolgate_http_requests_total',
     help: 'HTTP requests by route and status code',
@@ -13,7 +23,7 @@ export function createMetrics() {
   });
   const calls = new Counter({
     name: 'toolgate_calls_total',
-    help: 'Tool calls answered by the gateway, by tool, client and final status',
+    help: 'Tool calls answered by the gateway, by tool, client and status (ok, error, queued, pending_approval, or the refusal code)',
     labelNames: ['tool', 'client', 'status'] as const,
     registers: [registry],
   });
@@ -21,10 +31,81 @@ export function createMetrics() {
     name: 'toolgate_call_duration_seconds',
     help: 'Time from request to answer for synchronous tool calls',
     labelNames: ['tool'] as const,
-    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
     registers: [registry],
   });
-  return { registry, httpRequests, calls, callDuration };
+  const limited = new Counter({
+    name: 'toolgate_limited_total',
+    help: 'Calls refused by the rate limit (kind=rate) or the loop guard (kind=loop), by client',
+    labelNames: ['kind', 'client'] as const,
+    registers: [registry],
+  });
+  const approvalsParked = new Counter({
+    name: 'toolgate_approvals_requested_total',
+    help: 'Calls parked for human approval, by tool',
+    labelNames: ['tool'] as const,
+    registers: [registry],
+  });
+  const approvalDecisions = new Counter({
+    name: 'toolgate_approval_decisions_total',
+    help: 'Approval decisions by outcome (approved, rejected, expired)',
+    labelNames: ['decision'] as const,
+    registers: [registry],
+  });
+  const cache = new Counter({
+    name: 'toolgate_cache_lookups_total',
+    help: 'Result-cache lookups answered by the gateway, by tool and result (hit)',
+    labelNames: ['tool', 'result'] as const,
+    registers: [registry],
+  });
+  const cacheEvictions = new Counter({
+    name: 'toolgate_cache_evictions_total',
+    help: 'Cache entries that expired',
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'toolgate_queue_jobs',
+    help: 'Jobs in each queue by state (waiting, active, delayed, failed)',
+    labelNames: ['queue', 'state'] as const,
+    registers: [registry],
+    async collect() {
+      if (!sources) return;
+      const depth = await sources.queueDepth().catch(() => ({}));
+      for (const [queue, counts] of Object.entries(depth)) {
+        for (const [state, n] of Object.entries(counts)) this.set({ queue, state }, n);
+      }
+    },
+  });
+  new Gauge({
+    name: 'toolgate_approvals_pending',
+    help: 'Calls waiting for an admin decision',
+    registers: [registry],
+    async collect() {
+      if (sources) this.set(await sources.approvalsPending().catch(() => 0));
+    },
+  });
+  new Gauge({
+    name: 'toolgate_cache_keys',
+    help: 'Live entries in the result cache',
+    registers: [registry],
+    async collect() {
+      if (sources) this.set(await sources.cacheKeys().catch(() => 0));
+    },
+  });
+  return {
+    registry,
+    httpRequests,
+    calls,
+    callDuration,
+    limited,
+    approvalsParked,
+    approvalDecisions,
+    cache,
+    cacheEvictions,
+    setSources(s: ScrapeSources) {
+      sources = s;
+    },
+  };
 }
 
 export type GatewayMetrics = ReturnType<typeof createMetrics>;

@@ -2,17 +2,24 @@ import { randomUUID } from 'node:crypto';
 import {
   isRedisDown,
   liveWorkers,
+  type Approvals,
+  type AuditLog,
+  type CallJob,
   type CallOutcome,
   type CallRecord,
   type CallStore,
   type Dispatcher,
   type Keys,
   type QueueKind,
+  type ResultCache,
+  type Stats,
 } from '@toolgate/calls';
-import type { ToolRegistry } from '@toolgate/registry';
+import type { Tool, ToolRegistry } from '@toolgate/registry';
 import type { Redis } from 'ioredis';
 import type { Client } from './clients.js';
 import { ApiError } from './errors.js';
+import type { GatewayMetrics } from './metrics.js';
+import type { CallLimits } from './policy/limits.js';
 
 export interface CallRequest {
   tool: string;
@@ -23,7 +30,7 @@ export interface CallRequest {
   conversationId?: string;
 }
 
-/** A finished call (200), or an accepted one still in flight (202). */
+/** A finished call (200), or an accepted one still in flight or parked (202). */
 export type CallResponse =
   | { kind: 'done'; outcome: CallOutcome }
   | { kind: 'accepted'; id: string; status: CallRecord['status'] };
@@ -34,14 +41,23 @@ export interface PipelineOptions {
   store: CallStore;
   dispatcher: Dispatcher;
   registry: ToolRegistry;
+  limits: CallLimits;
+  approvals: Approvals;
+  audit: AuditLog;
+  cache: ResultCache;
+  stats: Stats;
+  metrics: GatewayMetrics;
+  requiresApproval: (tool: Tool) => boolean;
   syncWaitGraceMs: number;
 }
 
 const LIVENESS_CACHE_MS = 1000;
+const UNAVAILABLE = 'Redis is unavailable; the call was not accepted';
 
 /**
- * One path for every call, whatever the dialect: scope → schema → idempotency → enqueue →
- * wait. Throws ApiError for problems with the request itself; tool failures are outcomes.
+ * One path for every call, whatever the dialect (SPEC §6): scope → rate limit → loop guard →
+ * schema → approval → cache → enqueue → wait. Throws ApiError for problems with the request
+ * itself; tool failures are outcomes.
  */
 export class CallPipeline {
   private workersSeenAt = 0;
@@ -49,23 +65,61 @@ export class CallPipeline {
   constructor(private readonly o: PipelineOptions) {}
 
   async call(client: Client, req: CallRequest): Promise<CallResponse> {
+    const started = performance.now();
+    try {
+      const response = await this.run(client, req);
+      if (response.kind === 'done') {
+        this.o.metrics.calls.inc({
+          tool: req.tool,
+          client: client.id,
+          status: response.outcome.status,
+        });
+        this.o.metrics.callDuration.observe(
+          { tool: req.tool },
+          (performance.now() - started) / 1000,
+        );
+      } else {
+        this.o.metrics.calls.inc({ tool: req.tool, client: client.id, status: response.status });
+      }
+      return response;
+    } catch (err) {
+      if (err instanceof ApiError) {
+        this.o.metrics.calls.inc({
+          tool: this.o.registry.get(req.tool) ? req.tool : '(unknown)',
+          client: client.id,
+          status: err.code,
+        });
+        if (err.code !== 'unavailable') this.auditRefusal(client, req, err);
+      }
+      throw err;
+    }
+  }
+
+  private async run(client: Client, req: CallRequest): Promise<CallResponse> {
     const tool = this.o.registry.get(req.tool);
     if (!tool) throw new ApiError('unknown_tool', `no tool named "${req.tool}"`);
     if (!client.scope.allows(tool)) {
       throw new ApiError('forbidden', `client "${client.id}" may not call "${tool.name}"`);
     }
-    if (typeof req.args !== 'object' || req.args === null || Array.isArray(req.args)) {
-      throw new ApiError('invalid_json', 'the arguments must be a JSON object');
-    }
-    const checked = this.o.registry.validate(tool.name, req.args);
-    if (!checked.ok) throw ApiError.invalidArguments(tool.name, checked.issues);
-
     return guardRedis(async () => {
+      await this.o.limits.consume(client, 1, req.conversationId);
+      if (typeof req.args !== 'object' || req.args === null || Array.isArray(req.args)) {
+        throw new ApiError('invalid_json', 'the arguments must be a JSON object');
+      }
+      const checked = this.o.registry.validate(tool.name, req.args);
+      if (!checked.ok) throw ApiError.invalidArguments(tool.name, checked.issues);
+      const args = checked.args;
+      const needsApproval = this.o.requiresApproval(tool);
+
+      if (!needsApproval && tool.cacheTtlSeconds > 0) {
+        const hit = await this.o.cache.get(tool, args, client.id);
+        if (hit)
+          return { kind: 'done', outcome: await this.cacheHit(tool, client, hit.result, args) };
+      }
+
       await this.requireWorkers();
-      if (req.wait && !(await this.o.dispatcher.ready(2000))) {
-        throw new ApiError('unavailable', 'Redis is unavailable; the call was not accepted', {
-          headers: { 'Retry-After': '2' },
-        });
+      if (req.wait && !needsApproval && !(await this.o.dispatcher.ready(2000))) {
+        throw new ApiError('unavailable', UNAVAILABLE, { headers: { 'Retry-After': '2' } });
       }
       const id = randomUUID();
       if (req.idempotencyKey) {
@@ -73,27 +127,32 @@ export class CallPipeline {
         if (holder) return this.existing(holder, req.wait, tool.timeoutMs);
       }
       const kind: QueueKind = tool.sandbox ? 'sandbox' : 'fast';
-      const acceptedAt = Date.now();
-      const job = {
+      const job: CallJob = {
         id,
         tool: tool.name,
-        args: checked.args,
+        args,
         clientId: client.id,
-        acceptedAt,
+        acceptedAt: Date.now(),
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
       };
       let outcome: Promise<CallOutcome | undefined> | undefined;
       try {
+        if (needsApproval) {
+          await this.o.approvals.park(job, kind);
+          this.o.metrics.approvalsParked.inc({ tool: tool.name });
+          return { kind: 'accepted', id, status: 'pending_approval' };
+        }
         outcome = req.wait
           ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
           : undefined;
         await this.o.dispatcher.enqueue(job, kind);
       } catch (err) {
         // Not accepted: free the idempotency key so a retry can run the call.
-        if (req.idempotencyKey)
+        if (req.idempotencyKey) {
           await this.o.store
             .releaseIdempotencyKey(client.id, req.idempotencyKey, id)
             .catch(() => undefined);
+        }
         throw err;
       }
       if (!outcome) return { kind: 'accepted', id, status: 'queued' };
@@ -113,6 +172,65 @@ export class CallPipeline {
     }, this.o.redis);
   }
 
+  /** Queues a call an admin approved (its record is already `queued`). */
+  async enqueueApproved(record: CallRecord, by: string): Promise<void> {
+    const job = record.job;
+    if (!job) throw new ApiError('internal', `approved call ${record.id} has no job`);
+    await guardRedis(
+      () => this.o.dispatcher.enqueue({ ...job, approvedBy: by }, record.queue),
+      this.o.redis,
+    );
+  }
+
+  private async cacheHit(
+    tool: Tool,
+    client: Client,
+    result: unknown,
+    args: unknown,
+  ): Promise<CallOutcome> {
+    const outcome: CallOutcome = {
+      id: randomUUID(),
+      tool: tool.name,
+      status: 'ok',
+      result,
+      durationMs: 0,
+      cached: true,
+    };
+    const multi = this.o.redis.multi();
+    this.o.stats.addTo(multi, outcome, client.id);
+    this.o.stats.countCache(multi, 'hits');
+    this.o.audit.addTo(
+      multi,
+      this.o.audit.entry({
+        event: 'call',
+        client: client.id,
+        tool: tool.name,
+        status: 'ok',
+        callId: outcome.id,
+        durationMs: 0,
+        args,
+        reason: 'cache hit',
+      }),
+    );
+    multi.set(
+      this.o.keys.call(outcome.id),
+      JSON.stringify({
+        id: outcome.id,
+        tool: tool.name,
+        clientId: client.id,
+        status: 'ok',
+        queue: 'fast',
+        createdAt: Date.now(),
+        outcome,
+      } satisfies CallRecord),
+      'EX',
+      this.o.store.ttlSeconds,
+    );
+    await multi.exec();
+    this.o.metrics.cache.inc({ tool: tool.name, result: 'hit' });
+    return outcome;
+  }
+
   /** A retry with a known idempotency key: the first call's result, never a second run. */
   private async existing(id: string, wait: boolean, timeoutMs: number): Promise<CallResponse> {
     // Undefined while a concurrent first request is still enqueueing: treat it as queued.
@@ -129,30 +247,38 @@ export class CallPipeline {
     const now = Date.now();
     if (now - this.workersSeenAt < LIVENESS_CACHE_MS) return;
     const alive = await liveWorkers(this.o.redis, this.o.keys);
-    if (alive === 0)
+    if (alive === 0) {
       throw new ApiError('unavailable', 'no worker is running; the call was not accepted', {
         headers: { 'Retry-After': '5' },
       });
+    }
     this.workersSeenAt = now;
+  }
+
+  private auditRefusal(client: Client, req: CallRequest, err: ApiError): void {
+    const entry = this.o.audit.entry({
+      event: 'refused',
+      client: client.id,
+      tool: req.tool,
+      status: err.code,
+      args: req.args,
+      reason: err.message,
+    });
+    this.o.audit.append(entry).catch(() => undefined);
   }
 }
 
 /** Redis connection failures become 503 unavailable. */
-export async function guardRedis<T>(fn: () => Promise<T>, redis?: Redis): Promise<T> {
+export async function guardRedis<T>(fn: () => Promise<T>, redis: Redis): Promise<T> {
   // Reconnecting after a loss: fail now rather than wait for the next reconnect attempt.
-  if (
-    redis &&
-    (redis.status === 'reconnecting' || redis.status === 'end' || redis.status === 'close')
-  ) {
-    throw new ApiError('unavailable', 'Redis is unavailable; the call was not accepted', {
-      headers: { 'Retry-After': '2' },
-    });
+  if (redis.status === 'reconnecting' || redis.status === 'end' || redis.status === 'close') {
+    throw new ApiError('unavailable', UNAVAILABLE, { headers: { 'Retry-After': '2' } });
   }
   try {
     return await fn();
   } catch (err) {
     if (!(err instanceof ApiError) && isRedisDown(err)) {
-      throw new ApiError('unavailable', 'Redis is unavailable; the call was not accepted', {
+      throw new ApiError('unavailable', UNAVAILABLE, {
         cause: err,
         headers: { 'Retry-After': '2' },
       });

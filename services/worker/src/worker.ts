@@ -3,13 +3,16 @@ import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { Worker, type Job } from 'bullmq';
 import {
-  CallStore,
+  AuditLog,
   Heartbeat,
   Keys,
+  ResultCache,
+  Stats,
   createRedis,
   waitReady,
   type CallJob,
   type CallOutcome,
+  type CallRecord,
   type QueueKind,
 } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
@@ -49,7 +52,9 @@ export function createWorker({
   const keys = new Keys(config.redis.prefix);
   const redis = createRedis(config.redis.url, 'blocking');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
-  const store = new CallStore(redis, keys, config.calls.ttlSeconds);
+  const audit = new AuditLog(redis, keys, config.audit.maxEntries);
+  const stats = new Stats(redis, keys);
+  const cache = new ResultCache(redis, keys);
   const heartbeat = new Heartbeat(redis, keys, id);
   const metrics = createMetrics();
   const shutdown = new AbortController();
@@ -78,16 +83,7 @@ export function createWorker({
       } else {
         outcome = await runTool(tool, call, services, shutdown.signal);
       }
-      await store.finish(
-        {
-          id: call.id,
-          tool: call.tool,
-          clientId: call.clientId,
-          queue: kind,
-          createdAt: call.acceptedAt,
-        },
-        outcome,
-      );
+      await record(call, kind, outcome);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(
@@ -98,6 +94,46 @@ export function createWorker({
     } finally {
       metrics.inFlight.dec({ queue: kind });
     }
+  }
+
+  /** One round trip: the call's record, its audit entry, stats, and the cache for cacheable tools. */
+  async function record(call: CallJob, kind: QueueKind, outcome: CallOutcome): Promise<void> {
+    const tool = registry.get(call.tool);
+    const rec: CallRecord = {
+      id: call.id,
+      tool: call.tool,
+      clientId: call.clientId,
+      status: outcome.status,
+      queue: kind,
+      createdAt: call.acceptedAt,
+      outcome,
+      ...(call.approvedBy
+        ? { approval: { decision: 'approved', by: call.approvedBy, at: new Date().toISOString() } }
+        : {}),
+    };
+    const multi = redis
+      .multi()
+      .set(keys.call(call.id), JSON.stringify(rec), 'EX', config.calls.ttlSeconds);
+    audit.addTo(
+      multi,
+      audit.entry({
+        event: 'call',
+        client: call.clientId,
+        tool: call.tool,
+        status: outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`,
+        callId: call.id,
+        durationMs: outcome.durationMs,
+        args: call.args,
+        ...(call.approvedBy ? { by: call.approvedBy } : {}),
+      }),
+    );
+    stats.addTo(multi, outcome, call.clientId);
+    if (tool && tool.cacheTtlSeconds > 0) {
+      stats.countCache(multi, 'misses');
+      if (outcome.status === 'ok')
+        cache.addTo(multi, tool, call.args, call.clientId, outcome.result);
+    }
+    await multi.exec();
   }
 
   return {

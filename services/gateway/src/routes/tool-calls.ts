@@ -65,7 +65,10 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
           });
           return { call, response };
         } catch (err) {
-          if (err instanceof ApiError && err.code !== 'unavailable') return { call, error: err };
+          // Trouble with the whole request (Redis down, client over its rate) fails the request;
+          // anything about this one call goes in its slot for the model to read.
+          if (err instanceof ApiError && err.code !== 'unavailable' && err.code !== 'rate_limited')
+            return { call, error: err };
           throw err;
         }
       }),

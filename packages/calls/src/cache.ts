@@ -1,0 +1,65 @@
+import { createHash } from 'node:crypto';
+import type { ChainableCommander, Redis } from 'ioredis';
+import { stringify } from 'safe-stable-stringify';
+import type { Keys } from './keys.js';
+
+/** What decides whether and how a tool's results are cached (a subset of a registry Tool). */
+export interface Cacheable {
+  name: string;
+  cacheTtlSeconds: number;
+  cacheScope: 'global' | 'client';
+}
+
+/**
+ * Results of cacheable tools in Redis, per-tool TTL. Key = tool + canonical arguments
+ * (+ client for tools that touch client data). An index sorted by expiry gives the live key
+ * count and the number of entries that expired (evictions).
+ */
+export class ResultCache {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+  ) {}
+
+  key(tool: Cacheable, args: unknown, clientId: string): string {
+    const canonical =
+      stringify({ args, ...(tool.cacheScope === 'client' ? { client: clientId } : {}) }) ?? '';
+    return this.keys.cache(tool.name, createHash('sha256').update(canonical).digest('hex'));
+  }
+
+  async get(
+    tool: Cacheable,
+    args: unknown,
+    clientId: string,
+  ): Promise<{ result: unknown } | undefined> {
+    if (tool.cacheTtlSeconds <= 0) return undefined;
+    const text = await this.redis.get(this.key(tool, args, clientId));
+    return text === null ? undefined : (JSON.parse(text) as { result: unknown });
+  }
+
+  addTo(
+    multi: ChainableCommander,
+    tool: Cacheable,
+    args: unknown,
+    clientId: string,
+    result: unknown,
+  ): void {
+    if (tool.cacheTtlSeconds <= 0) return;
+    const key = this.key(tool, args, clientId);
+    multi
+      .set(key, JSON.stringify({ result }), 'EX', tool.cacheTtlSeconds)
+      .zadd(this.keys.cacheIndex, Date.now() + tool.cacheTtlSeconds * 1000, key);
+  }
+
+  /** Drops expired entries from the index; returns how many expired since the last sweep. */
+  async sweep(): Promise<number> {
+    const now = Date.now();
+    const [[, removed] = [null, 0]] =
+      (await this.redis.multi().zremrangebyscore(this.keys.cacheIndex, '-inf', now).exec()) ?? [];
+    return Number(removed ?? 0);
+  }
+
+  async size(): Promise<number> {
+    return this.redis.zcount(this.keys.cacheIndex, Date.now(), '+inf');
+  }
+}

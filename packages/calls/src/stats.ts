@@ -1,0 +1,152 @@
+import type { ChainableCommander, Redis } from 'ioredis';
+import type { Keys } from './keys.js';
+import type { CallOutcome } from './types.js';
+
+const SAMPLE_SIZE = 1000;
+const RECENT_SIZE = 100;
+const SLOWEST_SIZE = 50;
+
+export interface ToolStats {
+  tool: string;
+  calls: number;
+  ok: number;
+  errors: number;
+  errorRate: number;
+  cached: number;
+  avgMs: number;
+  p95Ms: number;
+}
+
+export interface CallSummary {
+  id: string;
+  tool: string;
+  client: string;
+  status: 'ok' | 'error';
+  errorCode?: string;
+  durationMs: number;
+  cached: boolean;
+  at: string;
+}
+
+export interface StatsReport {
+  tools: ToolStats[];
+  rankings: { mostCalled: string[]; highestErrorRate: string[]; slowestP95: string[] };
+  slowestCalls: CallSummary[];
+  recent: CallSummary[];
+  cache: { hits: number; misses: number; hitRate: number; keys: number; evictions: number };
+}
+
+/**
+ * Call statistics in Redis, so they survive restarts and add up across workers: counters per
+ * tool, a sample of recent durations per tool (for p95), recent calls, slowest calls.
+ */
+export class Stats {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+  ) {}
+
+  /** Adds one finished call to a MULTI the caller is building. */
+  addTo(multi: ChainableCommander, outcome: CallOutcome, clientId: string): void {
+    const { tool } = outcome;
+    const summary: CallSummary = {
+      id: outcome.id,
+      tool,
+      client: clientId,
+      status: outcome.status,
+      ...(outcome.error ? { errorCode: outcome.error.code } : {}),
+      durationMs: outcome.durationMs,
+      cached: outcome.cached,
+      at: new Date().toISOString(),
+    };
+    const toolKey = this.keys.stat('tool', tool);
+    multi
+      .sadd(this.keys.stats('tools'), tool)
+      .hincrby(toolKey, 'calls', 1)
+      .hincrby(toolKey, outcome.status === 'ok' ? 'ok' : 'errors', 1)
+      .hincrbyfloat(toolKey, 'totalMs', outcome.durationMs)
+      .lpush(this.keys.stat('durations', tool), outcome.durationMs)
+      .ltrim(this.keys.stat('durations', tool), 0, SAMPLE_SIZE - 1)
+      .lpush(this.keys.stats('recent'), JSON.stringify(summary))
+      .ltrim(this.keys.stats('recent'), 0, RECENT_SIZE - 1)
+      .zadd(this.keys.stats('slowest'), outcome.durationMs, JSON.stringify(summary))
+      .zremrangebyrank(this.keys.stats('slowest'), 0, -(SLOWEST_SIZE + 1));
+    if (outcome.cached) multi.hincrby(toolKey, 'cached', 1);
+  }
+
+  countCache(multi: ChainableCommander, field: 'hits' | 'misses' | 'evictions', by = 1): void {
+    multi.hincrby(this.keys.stats('cache'), field, by);
+  }
+
+  async report(cacheKeys: number): Promise<StatsReport> {
+    const names = (await this.redis.smembers(this.keys.stats('tools'))).sort();
+    const multi = this.redis.multi();
+    for (const name of names) {
+      multi.hgetall(this.keys.stat('tool', name)).lrange(this.keys.stat('durations', name), 0, -1);
+    }
+    multi
+      .lrange(this.keys.stats('recent'), 0, -1)
+      .zrevrange(this.keys.stats('slowest'), 0, SLOWEST_SIZE - 1)
+      .hgetall(this.keys.stats('cache'));
+    const replies = ((await multi.exec()) ?? []).map(([err, value]) => {
+      if (err) throw err;
+      return value;
+    });
+    const tools = names.map((tool, i): ToolStats => {
+      const h = replies[2 * i] as Record<string, string>;
+      const durations = (replies[2 * i + 1] as string[]).map(Number).sort((a, b) => a - b);
+      const calls = Number(h.calls ?? 0);
+      const errors = Number(h.errors ?? 0);
+      return {
+        tool,
+        calls,
+        ok: Number(h.ok ?? 0),
+        errors,
+        errorRate: calls ? round(errors / calls, 4) : 0,
+        cached: Number(h.cached ?? 0),
+        avgMs: calls ? round(Number(h.totalMs ?? 0) / calls, 2) : 0,
+        p95Ms: round(percentile(durations, 95), 2),
+      };
+    });
+    const base = names.length * 2;
+    const recent = (replies[base] as string[]).map((s) => JSON.parse(s) as CallSummary);
+    const slowestCalls = (replies[base + 1] as string[]).map((s) => JSON.parse(s) as CallSummary);
+    const cache = replies[base + 2] as Record<string, string>;
+    const hits = Number(cache.hits ?? 0);
+    const misses = Number(cache.misses ?? 0);
+    const top = (key: (t: ToolStats) => number) =>
+      [...tools]
+        .filter((t) => t.calls > 0)
+        .sort((a, b) => key(b) - key(a) || a.tool.localeCompare(b.tool))
+        .slice(0, 10)
+        .map((t) => t.tool);
+    return {
+      tools,
+      rankings: {
+        mostCalled: top((t) => t.calls),
+        highestErrorRate: top((t) => t.errorRate),
+        slowestP95: top((t) => t.p95Ms),
+      },
+      slowestCalls,
+      recent,
+      cache: {
+        hits,
+        misses,
+        hitRate: hits + misses ? round(hits / (hits + misses), 4) : 0,
+        keys: cacheKeys,
+        evictions: Number(cache.evictions ?? 0),
+      },
+    };
+  }
+}
+
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return 0;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i]!;
+}
+
+function round(n: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(n * f) / f;
+}

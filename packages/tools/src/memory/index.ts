@@ -1,0 +1,19 @@
+/** The memory tools and their Redis-backed store (`@toolgate/tools/memory`). */
+import type { AnyToolSpec } from '@toolgate/registry';
+import type { Redis } from 'ioredis';
+import { MemoryStore, type MemoryStoreOptions } from './store.js';
+import { memoryDelete, memorySave, memorySearch } from './tools.js';
+
+export const memoryTools: AnyToolSpec[] = [memorySave, memorySearch, memoryDelete];
+
+/**
+ * The `memory` service for ToolContext.services. Give it a `command` connection
+ * (createRedis(url, 'command')) and config.redis.prefix.
+ */
+export function createMemoryStore(redis: Redis, options: MemoryStoreOptions): MemoryStore {
+  return new MemoryStore(redis, options);
+}
+
+export { MemoryStore, DEFAULT_MEMORY_LIMITS } from './store.js';
+export { memorySave, memorySearch, memoryDelete, MAX_SEARCH_RESULTS } from './tools.js';
+export type { MemoryEntry, MemoryMatch, MemoryLimits, MemoryStoreOptions } from './store.js';

@@ -1,0 +1,87 @@
+/**
+ * memory_save, memory_search, memory_delete (SPEC §4): a per-client notebook the model writes
+ * to and searches later, in any conversation. Each client sees only its own entries.
+ */
+import { Type, ToolError, defineTool, type ToolContext } from '@toolgate/registry';
+import { DEFAULT_MEMORY_LIMITS, type MemoryStore } from './store.js';
+
+declare module '@toolgate/registry' {
+  interface ToolServices {
+    /** Set by the worker (createMemoryStore); without it the memory tools fail with `unavailable`. */
+    memory?: MemoryStore;
+  }
+}
+
+function memoryOf(ctx: ToolContext): MemoryStore {
+  const store = ctx.services.memory;
+  if (!store) throw new ToolError('unavailable', 'memory is not configured on this worker');
+  return store;
+}
+
+export const MAX_SEARCH_RESULTS = 50;
+
+export const memorySave = defineTool({
+  name: 'memory_save',
+  description:
+    'Remember a fact, preference or note for later conversations (private to you). ' +
+    'Write it so it makes sense on its own; tags help find it again. Returns its id.',
+  category: 'memory',
+  parameters: Type.Object({
+    text: Type.String({
+      minLength: 1,
+      maxLength: DEFAULT_MEMORY_LIMITS.maxTextLength,
+      description: 'What to remember, self-contained',
+    }),
+    tags: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: DEFAULT_MEMORY_LIMITS.maxTagLength }), {
+        maxItems: DEFAULT_MEMORY_LIMITS.maxTags,
+        description: 'Keywords such as "project-x" or "preferences"',
+      }),
+    ),
+  }),
+  risk: 'sensitive',
+  timeoutMs: 5000,
+  handler: async ({ text, tags }, ctx) => {
+    const { entry, count } = await memoryOf(ctx).save(ctx.clientId, text, tags ?? []);
+    return { id: entry.id, savedAt: entry.savedAt, entries: count };
+  },
+});
+
+export const memorySearch = defineTool({
+  name: 'memory_search',
+  description:
+    'Search what you saved with memory_save: ranked by relevance, tolerant of typos and ' +
+    'partial words. Returns the best matches with their id, text, tags and savedAt.',
+  category: 'memory',
+  parameters: Type.Object({
+    query: Type.String({ minLength: 1, maxLength: 1000, description: 'Words to look for' }),
+    limit: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_SEARCH_RESULTS,
+        description: 'Most results to return (default 5)',
+      }),
+    ),
+  }),
+  timeoutMs: 5000,
+  idempotent: true,
+  handler: async ({ query, limit }, ctx) => ({
+    results: await memoryOf(ctx).search(ctx.clientId, query, limit ?? 5),
+  }),
+});
+
+export const memoryDelete = defineTool({
+  name: 'memory_delete',
+  description: 'Forget one memory by the id memory_save or memory_search gave.',
+  category: 'memory',
+  parameters: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }),
+  risk: 'sensitive',
+  timeoutMs: 5000,
+  idempotent: true,
+  handler: async ({ id }, ctx) => {
+    if (!(await memoryOf(ctx).delete(ctx.clientId, id))) {
+      throw new ToolError('not_found', `no memory with id "${id}"`);
+    }
+    return { deleted: id };
+  },
+});

@@ -5,6 +5,22 @@ export const counter = { runs: 0 };
 
 export const testTools = [
   defineTool({
+    name: 'wipe_disk',
+    description: 'A destructive tool: needs approval',
+    category: 'test',
+    risk: 'destructive',
+    parameters: Type.Object({ disk: Type.String(), token: Type.Optional(Type.String()) }),
+    handler: ({ disk }) => `wiped ${disk}`,
+  }),
+  defineTool({
+    name: 'lookup',
+    description: 'A cacheable lookup that counts its runs',
+    category: 'test',
+    cacheTtlSeconds: 1,
+    parameters: Type.Object({ q: Type.String(), page: Type.Optional(Type.Integer()) }),
+    handler: ({ q }) => ({ q, run: ++counter.runs }),
+  }),
+  defineTool({
     name: 'count_runs',
     description: 'Counts how many times it ran (for idempotency tests)',
     category: 'test',

@@ -75,8 +75,21 @@ function toApiError(err: unknown): ApiError {
     case 'request.size.invalid':
     case 'stream.encoding.set':
       return new ApiError('invalid_request', (err as Error).message);
-    default:
+    default: {
+      const e = err as { code?: unknown; status?: unknown; expose?: unknown; message?: unknown };
+      // zlib: a Content-Encoding body that does not decompress.
+      if (typeof e.code === 'string' && e.code.startsWith('Z_')) {
+        return new ApiError(
+          'invalid_request',
+          `the request body could not be decompressed: ${String(e.message)}`,
+        );
+      }
+      // Other client errors raised by body-parser (http-errors with expose: true).
+      if (typeof e.status === 'number' && e.status >= 400 && e.status < 500 && e.expose === true) {
+        return new ApiError('invalid_request', String(e.message));
+      }
       return new ApiError('internal', 'internal error', { cause: err });
+    }
   }
 }
 

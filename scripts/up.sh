@@ -33,7 +33,8 @@ if [ "${TOOLGATE_SANDBOX:-on}" != off ] && [ -f "$ROOT/scripts/sandbox/build-ima
   bash "$ROOT/scripts/sandbox/build-images.sh"
 fi
 
-run() { node --conditions=@toolgate/source --import tsx "$@"; }
+# Tracing turns on when OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) is set.
+run() { node --conditions=@toolgate/source --import tsx --import ./packages/telemetry/src/register.ts "$@"; }
 cd "$ROOT"
 run services/worker/src/main.ts &
 pids+=($!)

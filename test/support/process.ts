@@ -15,7 +15,14 @@ export interface Service {
 export function startService(name: 'gateway' | 'worker', env: Record<string, string>): Service {
   const child = spawn(
     process.execPath,
-    ['--conditions=@toolgate/source', '--import', 'tsx', `services/${name}/src/main.ts`],
+    [
+      '--conditions=@toolgate/source',
+      '--import',
+      'tsx',
+      '--import',
+      './packages/telemetry/src/register.ts',
+      `services/${name}/src/main.ts`,
+    ],
     {
       cwd: ROOT,
       env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env },

@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from '@toolgate/config';
 import { createLogger } from '@toolgate/log';
+import { shutdownTelemetry } from '@toolgate/telemetry';
 import { createToolRegistry } from '@toolgate/tools';
 import { createGateway } from './gateway.js';
 
@@ -37,13 +38,16 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'shutting down: finishing in-flight requests');
-    gateway.close().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        logger.error({ err }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
+    gateway
+      .close()
+      .then(() => shutdownTelemetry())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));

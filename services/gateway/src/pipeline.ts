@@ -15,6 +15,7 @@ import {
   type Stats,
 } from '@toolgate/calls';
 import type { Tool, ToolRegistry } from '@toolgate/registry';
+import { injectContext, withSpan } from '@toolgate/telemetry';
 import type { Redis } from 'ioredis';
 import type { Client } from './clients.js';
 import { ApiError } from './errors.js';
@@ -65,6 +66,21 @@ export class CallPipeline {
   constructor(private readonly o: PipelineOptions) {}
 
   async call(client: Client, req: CallRequest): Promise<CallResponse> {
+    return withSpan(
+      'toolgate.call',
+      { attributes: { 'toolgate.tool': req.tool, 'toolgate.client': client.id } },
+      async (span) => {
+        const response = await this.measured(client, req);
+        span.setAttribute(
+          'toolgate.status',
+          response.kind === 'done' ? response.outcome.status : response.status,
+        );
+        return response;
+      },
+    );
+  }
+
+  private async measured(client: Client, req: CallRequest): Promise<CallResponse> {
     const started = performance.now();
     try {
       const response = await this.run(client, req);
@@ -135,6 +151,8 @@ export class CallPipeline {
         acceptedAt: Date.now(),
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
       };
+      const trace = injectContext();
+      if (trace) job.trace = trace;
       let outcome: Promise<CallOutcome | undefined> | undefined;
       try {
         if (needsApproval) {

@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig } from '@toolgate/config';
 import { createLogger } from '@toolgate/log';
+import { shutdownTelemetry } from '@toolgate/telemetry';
 import { createToolRegistry } from '@toolgate/tools';
 import { createWorker } from './worker.js';
 
@@ -25,13 +26,16 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'shutting down');
-    worker.close().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        logger.error({ err }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
+    worker
+      .close()
+      .then(() => shutdownTelemetry())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));

@@ -18,6 +18,7 @@ import {
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry, ToolServices } from '@toolgate/registry';
+import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createMetrics } from './metrics.js';
 import { runTool } from './run-tool.js';
 
@@ -61,7 +62,30 @@ export function createWorker({
   const workers: Worker[] = [];
   let metricsServer: Server | undefined;
 
-  async function processCall(job: Job<CallJob>, kind: QueueKind): Promise<CallOutcome> {
+  function processCall(job: Job<CallJob>, kind: QueueKind): Promise<CallOutcome> {
+    const call = job.data;
+    return withSpan(
+      'toolgate.execute',
+      {
+        kind: SpanKind.CONSUMER,
+        ...(call.trace ? { parent: call.trace } : {}),
+        attributes: {
+          'toolgate.tool': call.tool,
+          'toolgate.client': call.clientId,
+          'toolgate.call_id': call.id,
+          'toolgate.queue': kind,
+        },
+      },
+      async (span) => {
+        const outcome = await execute(job, kind);
+        span.setAttribute('toolgate.status', outcome.status);
+        if (outcome.error) span.setAttribute('toolgate.error_code', outcome.error.code);
+        return outcome;
+      },
+    );
+  }
+
+  async function execute(job: Job<CallJob>, kind: QueueKind): Promise<CallOutcome> {
     const call = job.data;
     const tool = registry.get(call.tool);
     let outcome: CallOutcome;

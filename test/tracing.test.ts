@@ -1,0 +1,87 @@
+import { randomUUID } from 'node:crypto';
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
+import { startTelemetry } from '@toolgate/telemetry';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { startService, type Service } from './support/process.js';
+import type { Stack } from './support/stack.js';
+
+const exporter = new InMemorySpanExporter();
+const telemetry = startTelemetry({
+  serviceName: 'toolgate-test',
+  spanProcessors: [new SimpleSpanProcessor({ exporter })],
+});
+
+let stack: Stack;
+beforeAll(async () => {
+  // Loaded after the SDK starts, as the services' --import preload does.
+  const { startStack } = await import('./support/stack.js');
+  stack = await startStack();
+});
+afterAll(async () => {
+  await stack?.close();
+  await telemetry.shutdown();
+});
+
+describe('tracing', () => {
+  it('one call is one trace: the gateway span and the worker span share the trace id', async () => {
+    const res = await stack.call('/tools/calculator/execute', { json: { expression: '6*7' } });
+    const { id } = await res.json();
+    await new Promise((r) => setTimeout(r, 100));
+    const spans = exporter.getFinishedSpans();
+    const execute = spans.find(
+      (s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === id,
+    );
+    expect(execute, 'worker span').toBeDefined();
+    const traceId = execute!.spanContext().traceId;
+    const call = spans.find(
+      (s) => s.name === 'toolgate.call' && s.spanContext().traceId === traceId,
+    );
+    expect(call, 'gateway span in the same trace').toBeDefined();
+    expect(execute!.parentSpanContext?.spanId).toBe(call!.spanContext().spanId);
+    expect(call!.attributes).toMatchObject({
+      'toolgate.tool': 'calculator',
+      'toolgate.client': 'alice',
+      'toolgate.status': 'ok',
+    });
+    expect(execute!.attributes).toMatchObject({
+      'toolgate.status': 'ok',
+      'toolgate.queue': 'fast',
+    });
+  });
+});
+
+describe('tracing in the real processes', () => {
+  const started: Service[] = [];
+  afterAll(() => {
+    for (const s of started) s.child.kill('SIGKILL');
+  });
+
+  it('the HTTP server span, the gateway span and the worker span share one trace', async () => {
+    const env = {
+      REDIS_URL: inject('redisUrl'),
+      TOOLGATE_REDIS_PREFIX: `o${randomUUID().slice(0, 8)}`,
+      PORT: '0',
+      WORKER_METRICS_PORT: '0',
+      OTEL_TRACES_EXPORTER: 'console',
+      OTEL_BSP_SCHEDULE_DELAY: '100',
+    };
+    const worker = startService('worker', { ...env, OTEL_SERVICE_NAME: 'toolgate-worker' });
+    const gateway = startService('gateway', { ...env, OTEL_SERVICE_NAME: 'toolgate-gateway' });
+    started.push(worker, gateway);
+    await worker.waitFor(/worker started/);
+    const [, base] = await gateway.waitFor(/Point your assistant at: (http:\/\/127\.0\.0\.1:\d+)/);
+    const [, key] = await gateway.waitFor(/Development admin key: +(tg_dev_\S+)/);
+    const res = await fetch(`${base}/tools/calculator/execute`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: '{"expression":"1+1"}',
+    });
+    expect(res.status).toBe(200);
+    const [, traceId] = await worker.waitFor(
+      /traceId: '([0-9a-f]{32})',[\s\S]*?name: 'toolgate\.execute'/,
+    );
+    // The gateway exports its spans (HTTP server span from the http instrumentation, ours) with the same id.
+    await gateway.waitFor(new RegExp(`traceId: '${traceId}',[\\s\\S]*?name: 'toolgate\\.call'`));
+    await gateway.waitFor(new RegExp(`traceId: '${traceId}',[\\s\\S]*?name: 'POST`));
+  }, 60_000);
+});

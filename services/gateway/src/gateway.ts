@@ -8,6 +8,7 @@ import {
   ResultCache,
   Stats,
   createRedis,
+  liveWorkers,
 } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
@@ -104,6 +105,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     },
     approvalsPending: () => approvals.count(),
     cacheKeys: () => cache.size(),
+    workersAlive: () => liveWorkers(redis, keys),
   });
 
   // Housekeeping any gateway may do (each step is safe to race): expire pending approvals,

@@ -7,6 +7,7 @@ export interface ScrapeSources {
   >;
   approvalsPending(): Promise<number>;
   cacheKeys(): Promise<number>;
+  workersAlive(): Promise<number>;
 }
 
 /** The gateway's own Prometheus registry (SPEC §7). Metric names are a contract with deploy/. */
@@ -90,6 +91,14 @@ export function createMetrics() {
     registers: [registry],
     async collect() {
       if (sources) this.set(await sources.cacheKeys().catch(() => 0));
+    },
+  });
+  new Gauge({
+    name: 'toolgate_workers_alive',
+    help: 'Workers whose heartbeat is fresh',
+    registers: [registry],
+    async collect() {
+      if (sources) this.set(await sources.workersAlive().catch(() => 0));
     },
   });
   return {

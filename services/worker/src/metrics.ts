@@ -24,7 +24,55 @@ export function createMetrics() {
     labelNames: ['queue'] as const,
     registers: [registry],
   });
-  return { registry, executions, executionDuration, inFlight };
+  const cacheLookups = new Counter({
+    name: 'toolgate_cache_lookups_total',
+    help: 'Result-cache lookups; the worker counts misses (calls of cacheable tools it had to run)',
+    labelNames: ['tool', 'result'] as const,
+    registers: [registry],
+  });
+  const sandboxStart = new Histogram({
+    name: 'toolgate_sandbox_start_seconds',
+    help: 'Time to create and start a sandbox container (off the call path when it goes to the warm pool)',
+    labelNames: ['image', 'driver'] as const,
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10],
+    registers: [registry],
+  });
+  const sandboxRun = new Histogram({
+    name: 'toolgate_sandbox_run_seconds',
+    help: 'Time of one sandboxed run, by image, driver and whether a warm container served it',
+    labelNames: ['image', 'driver', 'warm'] as const,
+    buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [registry],
+  });
+  const sandboxOutcomes = new Counter({
+    name: 'toolgate_sandbox_runs_total',
+    help: 'Sandboxed runs by image and result (ok, nonzero_exit, timeout, oom, output_limit)',
+    labelNames: ['image', 'result'] as const,
+    registers: [registry],
+  });
+  let warmSource: (() => Record<string, number>) | undefined;
+  new Gauge({
+    name: 'toolgate_sandbox_warm_containers',
+    help: 'Pre-started sandbox containers waiting for a call, by image',
+    labelNames: ['image'] as const,
+    registers: [registry],
+    collect() {
+      for (const [image, n] of Object.entries(warmSource?.() ?? {})) this.set({ image }, n);
+    },
+  });
+  return {
+    registry,
+    executions,
+    executionDuration,
+    inFlight,
+    cacheLookups,
+    sandboxStart,
+    sandboxRun,
+    sandboxOutcomes,
+    setWarmSource(fn: () => Record<string, number>) {
+      warmSource = fn;
+    },
+  };
 }
 
 export type WorkerMetrics = ReturnType<typeof createMetrics>;

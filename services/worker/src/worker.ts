@@ -154,6 +154,7 @@ export function createWorker({
     stats.addTo(multi, outcome, call.clientId);
     if (tool && tool.cacheTtlSeconds > 0) {
       stats.countCache(multi, 'misses');
+      metrics.cacheLookups.inc({ tool: call.tool, result: 'miss' });
       if (outcome.status === 'ok')
         cache.addTo(multi, tool, call.args, call.clientId, outcome.result);
     }

@@ -2,20 +2,23 @@
  * bubblewrap driver, for hosts without a Docker engine: the same image rootfs (exported by
  * scripts/sandbox/build-images.sh) mounted read-only, every namespace unshared (no network),
  * a per-call cgroup for memory/pids/CPU (rlimits when cgroups are out of reach), the sandbox
- * uid, and a clean environment. bwrap starts in ~70 ms, so there is no pool.
+ * uid, and a clean environment. bwrap itself starts fast; what a small pool of pre-started
+ * launchers takes off the call path is joining the call's cgroup.
  */
-import { spawn, execFile } from 'node:child_process';
+import { spawn, execFile, type ChildProcessByStdio } from 'node:child_process';
+import type { Readable, Writable } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { access, readFile, stat, constants as fsConstants } from 'node:fs/promises';
 import { constants } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { SandboxConfig } from './config.js';
-import { CallCgroup, detectCgroups, type CgroupMode } from './cgroup.js';
+import { CallCgroup, detectCgroups, removeStaleCgroups, type CgroupMode } from './cgroup.js';
+import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { CappedOutput } from './output.js';
 import { prepareRun, silentLogger, type PreparedRun } from './run-request.js';
-import type { DriverOptions, RunRequest, RunResult, SandboxDriver, SandboxLogger, SandboxStats } from './types.js';
+import type { DriverOptions, ResourceLimits, RunRequest, RunResult, SandboxDriver, SandboxLogger, SandboxStats } from './types.js';
 import { SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT } from './workspaces.js';
 
 const MiB = 1024 * 1024;
@@ -27,13 +30,30 @@ const BASE_ENV: Record<string, string> = {
 };
 
 /**
- * The one shell between the worker and bwrap: joins the cgroups named before "--", sets the
- * rlimits (dash builtins, no extra exec), then execs the rest — so the call is limited from its
- * first instruction.
+ * The one shell between the worker and bwrap, started ahead of the call: joins the call's
+ * cgroups (the arguments before "--"; moving a process between cgroups costs a ~15 ms RCU grace
+ * period, which this takes off the call path), sets the rlimits, then waits for the call on
+ * stdin in the same envelope format the container entrypoint reads ("TOOLGATE1 <argc>\n", the
+ * NUL-terminated arguments, then the program's stdin) and execs it.
  */
-function wrapperScript(ulimits: string[]): string {
+function launcherScript(ulimits: string[]): string {
   const limits = ulimits.map((u) => `ulimit ${u} || exit 126; `).join('');
-  return `for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 126; shift; done; shift; ${limits}exec "$@"`;
+  return (
+    'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 126; shift; done; shift; ' +
+    limits +
+    'IFS=" " read -r magic argc _ || exit 125; [ "$magic" = TOOLGATE1 ] || exit 125; args=(); ' +
+    'for ((i = 0; i < argc; i++)); do IFS= read -r -d "" a || exit 125; args+=("$a"); done; ' +
+    'exec "${args[@]}"'
+  );
+}
+
+/** A started launcher: its cgroup joined, its pipes open, waiting for a call. */
+interface Launcher {
+  child: ChildProcessByStdio<Writable, Readable, Readable>;
+  cgroup: CallCgroup | undefined;
+  status: () => string;
+  closed: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  createdAt: number;
 }
 
 export class BwrapDriver implements SandboxDriver {
@@ -46,6 +66,8 @@ export class BwrapDriver implements SandboxDriver {
   private readonly children = new Set<() => void>();
   private running = 0;
   private closed = false;
+  private readonly launchers: Launcher[] = [];
+  private filling = 0;
   private asRoot = process.getuid?.() === 0;
 
   constructor(
@@ -88,16 +110,22 @@ export class BwrapDriver implements SandboxDriver {
         this.log.warn({ key, rootfs: dir }, 'sandbox rootfs missing; run scripts/sandbox/build-images.sh');
       }
     }
+    await removeStaleCgroups(this.cgroups);
+    this.refill();
   }
 
-  async warmUp(): Promise<void> {
+  async warmUp(timeoutMs = 10_000): Promise<void> {
     await this.start();
+    this.refill();
+    const deadline = Date.now() + timeoutMs;
+    while (this.launchers.length < this.config.pool.size && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
   }
 
   stats(): SandboxStats {
-    const warm: Record<string, number> = {};
-    for (const key of Object.keys(this.config.images)) warm[key] = 0;
-    return { driver: 'bwrap', warm, running: this.running, reaped: 0 };
+    // Launchers serve every image: one shared count.
+    return { driver: 'bwrap', warm: { '*': this.launchers.length }, running: this.running, reaped: 0 };
   }
 
   async run(request: RunRequest): Promise<RunResult> {
@@ -147,33 +175,94 @@ export class BwrapDriver implements SandboxDriver {
     return args;
   }
 
-  private async execute(req: PreparedRun, fs: { dir: string; env: Record<string, string> }): Promise<RunResult> {
-    const t0 = performance.now();
-    const id = `${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
-    const cgroup = await CallCgroup.create(this.cgroups, id, req.resources).catch((err: unknown) => {
+  /** Starts a launcher for calls with these resources (pooled: the configured defaults). */
+  private async spawnLauncher(resources: ResourceLimits): Promise<Launcher> {
+    const id = `${process.pid}-${Date.now().toString(36)}-${randomBytes(4).toString('hex')}`;
+    const cgroup = await CallCgroup.create(this.cgroups, id, resources).catch((err: unknown) => {
       this.log.warn({ err }, 'could not create a cgroup for the call; rlimits only');
       return undefined;
     });
-    // dash's ulimit: -f in 512-byte blocks, -v in KiB.
-    const ulimits = [`-f ${(req.resources.fileSizeMb * MiB) / 512}`, '-c 0', '-n 1024'];
+    // bash's ulimit: -f in 1024-byte blocks, -v in KiB.
+    const ulimits = [`-f ${(resources.fileSizeMb * MiB) / 1024}`, '-c 0', '-n 1024'];
     if (!cgroup) {
       // Weaker stand-ins: address space instead of memory; nproc counts every process of the uid.
-      ulimits.push(`-v ${req.resources.memoryMb * 2 * 1024}`);
-      if (this.asRoot) ulimits.push(`-p ${req.resources.pids * 4}`);
+      ulimits.push(`-v ${resources.memoryMb * 2 * 1024}`);
+      if (this.asRoot) ulimits.push(`-u ${resources.pids * 4}`);
     }
-    const inner = ['bwrap', ...this.bwrapArgs(req, fs)];
-    // As root, drop to the sandbox uid on the host too: bwrap then runs unprivileged, and files
-    // written to the workspace belong to the same uid as with the docker driver.
-    const dropped = this.asRoot
-      ? ['setpriv', `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_GID}`, '--clear-groups', '--inh-caps=-all', '--', ...inner]
-      : inner;
-    const argv = ['/bin/sh', '-c', wrapperScript(ulimits), 'sh', ...(cgroup?.procsFiles ?? []), '--', ...dropped];
-
-    const child = spawn(argv[0]!, argv.slice(1), {
+    // --norc: bash sources ~/.bashrc when its stdin is a socket, as Node's pipes are.
+    const argv = ['--norc', '--noprofile', '-c', launcherScript(ulimits), 'launcher', ...(cgroup?.procsFiles ?? []), '--'];
+    const child = spawn('/bin/bash', argv, {
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
       env: { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' },
     });
+    let status = '';
+    (child.stdio[3] as Readable).on('data', (b: Buffer) => (status += b.toString('utf8')));
+    const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+      child.once('error', () => resolve({ code: 127, signal: null }));
+      // 'close': the process exited and its stdio is drained.
+      child.once('close', (code, signal) => resolve({ code, signal }));
+    });
+    child.stdin.on('error', () => undefined);
+    return { child, cgroup, status: () => status, closed, createdAt: Date.now() };
+  }
+
+  private takeLauncher(): Launcher | undefined {
+    const launcher = this.launchers.shift();
+    this.refill();
+    if (launcher) setRef(launcher, true);
+    return launcher;
+  }
+
+  private refill(): void {
+    const size = this.config.pool.size;
+    while (!this.closed && this.launchers.length + this.filling < size) {
+      this.filling++;
+      this.spawnLauncher(this.defaultResources())
+        .then((l) => {
+          this.filling--;
+          if (this.closed) return void this.discard(l);
+          // An idle launcher must not keep the worker's event loop alive.
+          setRef(l, false);
+          this.launchers.push(l);
+          void l.closed.then(() => {
+            // Died while waiting (should not happen): drop it.
+            const i = this.launchers.indexOf(l);
+            if (i >= 0) this.launchers.splice(i, 1);
+          });
+        })
+        .catch((err: unknown) => {
+          this.filling--;
+          this.log.warn({ err }, 'could not start a bwrap launcher');
+        });
+    }
+  }
+
+  private discard(l: Launcher): void {
+    try {
+      if (l.child.pid) process.kill(-l.child.pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+    if (l.cgroup) void l.cgroup.killAll().then(() => l.cgroup!.destroy());
+  }
+
+  private defaultResources(): ResourceLimits {
+    const { memoryMb, cpus, pids, fileSizeMb, tmpfsMb } = this.config.limits;
+    return { memoryMb, cpus, pids, fileSizeMb, tmpfsMb };
+  }
+
+  private async execute(req: PreparedRun, fs: { dir: string; env: Record<string, string> }): Promise<RunResult> {
+    const t0 = performance.now();
+    const pooled = req.defaultResources ? this.takeLauncher() : undefined;
+    const launcher = pooled ?? (await this.spawnLauncher(req.resources));
+    const { child, cgroup } = launcher;
+    const inner = ['bwrap', ...this.bwrapArgs(req, fs)];
+    // As root, drop to the sandbox uid on the host too: bwrap then runs unprivileged, and files
+    // written to the workspace belong to the same uid as with the docker driver.
+    const argv = this.asRoot
+      ? ['setpriv', `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_GID}`, '--clear-groups', '--inh-caps=-all', '--', ...inner]
+      : inner;
     const stdout = new CappedOutput(req.outputBytes);
     const stderr = new CappedOutput(req.outputBytes);
     let timedOut = false;
@@ -202,11 +291,7 @@ export class BwrapDriver implements SandboxDriver {
         kill();
       }
     });
-    let status = '';
-    const statusPipe = child.stdio[3] as NodeJS.ReadableStream;
-    statusPipe.on('data', (b: Buffer) => (status += b.toString('utf8')));
-    child.stdin.on('error', () => undefined);
-    child.stdin.end(req.stdin === undefined ? undefined : Buffer.from(req.stdin));
+    child.stdin.end(encodeEnvelope(argv, req.stdin));
     const timer = setTimeout(() => {
       timedOut = true;
       kill();
@@ -219,11 +304,8 @@ export class BwrapDriver implements SandboxDriver {
     this.options.hooks?.onStart?.({ image: req.key, driver: 'bwrap', durationMs: performance.now() - t0 });
 
     try {
-      const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
-        child.once('error', reject);
-        // 'close': the process exited and its stdio is drained.
-        child.once('close', (code, signal) => resolve({ code, signal }));
-      });
+      const { code, signal } = await launcher.closed;
+      const status = launcher.status();
       // Anything the call left behind (it cannot outlive its pid namespace, but be sure).
       await cgroup?.killAll();
       const oomKilled = !timedOut && !outputLimited && !aborted && ((await cgroup?.oomKilled()) ?? false);
@@ -246,9 +328,9 @@ export class BwrapDriver implements SandboxDriver {
         oomKilled,
         durationMs,
         driver: 'bwrap',
-        warm: false,
+        warm: pooled !== undefined,
       };
-      this.options.hooks?.onRun?.({ image: req.key, driver: 'bwrap', warm: false, durationMs, result });
+      this.options.hooks?.onRun?.({ image: req.key, driver: 'bwrap', warm: pooled !== undefined, durationMs, result });
       return result;
     } finally {
       clearTimeout(timer);
@@ -261,6 +343,7 @@ export class BwrapDriver implements SandboxDriver {
   async close(): Promise<void> {
     this.closed = true;
     for (const kill of this.children) kill();
+    for (const l of this.launchers.splice(0)) this.discard(l);
   }
 }
 
@@ -278,4 +361,12 @@ async function readImageEnv(rootfs: string): Promise<Record<string, string>> {
 
 function signalNumber(signal: NodeJS.Signals | null): number {
   return (signal && constants.signals[signal]) || 9;
+}
+
+function setRef(l: Launcher, ref: boolean): void {
+  const handles = [l.child, ...l.child.stdio] as unknown as ({ ref?: () => void; unref?: () => void } | null)[];
+  for (const h of handles) {
+    if (ref) h?.ref?.();
+    else h?.unref?.();
+  }
 }

@@ -3,7 +3,7 @@
  * every process of the call. cgroup v1 (memory, pids, cpu hierarchies) or v2 (unified);
  * unavailable when not root or not writable, and the bwrap driver then falls back to rlimits.
  */
-import { access, mkdir, readFile, rmdir, writeFile, constants } from 'node:fs/promises';
+import { access, mkdir, readFile, readdir, rmdir, stat, writeFile, constants } from 'node:fs/promises';
 import path from 'node:path';
 import type { ResourceLimits } from './types.js';
 
@@ -123,6 +123,21 @@ export class CallCgroup {
         if (ok) break;
         await new Promise((r) => setTimeout(r, 25));
       }
+    }
+  }
+}
+
+/** Removes call cgroups left empty by a worker that died (older than maxAgeMs). */
+export async function removeStaleCgroups(mode: CgroupMode, maxAgeMs = 600_000): Promise<void> {
+  if (mode === 'none') return;
+  const parents = mode === 'v2' ? [path.join(ROOT, GROUP)] : ['memory', 'pids', 'cpu'].map((c) => path.join(ROOT, c, GROUP));
+  for (const parent of parents) {
+    for (const entry of await readdir(parent, { withFileTypes: true }).catch(() => [])) {
+      if (!entry.isDirectory()) continue;
+      const dir = path.join(parent, entry.name);
+      const st = await stat(dir).catch(() => undefined);
+      // rmdir fails on a cgroup that still has processes: only empty ones go.
+      if (st && Date.now() - st.mtimeMs > maxAgeMs) await rmdir(dir).catch(() => undefined);
     }
   }
 }

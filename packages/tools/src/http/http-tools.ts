@@ -1,0 +1,81 @@
+/** http_get and http_post (SPEC §4): fetch a public URL under the §6 SSRF rules. */
+import { Type, defineTool } from '@toolgate/registry';
+import { httpServices } from './services.js';
+import type { HttpResult } from './safe-http-client.js';
+
+/** Longest request body http_post sends. */
+export const MAX_POST_BODY_CHARS = 1_000_000;
+/**
+ * The worker's hard stop. policy.http.timeoutMs (default 10 s) caps each request well before
+ * this; a policy timeout above it is cut here.
+ */
+export const HTTP_TOOL_TIMEOUT_MS = 60_000;
+
+const url = Type.String({
+  minLength: 1,
+  maxLength: 8192,
+  description: 'Absolute http:// or https:// URL of a public host',
+});
+const headers = Type.Optional(
+  Type.Record(
+    Type.String({ pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$" }),
+    Type.String({ maxLength: 8192 }),
+    {
+      maxProperties: 64,
+      description:
+        'Extra request headers, e.g. {"Accept": "application/json"}. Host, Connection and other ' +
+        'hop-by-hop headers are ignored; Authorization and Cookie are not sent on to another origin after a redirect.',
+    },
+  ),
+);
+
+const RESULT_DOC =
+  'Returns {status, statusText, url (final, after redirects), headers (a safe subset), body, ' +
+  'encoding ("utf-8", or "base64" for binary), truncated (body cut at the size limit), bytes, redirects}. ' +
+  'A non-2xx status is a normal result. Only public internet hosts are reachable; private, ' +
+  'loopback and cloud-metadata addresses are refused with error blocked_address.';
+
+export const httpGet = defineTool({
+  name: 'http_get',
+  description: `Fetch a URL with HTTP GET and return the response. ${RESULT_DOC}`,
+  category: 'web',
+  parameters: Type.Object({ url, headers }),
+  risk: 'safe',
+  timeoutMs: HTTP_TOOL_TIMEOUT_MS,
+  cacheTtlSeconds: 300,
+  idempotent: true,
+  handler: (args, ctx): Promise<HttpResult> =>
+    httpServices(ctx).request(
+      { method: 'GET', url: args.url, ...(args.headers ? { headers: args.headers } : {}) },
+      ctx.signal,
+    ),
+});
+
+export const httpPost = defineTool({
+  name: 'http_post',
+  description:
+    'Send an HTTP POST with a text body (JSON is sent as application/json unless a Content-Type ' +
+    `header says otherwise) and return the response. Redirects 301/302/303 continue as GET. ${RESULT_DOC}`,
+  category: 'web',
+  parameters: Type.Object({
+    url,
+    body: Type.String({
+      maxLength: MAX_POST_BODY_CHARS,
+      description: 'Request body, e.g. a JSON string',
+    }),
+    headers,
+  }),
+  risk: 'sensitive',
+  timeoutMs: HTTP_TOOL_TIMEOUT_MS,
+  idempotent: false,
+  handler: (args, ctx): Promise<HttpResult> =>
+    httpServices(ctx).request(
+      {
+        method: 'POST',
+        url: args.url,
+        body: args.body,
+        ...(args.headers ? { headers: args.headers } : {}),
+      },
+      ctx.signal,
+    ),
+});

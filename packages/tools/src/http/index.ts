@@ -1,0 +1,27 @@
+/** The http tools (SPEC §4) and the SSRF guard behind them (SPEC §6). */
+import type { AnyToolSpec } from '@toolgate/registry';
+import { httpGet, httpPost } from './http-tools.js';
+import './services.js';
+
+export const httpTools: AnyToolSpec[] = [httpGet, httpPost];
+
+export { httpGet, httpPost, HTTP_TOOL_TIMEOUT_MS, MAX_POST_BODY_CHARS } from './http-tools.js';
+export { createHttpServices, httpServices } from './services.js';
+export { SafeHttpClient, DEFAULT_USER_AGENT } from './safe-http-client.js';
+export { AddressGuard, parseHttpUrl, pinnedLookup, systemLookup } from './address-guard.js';
+export { AllowHosts, InvalidAllowHostError } from './allow-hosts.js';
+export {
+  classifyAddress,
+  CLOUD_METADATA_ADDRESSES,
+  CLOUD_METADATA_HOSTS,
+} from './address-ranges.js';
+
+export type { HttpToolServices } from './services.js';
+export type { HttpPolicy, HttpRequest, HttpResult, HttpClientOptions } from './safe-http-client.js';
+export type {
+  AddressPolicy,
+  CheckedTarget,
+  LookupFunction,
+  ResolvedAddress,
+} from './address-guard.js';
+export type { AddressClass, AddressRange } from './address-ranges.js';

@@ -1,0 +1,6 @@
+/** Policies applied to tool calls before they run (SPEC §6). */
+export { checkShellCommand, POLICY_DENIED } from './shell-policy.js';
+export { parseShell, ShellSyntaxError } from './shell-syntax.js';
+
+export type { ShellCheckResult, ShellPolicy, ShellRule } from './shell-policy.js';
+export type { SimpleCommand, Word, WordPart, Redirect, Assignment } from './shell-syntax.js';

@@ -1,0 +1,859 @@
+/**
+ * The run_shell command policy (SPEC §6, `policy.shell`).
+ *
+ * This is a first filter and the sandbox is the real boundary: it turns away the obviously
+ * destructive or out-of-scope commands a model might produce, with a message the model can act
+ * on, but a determined program can always evade a text filter (an interpreter, a script written
+ * to a file, an encoded payload), so nothing here replaces the sandbox's isolation — no network,
+ * read-only root, dropped capabilities, resource limits.
+ *
+ * - `blocklist` mode: every simple command on the line (split on `;`, `&&`, `||`, `|`, newlines,
+ *   inside `$(…)`, backticks, subshells, here-documents, `sh -c`, `eval`, `find -exec`, `xargs`,
+ *   after wrappers such as `sudo`, `env`, `command`, `nice`, `timeout`) is checked against rules
+ *   (rm -rf /, mkfs, dd if=, fork bombs, chmod 777 /, curl/wget, netcat, shutdown, writes to
+ *   disks, …), after quote removal, `/bin/rm`-style paths, `$IFS`, brace expansion and simple
+ *   variable assignments are resolved.
+ * - `allowlist` mode: additionally every program — including the ones a wrapper runs — must be
+ *   listed in `policy.allow`; programs whose name is computed at run time, and assignments to
+ *   PATH, LD_PRELOAD and the like, are denied.
+ */
+import path from 'node:path';
+import {
+  parseShell,
+  plainText,
+  ShellSyntaxError,
+  type SimpleCommand,
+  type Word,
+} from './shell-syntax.js';
+
+/** The ToolError code run_shell uses for a command the policy refuses. */
+export const POLICY_DENIED = 'policy_denied';
+
+/** `policy.shell` from the config. */
+export interface ShellPolicy {
+  mode: 'blocklist' | 'allowlist';
+  allow: readonly string[];
+}
+
+export type ShellRule =
+  | 'rm_root'
+  | 'disk_format'
+  | 'dd'
+  | 'fork_bomb'
+  | 'chmod_root'
+  | 'mv_root'
+  | 'download'
+  | 'netcat'
+  | 'reverse_shell'
+  | 'power'
+  | 'kill_all'
+  | 'device_write'
+  | 'pipe_to_shell'
+  | 'not_allowed'
+  | 'dynamic_program'
+  | 'env_override'
+  | 'unparseable';
+
+export type ShellCheckResult =
+  | { ok: true }
+  | {
+      ok: false;
+      rule: ShellRule;
+      /** Says what was refused and why, for the model to read. */
+      message: string;
+      /** The program the decision is about, when there is one. */
+      program?: string;
+      /** The simple command that was refused, as the policy read it. */
+      command?: string;
+    };
+
+type Denial = Extract<ShellCheckResult, { ok: false }>;
+
+/** An argument after quote removal; `dynamic` when part of it is only known at run time. */
+interface Arg {
+  text: string;
+  dynamic: boolean;
+}
+
+const MAX_COMMAND_CHARS = 1_000_000;
+const MAX_SCRIPT_DEPTH = 8;
+const MAX_BRACE_FIELDS = 256;
+/** The sandbox's working directory: relative `..` paths are resolved from here. */
+const WORKDIR = '/workspace';
+
+const SHELLS = new Set(['sh', 'bash', 'dash', 'zsh', 'ksh', 'ash', 'mksh', 'yash', 'posh', 'fish']);
+const SYSTEM_DIRS = new Set([
+  'bin',
+  'boot',
+  'dev',
+  'etc',
+  'home',
+  'lib',
+  'lib32',
+  'lib64',
+  'libx32',
+  'opt',
+  'proc',
+  'root',
+  'run',
+  'sbin',
+  'srv',
+  'sys',
+  'usr',
+  'var',
+]);
+const STANDARD_BIN_DIRS = new Set([
+  '/bin',
+  '/usr/bin',
+  '/usr/local/bin',
+  '/sbin',
+  '/usr/sbin',
+  '/usr/local/sbin',
+]);
+const DISK_FORMAT = new Set([
+  'mke2fs',
+  'mkswap',
+  'wipefs',
+  'mkdosfs',
+  'mkntfs',
+  'fdisk',
+  'sfdisk',
+  'cfdisk',
+  'gdisk',
+  'sgdisk',
+  'parted',
+  'blkdiscard',
+]);
+const DOWNLOADERS = new Set(['curl', 'wget', 'aria2c', 'axel', 'lwp-download', 'lwp-request']);
+const NETCATS = new Set([
+  'nc',
+  'ncat',
+  'netcat',
+  'socat',
+  'telnet',
+  'nc.openbsd',
+  'nc.traditional',
+]);
+const POWER = new Set(['shutdown', 'reboot', 'halt', 'poweroff', 'kexec', 'telinit']);
+const SYSTEMCTL_POWER = new Set([
+  'poweroff',
+  'reboot',
+  'halt',
+  'kexec',
+  'suspend',
+  'hibernate',
+  'hybrid-sleep',
+  'rescue',
+  'emergency',
+  'soft-reboot',
+]);
+/** Raw disks and kernel memory: writing to them destroys data or the machine. */
+const DEVICE = /^\/dev\/(?:sd|hd|vd|xvd|nvme|mmcblk|dm-|md|loop|disk\/|mapper\/|mem$|kmem$|port$)/;
+const DEVICE_WRITERS = new Set(['tee', 'cp', 'mv', 'shred', 'dd', 'truncate', 'install', 'cat']);
+const DECLARATIONS = new Set(['export', 'declare', 'local', 'readonly', 'typeset']);
+/** Assignments that change which program runs or what a shell executes. */
+const DANGEROUS_VARIABLES =
+  /^(?:PATH|LD_[A-Z_]+|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|IFS|BASH_FUNC_.*)$/;
+
+export function checkShellCommand(command: string, policy: ShellPolicy): ShellCheckResult {
+  const checker = new Checker(policy);
+  return checker.script(command, 0) ?? { ok: true };
+}
+
+function deny(
+  rule: ShellRule,
+  message: string,
+  extra: { program?: string; argv?: Arg[] } = {},
+): Denial {
+  return {
+    ok: false,
+    rule,
+    message,
+    ...(extra.program !== undefined ? { program: extra.program } : {}),
+    ...(extra.argv ? { command: render(extra.argv) } : {}),
+  };
+}
+
+function render(argv: Arg[]): string {
+  return argv
+    .map((a) => {
+      const t = a.dynamic ? `${a.text}…` : a.text;
+      return /[\s'"\\$`]/.test(t) || t === '' ? `'${t.replace(/'/g, "'\\''")}'` : t;
+    })
+    .join(' ');
+}
+
+/** The program name a command word runs: the last path component (`/bin/rm` → `rm`). */
+function baseName(text: string): string {
+  const i = text.lastIndexOf('/');
+  return i === -1 ? text : text.slice(i + 1);
+}
+
+/**
+ * Paths whose recursive removal, chmod or move wrecks the system: `/`, anything directly
+ * under `/` that is a glob or a system directory, the home directory; `..` climbs are
+ * resolved from the working directory.
+ */
+function isRootish(arg: Arg): boolean {
+  let p = arg.text;
+  if (p === '') return false;
+  if (p.startsWith('~')) {
+    const rest = p.replace(/^~[^/]*/, '');
+    return rest === '' || /^\/+(?:\.?\/*|\*|\.\*)?$/.test(rest);
+  }
+  if (!p.startsWith('/')) {
+    if (!p.startsWith('..')) return false;
+    p = path.posix.resolve(WORKDIR, p);
+  }
+  const normalized = path.posix.normalize(p).replace(/\/+$/, '').replace(/\/\.$/, '') || '/';
+  if (normalized === '/' || normalized === '/.') return true;
+  const dir = path.posix.dirname(normalized);
+  const base = path.posix.basename(normalized);
+  const glob = /[*?[]/.test(base);
+  if (dir === '/') return SYSTEM_DIRS.has(base) || glob;
+  // Everything inside a system directory at once: /etc/*, /home/*.
+  return glob && path.posix.dirname(dir) === '/' && SYSTEM_DIRS.has(path.posix.basename(dir));
+}
+
+/** Splits leading options off `args` (short clusters, `--long[=v]`) up to the first operand. */
+function skipOptions(
+  args: Arg[],
+  start: number,
+  withValue: string,
+  longWithValue: readonly string[] = [],
+): { index: number; options: string[] } {
+  const options: string[] = [];
+  let i = start;
+  while (i < args.length) {
+    const a = args[i]!.text;
+    if (a === '--') return { index: i + 1, options };
+    if (!a.startsWith('-') || a === '-') break;
+    options.push(a);
+    if (a.startsWith('--')) {
+      if (!a.includes('=') && longWithValue.includes(a)) i++;
+      i++;
+      continue;
+    }
+    for (let j = 1; j < a.length; j++) {
+      if (withValue.includes(a[j]!)) {
+        if (j === a.length - 1) i++;
+        break;
+      }
+    }
+    i++;
+  }
+  return { index: i, options };
+}
+
+const isAssignment = (a: Arg) => /^[A-Za-z_][A-Za-z0-9_]*=/.test(a.text);
+
+/** What running `argv` really runs: the inner command of a wrapper, or a script string. */
+interface Unwrapped {
+  inner?: Arg[];
+  scripts?: Arg[];
+  /** find -exec: commands run per file. */
+  extra?: Arg[][];
+  /** Assignments a wrapper (env, sudo) makes for the inner command. */
+  assignments?: string[];
+}
+
+function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
+  const args = argv;
+  switch (program) {
+    case 'sudo':
+    case 'doas': {
+      const { index } = skipOptions(args, 1, program === 'sudo' ? 'ugpChDrtUTR' : 'uCa', [
+        '--user',
+        '--group',
+        '--prompt',
+        '--close-from',
+        '--chdir',
+        '--role',
+        '--type',
+        '--other-user',
+        '--command-timeout',
+        '--chroot',
+        '--host',
+      ]);
+      let i = index;
+      const assignments: string[] = [];
+      while (i < args.length && isAssignment(args[i]!)) assignments.push(args[i++]!.text);
+      return { inner: args.slice(i), assignments };
+    }
+    case 'env': {
+      const { index, options } = skipOptions(args, 1, 'uCS', [
+        '--unset',
+        '--chdir',
+        '--split-string',
+      ]);
+      const split = options.findIndex((o) => o === '-S' || o.startsWith('--split-string'));
+      if (split !== -1 || options.some((o) => /^-[^-]*S/.test(o))) {
+        // -S "cmd args": the string is split into a command line.
+        return { scripts: args.slice(1) };
+      }
+      let i = index;
+      const assignments: string[] = [];
+      while (i < args.length && isAssignment(args[i]!)) assignments.push(args[i++]!.text);
+      return { inner: args.slice(i), assignments };
+    }
+    case 'command':
+    case 'builtin':
+    case 'nohup':
+    case 'setsid':
+    case 'unbuffer':
+    case 'unshare':
+    case 'time':
+    case 'exec':
+    case 'nice':
+    case 'ionice':
+    case 'stdbuf':
+    case 'strace':
+    case 'ltrace':
+    case 'runuser': {
+      const withValue: Record<string, string> = {
+        exec: 'a',
+        nice: 'n',
+        ionice: 'cnpPu',
+        stdbuf: 'ioe',
+        time: 'fo',
+        strace: 'eoOpPsSuIXabE',
+        ltrace: 'eoOpPsSuIXabEnlL',
+        runuser: 'ugGswc',
+      };
+      const { index, options } = skipOptions(args, 1, withValue[program] ?? '', [
+        '--adjustment',
+        '--format',
+        '--output',
+        '--user',
+        '--group',
+        '--command',
+      ]);
+      if (program === 'runuser') {
+        const c = commandOption(args, options);
+        if (c) return { scripts: [c] };
+      }
+      return { inner: args.slice(index) };
+    }
+    case 'su':
+    case 'script': {
+      const { options } = skipOptions(args, 1, 'cgGs', ['--command', '--group', '--shell']);
+      const c = commandOption(args, options);
+      return c ? { scripts: [c] } : undefined;
+    }
+    case 'timeout': {
+      const { index } = skipOptions(args, 1, 'sk', ['--signal', '--kill-after']);
+      return { inner: args.slice(index + 1) };
+    }
+    case 'chroot': {
+      const { index } = skipOptions(args, 1, '', ['--userspec', '--groups']);
+      return { inner: args.slice(index + 1) };
+    }
+    case 'taskset': {
+      const { index, options } = skipOptions(args, 1, '', ['--cpu-list']);
+      if (options.some((o) => o.includes('p'))) return undefined;
+      const list = options.some((o) => /^-[^-]*c|^--cpu-list/.test(o));
+      return { inner: args.slice(index + (list ? 0 : 1)) };
+    }
+    case 'flock': {
+      const { index, options } = skipOptions(args, 1, 'wEc', [
+        '--timeout',
+        '--conflict-exit-code',
+        '--command',
+      ]);
+      const c = commandOption(args, options);
+      if (c) return { scripts: [c] };
+      return { inner: args.slice(index + 1) };
+    }
+    case 'busybox':
+      return { inner: args.slice(1) };
+    case 'xargs': {
+      const { index } = skipOptions(args, 1, 'aEILnPsd', [
+        '--arg-file',
+        '--delimiter',
+        '--eof',
+        '--replace',
+        '--max-lines',
+        '--max-args',
+        '--max-procs',
+        '--max-chars',
+        '--process-slot-var',
+      ]);
+      const inner = args.slice(index);
+      return { inner: inner.length > 0 ? inner : [{ text: 'echo', dynamic: false }] };
+    }
+    case 'watch': {
+      const { index, options } = skipOptions(args, 1, 'nq', ['--interval']);
+      if (options.some((o) => o === '-x' || o === '--exec' || /^-[^-]*x/.test(o))) {
+        return { inner: args.slice(index) };
+      }
+      return { scripts: args.slice(index) };
+    }
+    case 'eval':
+      return { scripts: args.slice(1) };
+    case 'find': {
+      const extra: Arg[][] = [];
+      for (let i = 1; i < args.length; i++) {
+        if (/^-(exec|execdir|ok|okdir)$/.test(args[i]!.text)) {
+          const start = i + 1;
+          let end = start;
+          while (end < args.length && args[end]!.text !== ';' && args[end]!.text !== '+') end++;
+          extra.push(args.slice(start, end));
+          i = end;
+        }
+      }
+      return extra.length > 0 ? { extra } : undefined;
+    }
+    default:
+      if (SHELLS.has(program)) {
+        const { index, options } = skipOptions(args, 1, 'oO', []);
+        const hasC = options.some((o) => /^-[^-]*c/.test(o));
+        if (hasC && index < args.length) return { scripts: [args[index]!] };
+      }
+      return undefined;
+  }
+}
+
+/** The argument of `-c CMD` / `--command=CMD` / `--command CMD` among parsed options. */
+function commandOption(args: Arg[], options: string[]): Arg | undefined {
+  for (let i = 1; i < args.length; i++) {
+    const t = args[i]!.text;
+    if (!options.includes(t)) continue;
+    if (t.startsWith('--command=')) return { text: t.slice(10), dynamic: args[i]!.dynamic };
+    if (t === '--command' || /^-[^-]*c$/.test(t)) return args[i + 1];
+  }
+  return undefined;
+}
+
+class Checker {
+  private readonly allow: Set<string> | undefined;
+  private readonly env = new Map<string, string | undefined>();
+
+  constructor(policy: ShellPolicy) {
+    this.allow = policy.mode === 'allowlist' ? new Set(policy.allow) : undefined;
+  }
+
+  script(source: string, depth: number): Denial | undefined {
+    if (depth > MAX_SCRIPT_DEPTH) {
+      return deny('unparseable', 'the command nests shells too deeply to be checked');
+    }
+    if (source.length > MAX_COMMAND_CHARS) {
+      return deny('unparseable', `the command is longer than ${MAX_COMMAND_CHARS} characters`);
+    }
+    const raw = rawChecks(source);
+    if (raw) return raw;
+    let commands: SimpleCommand[];
+    try {
+      commands = parseShell(source);
+    } catch (err) {
+      if (!(err instanceof ShellSyntaxError)) throw err;
+      return deny(
+        'unparseable',
+        `the command could not be parsed (${err.message}); fix the quoting or split it into simpler commands`,
+      );
+    }
+    for (const cmd of commands) {
+      const denial = this.command(cmd, depth);
+      if (denial) return denial;
+    }
+    return undefined;
+  }
+
+  private command(cmd: SimpleCommand, depth: number): Denial | undefined {
+    // Assignments: a standalone one sets a variable later commands may use as a program name.
+    for (const a of cmd.assignments) {
+      if (this.allow && DANGEROUS_VARIABLES.test(a.name)) {
+        return deny('env_override', `setting ${a.name} is not allowed in allowlist mode`);
+      }
+      if (cmd.words.length === 0) {
+        const value = this.expand(a.value);
+        this.env.set(
+          a.name,
+          value.length === 1 && !value[0]!.dynamic
+            ? value[0]!.text
+            : value.length === 0
+              ? ''
+              : undefined,
+        );
+      }
+    }
+    for (const r of cmd.redirects) {
+      if (
+        !/>/.test(r.op) ||
+        (r.op === '>&' && r.target && /^\d+$|^-$/.test(plainText(r.target) ?? ''))
+      )
+        continue;
+      for (const target of r.target ? this.expand(r.target) : []) {
+        if (DEVICE.test(target.text) || target.text.startsWith('/proc/sysrq-trigger')) {
+          return deny(
+            'device_write',
+            `writing to ${target.text} is blocked: it would destroy a disk or the machine`,
+          );
+        }
+      }
+    }
+    const argv = cmd.words.flatMap((w) => this.expand(w));
+    if (argv.length === 0) return undefined;
+    if (DECLARATIONS.has(argv[0]!.text)) {
+      // export X=rm: later commands may run $X.
+      for (const a of argv.slice(1)) {
+        const m = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s.exec(a.text);
+        if (!m) continue;
+        if (this.allow && DANGEROUS_VARIABLES.test(m[1]!)) {
+          return deny('env_override', `setting ${m[1]} is not allowed in allowlist mode`);
+        }
+        this.env.set(m[1]!, a.dynamic ? undefined : m[2]!);
+      }
+    }
+    return this.argv(argv, cmd, depth);
+  }
+
+  /** Checks one command line and everything it runs through wrappers. */
+  private argv(argv: Arg[], cmd: SimpleCommand | undefined, depth: number): Denial | undefined {
+    let current: Arg[] = argv;
+    for (let hops = 0; hops < 16 && current.length > 0; hops++) {
+      const first = current[0]!;
+      const program = baseName(first.text);
+      const allowed = this.allowed(first, current);
+      if (allowed) return allowed;
+      const denial = blocklist(program, current, cmd);
+      if (denial) return denial;
+      if (SHELLS.has(program) && cmd) {
+        const d = this.shellInput(program, current, cmd, depth);
+        if (d) return d;
+      }
+      const u = unwrap(program, current);
+      if (!u) return undefined;
+      for (const a of u.assignments ?? []) {
+        const name = a.slice(0, a.indexOf('='));
+        if (this.allow && DANGEROUS_VARIABLES.test(name)) {
+          return deny('env_override', `setting ${name} is not allowed in allowlist mode`);
+        }
+      }
+      for (const extra of u.extra ?? []) {
+        const d = this.argv(extra, undefined, depth);
+        if (d) return d;
+      }
+      if (u.scripts) {
+        if (u.scripts.some((s) => s.dynamic) && this.allow) {
+          return deny(
+            'dynamic_program',
+            `${program} runs a command computed at run time, which allowlist mode cannot check`,
+            { program, argv: current },
+          );
+        }
+        const d = this.script(u.scripts.map((s) => s.text).join(' '), depth + 1);
+        if (d) return d;
+        return undefined;
+      }
+      if (!u.inner) return undefined;
+      current = u.inner;
+    }
+    return undefined;
+  }
+
+  /** A shell fed a here-document or here-string runs its text: check that text as commands. */
+  private shellInput(
+    program: string,
+    argv: Arg[],
+    cmd: SimpleCommand,
+    depth: number,
+  ): Denial | undefined {
+    const { options } = skipOptions(argv, 1, 'oO', []);
+    if (options.some((o) => /^-[^-]*c/.test(o))) return undefined;
+    for (const r of cmd.redirects) {
+      if (r.heredocBody !== undefined) {
+        const d = this.script(r.heredocBody, depth + 1);
+        if (d) return d;
+      } else if (r.op === '<<<' && r.target) {
+        const input = this.expand(r.target);
+        if (input.some((a) => a.dynamic)) {
+          return deny(
+            'pipe_to_shell',
+            `feeding ${program} a command computed at run time is blocked: the policy cannot see what would run`,
+            { program, argv },
+          );
+        }
+        const d = this.script(input.map((a) => a.text).join(' '), depth + 1);
+        if (d) return d;
+      }
+    }
+    return undefined;
+  }
+
+  /** Allowlist mode: the program must be listed. */
+  private allowed(first: Arg, argv: Arg[]): Denial | undefined {
+    if (!this.allow) return undefined;
+    if (first.dynamic || /[*?[]/.test(first.text)) {
+      return deny(
+        'dynamic_program',
+        `the program name "${first.text}…" is computed at run time, which allowlist mode cannot check`,
+        { argv },
+      );
+    }
+    const name = first.text;
+    const program =
+      name.includes('/') && STANDARD_BIN_DIRS.has(path.posix.dirname(name)) ? baseName(name) : name;
+    if (this.allow.has(program) || this.allow.has(name)) return undefined;
+    const listed = [...this.allow].sort().join(', ') || '(none)';
+    return deny(
+      'not_allowed',
+      `"${program}" is not an allowed program (policy.shell.allow: ${listed})`,
+      { program, argv },
+    );
+  }
+
+  /** Quote removal and the expansions that can be known: variables set earlier, $IFS, braces. */
+  private expand(word: Word): Arg[] {
+    const fields: { text: string; dynamic: boolean; plain: boolean }[] = [];
+    let cur = { text: '', dynamic: false, plain: true };
+    let started = false;
+    const split = () => {
+      if (started) fields.push(cur);
+      cur = { text: '', dynamic: false, plain: true };
+      started = false;
+    };
+    for (const p of word.parts) {
+      if (p.kind === 'lit') {
+        cur.text += p.text;
+        started = true;
+        if (p.quoted) cur.plain = false;
+      } else if (p.kind === 'var') {
+        const known = p.name === 'HOME' ? '~' : this.env.get(p.name);
+        if (known === undefined) {
+          if (p.name === 'IFS' && !p.quoted) {
+            split(); // ${IFS} between words is a separator
+            continue;
+          }
+          cur.dynamic = true;
+          cur.plain = false;
+          started = true;
+        } else if (p.quoted) {
+          cur.text += known;
+          cur.plain = false;
+          started = true;
+        } else {
+          // Unquoted: the value is split into fields.
+          const pieces = known.split(/[ \t\n]+/);
+          pieces.forEach((piece, i) => {
+            if (i > 0) split();
+            if (piece !== '') {
+              cur.text += piece;
+              started = true;
+            }
+          });
+        }
+      } else {
+        cur.dynamic = true;
+        cur.plain = false;
+        started = true;
+      }
+    }
+    split();
+    return fields.flatMap((f) =>
+      f.plain
+        ? braces(f.text).map((text) => ({ text, dynamic: false }))
+        : [{ text: f.text, dynamic: f.dynamic }],
+    );
+  }
+}
+
+/** Unquoted brace expansion: `{rm,-rf,/}` → rm -rf /; `/{etc,usr}` → /etc /usr. */
+function braces(text: string): string[] {
+  const m = /^(.*?)\{([^{}]*,[^{}]*)\}(.*)$/s.exec(text);
+  if (!m) return [text];
+  const out: string[] = [];
+  for (const alt of m[2]!.split(',')) {
+    for (const rest of braces(m[3]!)) {
+      out.push(`${m[1]}${alt}${rest}`);
+      if (out.length >= MAX_BRACE_FIELDS) return out;
+    }
+  }
+  return out.filter((t) => t !== '');
+}
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+/** Checks on the text itself: fork bombs and /dev/tcp reverse shells survive any quoting. */
+function rawChecks(source: string): Denial | undefined {
+  if (/\/dev\/(?:tcp|udp)\//.test(source)) {
+    return deny('reverse_shell', 'connections through /dev/tcp or /dev/udp are blocked');
+  }
+  if (
+    /\bfork\s+while\s+fork\b/.test(source) ||
+    /\bwhile\s*\(?\s*(?:1|true)\s*\)?\s*[:;{]?\s*(?:do\s*)?fork\b/.test(source)
+  ) {
+    return deny('fork_bomb', 'this is a fork bomb: it would exhaust the process table');
+  }
+  // name() { … name … | or & … }: a function that starts copies of itself.
+  const defs =
+    /(?:^|[\s;&|(){}])(?:function\s+)?([^\s;&|(){}<>'"`$]+)\s*\(\s*\)\s*\{|(?:^|[\s;&|(){}])function\s+([^\s;&|(){}<>'"`$]+)\s*\{/g;
+  for (const m of source.matchAll(defs)) {
+    const name = m[1] ?? m[2]!;
+    const open = m.index + m[0].length;
+    let depth = 1;
+    let end = open;
+    while (end < source.length && depth > 0) {
+      if (source[end] === '{') depth++;
+      else if (source[end] === '}') depth--;
+      end++;
+    }
+    const body = source.slice(open, end - 1);
+    const self = new RegExp(`(?:^|[\\s;&|(){}])${escapeRegExp(name)}(?=$|[\\s;&|(){}])`, 'g');
+    const calls = [...body.matchAll(self)].length;
+    if (calls >= 1 && /\||&(?!&)/.test(body.replace(/&&/g, ''))) {
+      return deny(
+        'fork_bomb',
+        `"${name}" is a fork bomb: it starts copies of itself until the process table is full`,
+      );
+    }
+  }
+  return undefined;
+}
+
+/** The blocklist rules for one command (after wrappers are peeled off). */
+function blocklist(
+  program: string,
+  argv: Arg[],
+  cmd: SimpleCommand | undefined,
+): Denial | undefined {
+  const args = argv.slice(1);
+  const operands = () => {
+    const out: Arg[] = [];
+    let options = true;
+    for (const a of args) {
+      if (options && a.text === '--') {
+        options = false;
+        continue;
+      }
+      if (options && a.text.startsWith('-') && a.text !== '-') continue;
+      out.push(a);
+    }
+    return out;
+  };
+  const hasFlag = (short: RegExp, long: string[]) =>
+    args.some(
+      (a) => (/^-[^-]/.test(a.text) && short.test(a.text.slice(1))) || long.includes(a.text),
+    );
+  const extra = { program, argv };
+
+  if (program === 'rm') {
+    if (args.some((a) => a.text === '--no-preserve-root')) {
+      return deny(
+        'rm_root',
+        'rm --no-preserve-root is blocked: it exists only to delete the whole filesystem',
+        extra,
+      );
+    }
+    const recursive = hasFlag(/[rR]/, ['--recursive']);
+    const target = operands().find(isRootish);
+    if (recursive && target) {
+      return deny(
+        'rm_root',
+        `"rm -r ${target.text}" would delete the system or home directory; remove specific paths inside ${WORKDIR} instead`,
+        extra,
+      );
+    }
+  }
+  if (program === 'find') {
+    const starts: Arg[] = [];
+    for (const a of args) {
+      if (/^[-(!]/.test(a.text)) break;
+      starts.push(a);
+    }
+    const deletes =
+      args.some((a) => a.text === '-delete') ||
+      args.some(
+        (a, i) => /^-(exec|execdir)$/.test(a.text) && baseName(args[i + 1]?.text ?? '') === 'rm',
+      );
+    if (deletes && starts.some(isRootish)) {
+      return deny(
+        'rm_root',
+        'find over the system or home directory with -delete / -exec rm is blocked',
+        extra,
+      );
+    }
+  }
+  if (program.startsWith('mkfs') || DISK_FORMAT.has(program)) {
+    return deny('disk_format', `${program} formats or partitions disks and is blocked`, extra);
+  }
+  if (
+    program === 'dd' &&
+    args.some((a) => a.text.startsWith('if=') || DEVICE.test(a.text.replace(/^of=/, '')))
+  ) {
+    return deny(
+      'dd',
+      'dd with if= is blocked (raw disk copies); to make a test file use head -c, truncate -s or fallocate',
+      extra,
+    );
+  }
+  if (['chmod', 'chown', 'chgrp', 'chattr', 'setfacl'].includes(program)) {
+    const target = operands().find(isRootish);
+    if (target) {
+      return deny(
+        'chmod_root',
+        `${program} on ${target.text} is blocked: it would break the system's permissions`,
+        extra,
+      );
+    }
+  }
+  if (program === 'mv') {
+    const sources = operands().slice(0, -1);
+    const target = sources.find(isRootish);
+    if (target) return deny('mv_root', `moving ${target.text} is blocked`, extra);
+  }
+  if (DOWNLOADERS.has(program)) {
+    return deny(
+      'download',
+      `${program} is blocked in run_shell (the sandbox has no network); use the http_get or http_post tool instead`,
+      extra,
+    );
+  }
+  if (NETCATS.has(program)) {
+    return deny(
+      'netcat',
+      `${program} is blocked: network listeners and reverse shells are not allowed`,
+      extra,
+    );
+  }
+  if (
+    POWER.has(program) ||
+    (program === 'init' && /^[0126sS]$/.test(args[0]?.text ?? '')) ||
+    (program === 'systemctl' && args.some((a) => SYSTEMCTL_POWER.has(a.text)))
+  ) {
+    return deny('power', `${program} would stop or restart the machine and is blocked`, extra);
+  }
+  if (program === 'killall5') return deny('kill_all', 'killall5 would kill every process', extra);
+  if (program === 'kill' || program === 'pkill') {
+    let i = 0;
+    if (args[0] && /^-(s|n)$/.test(args[0].text)) i = 2;
+    else if (args[0] && /^-/.test(args[0].text) && args[0].text !== '--') i = 1;
+    if (args[i]?.text === '--') i++;
+    if (program === 'kill' && args.slice(i).some((a) => a.text === '-1' || a.text === '1')) {
+      return deny('kill_all', 'kill -1 / kill 1 would kill every process or init', extra);
+    }
+  }
+  if (DEVICE_WRITERS.has(program) && program !== 'cat') {
+    const dev = operands().find((a) => DEVICE.test(a.text));
+    if (dev)
+      return deny(
+        'device_write',
+        `${program} on ${dev.text} is blocked: it would destroy a disk`,
+        extra,
+      );
+  }
+  if (SHELLS.has(program) && cmd) {
+    const { index, options } = skipOptions(argv, 1, 'oO', []);
+    const hasC = options.some((o) => /^-[^-]*c/.test(o));
+    const readsStdin = !hasC && (index >= argv.length || options.some((o) => /^-[^-]*s/.test(o)));
+    if (readsStdin && cmd.piped) {
+      return deny(
+        'pipe_to_shell',
+        `piping commands into ${program} is blocked: the policy cannot see what would run; run the commands directly`,
+        extra,
+      );
+    }
+  }
+  return undefined;
+}

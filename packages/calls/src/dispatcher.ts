@@ -68,7 +68,8 @@ export class Dispatcher {
   async enqueue(job: CallJob, kind: QueueKind): Promise<void> {
     await this.queues[kind].add(job.tool, job, {
       jobId: job.id,
-      removeOnComplete: true,
+      // Kept briefly so a call's outcome is readable while the worker writes its record.
+      removeOnComplete: { age: 30, count: 20_000 },
       removeOnFail: { age: 3600 },
     });
   }
@@ -128,7 +129,12 @@ export class Dispatcher {
           status: 'error',
           outcome: failedOutcome(id, data.tool, job.failedReason),
         };
-      if (state === 'completed') break;
+      if (state === 'completed') {
+        const recorded = await this.store.get(id);
+        if (recorded) return recorded;
+        const outcome = parseOutcome(job.returnvalue);
+        return { ...base, status: outcome.status, outcome };
+      }
       return { ...base, status: 'queued' };
     }
     // Finished between the two reads (or approved and not yet enqueued).

@@ -60,6 +60,7 @@ export function createWorker({
   const metrics = createMetrics();
   const shutdown = new AbortController();
   const workers: Worker[] = [];
+  const recording = new Set<Promise<void>>();
   let metricsServer: Server | undefined;
 
   function processCall(job: Job<CallJob>, kind: QueueKind): Promise<CallOutcome> {
@@ -107,7 +108,15 @@ export function createWorker({
       } else {
         outcome = await runTool(tool, call, services, shutdown.signal);
       }
-      await record(call, kind, outcome);
+      // The outcome travels back with the job's completion; the durable record, audit entry
+      // and stats are written alongside, off the caller's critical path. Completed jobs stay
+      // readable for a few seconds, so GET /v1/calls never misses the gap.
+      const writing = record(call, kind, outcome)
+        .catch((err: unknown) =>
+          log.error({ err, callId: call.id }, 'could not record the call outcome'),
+        )
+        .finally(() => recording.delete(writing));
+      recording.add(writing);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(
@@ -221,6 +230,7 @@ export function createWorker({
       log.info('worker stopping: finishing in-flight calls');
       // BullMQ's close waits for the jobs in progress; tools see shutdown only if they outlive it.
       await Promise.all(workers.map((w) => w.close()));
+      await Promise.all(recording);
       shutdown.abort();
       await heartbeat.stop();
       metricsServer?.close();

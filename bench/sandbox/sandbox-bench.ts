@@ -182,7 +182,7 @@ export async function runSandboxBench(options: SandboxBenchOptions = {}): Promis
     const bwrapWhy = await whyDriverUnavailable('bwrap');
     if (bwrapWhy) report.skipped.bwrap = bwrapWhy;
     else {
-      const sandbox = await createSandbox(testSandboxConfig('bwrap', dir));
+      const sandbox = await createSandbox(testSandboxConfig('bwrap', dir, { pool: { size: 2 } }));
       const call = toolCall(sandbox);
       await call();
       await bareBwrap();
@@ -190,6 +190,7 @@ export async function runSandboxBench(options: SandboxBenchOptions = {}): Promis
       const driverTimes: number[] = [];
       const bareTimes: number[] = [];
       for (let i = 0; i < samples * 2; i++) {
+        await sandbox.warmUp(); // launcher pool full, as for the docker samples
         let t0 = performance.now();
         await call();
         driverTimes.push(performance.now() - t0);

@@ -16,7 +16,7 @@ import {
   type CallToolResult,
   type Tool as McpTool,
 } from '@modelcontextprotocol/sdk/types.js';
-import { Router, type Request, type Response } from 'express';
+import { Router, type Request } from 'express';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
 import { clientOf } from '../http.js';
@@ -138,7 +138,10 @@ function toResult(response: CallResponse): CallToolResult {
         : 'This call is still running. Its result will be available later; do not retry it.';
     return {
       content: [
-        { type: 'text', text: JSON.stringify({ id: response.id, status: response.status, message }) },
+        {
+          type: 'text',
+          text: JSON.stringify({ id: response.id, status: response.status, message }),
+        },
       ],
       _meta: { 'toolgate/call': { id: response.id, status: response.status } },
     };
@@ -151,9 +154,7 @@ function toResult(response: CallResponse): CallToolResult {
   }
   const result = outcome.result ?? null;
   return {
-    content: [
-      { type: 'text', text: typeof result === 'string' ? result : JSON.stringify(result) },
-    ],
+    content: [{ type: 'text', text: typeof result === 'string' ? result : JSON.stringify(result) }],
     // Objects also go out structured, for clients that read structuredContent.
     ...(isRecord(result) ? { structuredContent: result } : {}),
     _meta: meta,
@@ -177,7 +178,3 @@ function callMeta(outcome: CallOutcome) {
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
-
-/** For tests and the README: where the router expects to be mounted, and who may call it. */
-export const MCP_PATH = '/mcp';
-export type { Response as McpResponse };

@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
+import { SandboxConfigSchema } from '@toolgate/sandbox';
 
 /** A string enum that validates with a readable "must be equal to one of the allowed values". */
 function StringEnum<const T extends readonly string[]>(values: T, defaultValue: T[number]) {
@@ -107,7 +108,8 @@ export const ConfigSchema = Type.Object(
       },
       closed,
     ),
-    sandbox: Type.Record(Type.String(), Type.Unknown(), { default: {} }),
+    /** Drivers, images, limits, warm pool, reaper: see packages/sandbox/README.md. */
+    sandbox: SandboxConfigSchema,
     plugins: Type.Object({ dirs: Type.Array(Type.String(), { default: ['./plugins'] }) }, closed),
     log: Type.Object(
       {

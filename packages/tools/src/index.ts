@@ -1,9 +1,10 @@
 import { ToolRegistry, type AnyToolSpec } from '@toolgate/registry';
 import { calculator, evaluate } from './builtin/calculator.js';
 import { currentTime } from './builtin/current-time.js';
+import { sandboxedTools } from './sandboxed/index.js';
 
 /** The in-process built-in tools (SPEC §4). */
-export const builtinTools: AnyToolSpec[] = [calculator, currentTime];
+export const builtinTools: AnyToolSpec[] = [calculator, currentTime, ...sandboxedTools];
 
 /** A registry with every built-in tool, plus `extra` (tests, plugins). */
 export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegistry {
@@ -13,4 +14,4 @@ export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegi
   return registry;
 }
 
-export { calculator, currentTime, evaluate };
+export { calculator, currentTime, evaluate, sandboxedTools };

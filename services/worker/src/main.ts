@@ -2,6 +2,9 @@ import { ConfigError, loadConfig } from '@toolgate/config';
 import { createLogger } from '@toolgate/log';
 import { shutdownTelemetry } from '@toolgate/telemetry';
 import { createToolRegistry } from '@toolgate/tools';
+import type { ToolServices } from '@toolgate/registry';
+import { createMetrics } from './metrics.js';
+import { startSandbox } from './sandbox.js';
 import { createWorker } from './worker.js';
 
 async function main(): Promise<void> {
@@ -17,7 +20,15 @@ async function main(): Promise<void> {
   }
   const logger = createLogger('toolgate-worker', { level: config.log.level });
   const registry = createToolRegistry();
-  const worker = createWorker({ config, registry, logger, services: {} });
+  const metrics = createMetrics();
+  const { sandbox, services } = await startSandbox(config, logger, metrics);
+  const worker = createWorker({
+    config,
+    registry,
+    logger,
+    services: services as ToolServices,
+    metrics,
+  });
   await worker.start();
   const port = await worker.serveMetrics();
   if (port !== undefined) logger.info({ port }, 'worker metrics listening');
@@ -28,6 +39,7 @@ async function main(): Promise<void> {
     logger.info({ signal }, 'shutting down');
     worker
       .close()
+      .then(() => sandbox?.close())
       .then(() => shutdownTelemetry())
       .then(
         () => process.exit(0),

@@ -1,3 +1,4 @@
+import type { SandboxHooks } from '@toolgate/sandbox';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /** The worker's own Prometheus registry. */
@@ -71,6 +72,26 @@ export function createMetrics() {
     sandboxOutcomes,
     setWarmSource(fn: () => Record<string, number>) {
       warmSource = fn;
+    },
+    /** Hooks for the sandbox driver: every container start and every run. */
+    sandboxHooks(): SandboxHooks {
+      return {
+        onStart: ({ image, driver, durationMs }) =>
+          sandboxStart.observe({ image, driver }, durationMs / 1000),
+        onRun: ({ image, driver, warm, durationMs, result }) => {
+          sandboxRun.observe({ image, driver, warm: String(warm) }, durationMs / 1000);
+          const outcome = result.timedOut
+            ? 'timeout'
+            : result.oomKilled
+              ? 'oom'
+              : result.outputLimited
+                ? 'output_limit'
+                : result.exitCode === 0
+                  ? 'ok'
+                  : 'nonzero_exit';
+          sandboxOutcomes.inc({ image, result: outcome });
+        },
+      };
     },
   };
 }

@@ -19,7 +19,7 @@ import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry, ToolServices } from '@toolgate/registry';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
-import { createMetrics } from './metrics.js';
+import { createMetrics, type WorkerMetrics } from './metrics.js';
 import { runTool } from './run-tool.js';
 
 export interface WorkerOptions {
@@ -29,6 +29,8 @@ export interface WorkerOptions {
   services: ToolServices;
   /** Which queues this process consumes (default both). */
   queues?: QueueKind[];
+  /** Share a metrics registry made earlier (main.ts makes it to hook the sandbox in). */
+  metrics?: WorkerMetrics;
 }
 
 export interface ToolWorker {
@@ -47,6 +49,7 @@ export function createWorker({
   logger,
   services,
   queues = ['fast', 'sandbox'],
+  metrics = createMetrics(),
 }: WorkerOptions): ToolWorker {
   const id = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
   const log = logger.child({ component: 'worker', workerId: id });
@@ -57,7 +60,6 @@ export function createWorker({
   const stats = new Stats(redis, keys);
   const cache = new ResultCache(redis, keys);
   const heartbeat = new Heartbeat(redis, keys, id);
-  const metrics = createMetrics();
   const shutdown = new AbortController();
   const workers: Worker[] = [];
   const recording = new Set<Promise<void>>();

@@ -75,7 +75,9 @@ interface Arg {
   dynamic: boolean;
 }
 
-const MAX_COMMAND_CHARS = 1_000_000;
+const MAX_COMMAND_CHARS = 100_000;
+/** Fork bombs are short: function bodies are examined this far, so the check stays linear. */
+const MAX_FUNCTION_BODY_CHARS = 512;
 const MAX_SCRIPT_DEPTH = 8;
 const MAX_BRACE_FIELDS = 256;
 /** The sandbox's working directory: relative `..` paths are resolved from here. */
@@ -694,15 +696,15 @@ function rawChecks(source: string): Denial | undefined {
     const open = m.index + m[0].length;
     let depth = 1;
     let end = open;
-    while (end < source.length && depth > 0) {
+    const limit = Math.min(source.length, open + MAX_FUNCTION_BODY_CHARS);
+    while (end < limit && depth > 0) {
       if (source[end] === '{') depth++;
       else if (source[end] === '}') depth--;
       end++;
     }
-    const body = source.slice(open, end - 1);
-    const self = new RegExp(`(?:^|[\\s;&|(){}])${escapeRegExp(name)}(?=$|[\\s;&|(){}])`, 'g');
-    const calls = [...body.matchAll(self)].length;
-    if (calls >= 1 && /\||&(?!&)/.test(body.replace(/&&/g, ''))) {
+    const body = source.slice(open, depth === 0 ? end - 1 : end);
+    const self = new RegExp(`(?:^|[\\s;&|(){}])${escapeRegExp(name)}(?=$|[\\s;&|(){}])`);
+    if (self.test(body) && /\||&/.test(body.replace(/&&/g, ''))) {
       return deny(
         'fork_bomb',
         `"${name}" is a fork bomb: it starts copies of itself until the process table is full`,

@@ -5,6 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import Docker from 'dockerode';
@@ -29,6 +30,9 @@ export const LABEL = 'toolgate.sandbox';
 export const LABEL_OWNER = 'toolgate.owner';
 export const LABEL_CREATED = 'toolgate.created';
 export const LABEL_IMAGE = 'toolgate.image';
+/** Host name and pid of the owning worker: lets any worker on the same host see it is alive. */
+export const LABEL_HOST = 'toolgate.host';
+export const LABEL_PID = 'toolgate.pid';
 
 const MiB = 1024 * 1024;
 /** Containers created at once per image while refilling; more only queues in dockerd. */
@@ -381,6 +385,8 @@ export class DockerDriver implements SandboxDriver {
           [LABEL_OWNER]: this.owner,
           [LABEL_CREATED]: String(Date.now()),
           [LABEL_IMAGE]: key,
+          [LABEL_HOST]: hostname(),
+          [LABEL_PID]: String(process.pid),
         },
         HostConfig: {
           NetworkMode: how.network ? 'bridge' : 'none',
@@ -503,9 +509,16 @@ export class DockerDriver implements SandboxDriver {
     await utimes(file, now, now).catch(() => writeFile(file, String(process.pid)));
   }
 
-  private async ownerAlive(owner: string): Promise<boolean> {
+  /**
+   * Alive: the caller's isOwnerAlive says so; or the owner ran on this host (same hostname) and
+   * its pid still exists; or its heartbeat file in stateDir is fresh. Workers on other hosts or in
+   * other containers sharing this engine need a shared stateDir or isOwnerAlive.
+   */
+  private async ownerAlive(owner: string, labels: Record<string, string> = {}): Promise<boolean> {
     if (owner === this.owner) return true;
     if (this.options.isOwnerAlive) return this.options.isOwnerAlive(owner);
+    const pid = Number(labels[LABEL_PID]);
+    if (labels[LABEL_HOST] === hostname() && Number.isInteger(pid) && pid > 0 && pidExists(pid)) return true;
     const st = await stat(this.heartbeatFile(owner)).catch(() => undefined);
     return st !== undefined && Date.now() - st.mtimeMs < 3 * this.config.reaper.intervalMs + 10_000;
   }
@@ -526,7 +539,7 @@ export class DockerDriver implements SandboxDriver {
       if (age > this.config.reaper.maxAgeMs) reap = true;
       else if (owner === this.owner) reap = !this.live.has(info.Id) && age > 60_000;
       else {
-        if (!verdicts.has(owner)) verdicts.set(owner, await this.ownerAlive(owner));
+        if (!verdicts.has(owner)) verdicts.set(owner, await this.ownerAlive(owner, info.Labels));
         reap = !verdicts.get(owner);
       }
       if (!reap) continue;
@@ -582,6 +595,15 @@ function demux(stream: Duplex, out: (b: Buffer) => void, err: (b: Buffer) => voi
       pending = pending.subarray(8 + size);
     }
   });
+}
+
+function pidExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 function sleep(ms: number): Promise<void> {

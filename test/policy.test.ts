@@ -316,3 +316,45 @@ describe('stats and cache', () => {
     }
   });
 });
+
+describe('tool policy', () => {
+  it('run_shell commands the blocklist denies end with policy_denied and the rule, without running', async () => {
+    const res = await post('/tools/run_shell/execute', { command: 'cd /tmp && rm -rf /' });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({
+      tool: 'run_shell',
+      status: 'error',
+      error: { code: 'policy_denied', details: { rule: expect.any(String) } },
+    });
+    const audit = await get('/v1/audit?tool=run_shell');
+    expect(audit.body[0]).toMatchObject({ status: 'error:policy_denied', reason: 'tool policy' });
+  });
+
+  it('http_get refuses loopback addresses (SSRF) with blocked_address', async () => {
+    const { createServer } = await import('node:http');
+    let hits = 0;
+    const server = createServer((_req, res) => {
+      hits++;
+      res.end('secret');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    try {
+      for (const url of [
+        `http://127.0.0.1:${port}/`,
+        `http://localhost:${port}/`,
+        `http://2130706433:${port}/`,
+        `http://[::ffff:127.0.0.1]:${port}/`,
+      ]) {
+        const res = await post('/tools/http_get/execute', { url });
+        expect(res.body, url).toMatchObject({
+          status: 'error',
+          error: { code: 'blocked_address' },
+        });
+      }
+      expect(hits).toBe(0);
+    } finally {
+      server.close();
+    }
+  });
+});

@@ -3,7 +3,7 @@ import { parseConfig, type Config } from '@toolgate/config';
 import { createGateway, type Gateway } from '@toolgate/gateway';
 import { createLogger } from '@toolgate/log';
 import type { AnyToolSpec, ToolServices } from '@toolgate/registry';
-import { createToolRegistry } from '@toolgate/tools';
+import { createHttpServices, createToolRegistry } from '@toolgate/tools';
 import { createWorker, type ToolWorker } from '@toolgate/worker';
 import { inject } from 'vitest';
 
@@ -62,7 +62,17 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const worker =
     options.worker === false
       ? undefined
-      : createWorker({ config, registry, logger, services: options.services ?? {} });
+      : createWorker({
+          config,
+          registry,
+          logger,
+          // As services/worker/src/main.ts wires them; tests add the sandbox when they need it.
+          services: {
+            http: createHttpServices(config.policy.http),
+            shellPolicy: config.policy.shell,
+            ...options.services,
+          } as ToolServices,
+        });
   await worker?.start();
   const gateway = createGateway({ config, registry, logger });
   const { port } = await gateway.listen(0, '127.0.0.1');

@@ -84,6 +84,7 @@ server:
     ],
     [{ policy: { shell: { mode: 'yolo' } } }, '/policy/shell/mode'],
     [{ sandbox: 5 }, '/sandbox'],
+    [{ worker: { queues: ['slow'] } }, '/worker/queues/0'],
   ])('names the bad field: %j', (doc, field) => {
     expect(() => parseConfig(doc)).toThrow(ConfigError);
     try {

@@ -23,7 +23,7 @@ const ajv = new Ajv({ useDefaults: true, allErrors: true, coerceTypes: true, str
 const validate = ajv.compile<Config>(ConfigSchema);
 
 /** Env vars that override fields of the file: name → [path, kind]. */
-const OVERRIDES: Record<string, [string[], 'string' | 'int']> = {
+const OVERRIDES: Record<string, [string[], 'string' | 'int' | 'list']> = {
   REDIS_URL: [['redis', 'url'], 'string'],
   TOOLGATE_REDIS_PREFIX: [['redis', 'prefix'], 'string'],
   PORT: [['server', 'port'], 'int'],
@@ -33,6 +33,7 @@ const OVERRIDES: Record<string, [string[], 'string' | 'int']> = {
   TOOLGATE_SANDBOX_CONCURRENCY: [['worker', 'sandboxConcurrency'], 'int'],
   WORKER_METRICS_PORT: [['worker', 'metricsPort'], 'int'],
   TOOLGATE_SANDBOX_DRIVER: [['sandbox', 'driver'], 'string'],
+  TOOLGATE_WORKER_QUEUES: [['worker', 'queues'], 'list'],
 };
 
 /**
@@ -116,7 +117,8 @@ function applyOverrides(doc: Record<string, unknown>, env: Env): void {
   for (const [name, [path, kind]] of Object.entries(OVERRIDES)) {
     const text = env[name];
     if (text === undefined || text === '') continue;
-    let value: string | number = text;
+    let value: string | number | string[] = text;
+    if (kind === 'list') value = text.split(',').map((v) => v.trim()).filter(Boolean);
     if (kind === 'int') {
       if (!/^\d+$/.test(text)) throw new ConfigError(name, `must be an integer, got "${text}"`);
       value = Number(text);

@@ -103,6 +103,12 @@ export const ConfigSchema = Type.Object(
         concurrency: Type.Integer({ minimum: 1, default: 32 }),
         /** Concurrent sandboxed calls per worker process. */
         sandboxConcurrency: Type.Integer({ minimum: 1, default: 4 }),
+        /**
+         * Queues this worker consumes: `fast` (in-process tools) and/or `sandbox` (container
+         * tools). Split them to scale each pool on its own; a worker without `sandbox` never
+         * starts a sandbox driver.
+         */
+        queues: Type.Array(StringEnum(['fast', 'sandbox'], 'fast'), { minItems: 1, uniqueItems: true, default: ['fast', 'sandbox'] }),
         /** Port of the worker's /metrics and /healthz (0 = off). */
         metricsPort: Type.Integer({ minimum: 0, maximum: 65535, default: 9091 }),
       },

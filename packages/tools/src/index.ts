@@ -1,10 +1,16 @@
 import { ToolRegistry, type AnyToolSpec } from '@toolgate/registry';
 import { calculator, evaluate } from './builtin/calculator.js';
 import { currentTime } from './builtin/current-time.js';
+import { httpTools } from './http/index.js';
 import { sandboxedTools } from './sandboxed/index.js';
 
 /** The in-process built-in tools (SPEC §4). */
-export const builtinTools: AnyToolSpec[] = [calculator, currentTime, ...sandboxedTools];
+export const builtinTools: AnyToolSpec[] = [
+  calculator,
+  currentTime,
+  ...httpTools,
+  ...sandboxedTools,
+];
 
 /** A registry with every built-in tool, plus `extra` (tests, plugins). */
 export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegistry {
@@ -14,4 +20,8 @@ export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegi
   return registry;
 }
 
-export { calculator, currentTime, evaluate, sandboxedTools };
+export { calculator, currentTime, evaluate, sandboxedTools, httpTools };
+export { createHttpServices } from './http/index.js';
+export { checkShellCommand, shellPolicyError, POLICY_DENIED } from './policy/index.js';
+export type { HttpPolicy, HttpToolServices } from './http/index.js';
+export type { ShellPolicy, ShellCheckResult } from './policy/index.js';

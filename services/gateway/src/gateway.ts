@@ -17,6 +17,7 @@ import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
 import { checkBodyShape } from './body-limits.js';
 import { authenticate, errorHandler, notFound } from './http.js';
+import { checkShellCommand, shellPolicyError } from '@toolgate/tools';
 import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
@@ -82,6 +83,11 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     stats,
     metrics,
     requiresApproval,
+    toolPolicy: (tool, args) => {
+      if (tool.name !== 'run_shell' || typeof args.command !== 'string') return undefined;
+      const verdict = checkShellCommand(args.command, config.policy.shell);
+      return verdict.ok ? undefined : shellPolicyError(verdict);
+    },
     syncWaitGraceMs: config.server.syncWaitGraceMs,
   });
   metrics.setSources({

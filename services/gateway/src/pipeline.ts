@@ -14,7 +14,7 @@ import {
   type ResultCache,
   type Stats,
 } from '@toolgate/calls';
-import type { Tool, ToolRegistry } from '@toolgate/registry';
+import type { Tool, ToolError, ToolRegistry } from '@toolgate/registry';
 import { injectContext, withSpan } from '@toolgate/telemetry';
 import type { Redis } from 'ioredis';
 import type { Client } from './clients.js';
@@ -49,6 +49,8 @@ export interface PipelineOptions {
   stats: Stats;
   metrics: GatewayMetrics;
   requiresApproval: (tool: Tool) => boolean;
+  /** Tool policy (SPEC §6): a reason to refuse these arguments, answered as an error outcome. */
+  toolPolicy: (tool: Tool, args: Record<string, unknown>) => ToolError | undefined;
   syncWaitGraceMs: number;
 }
 
@@ -125,12 +127,35 @@ export class CallPipeline {
       const checked = this.o.registry.validate(tool.name, req.args);
       if (!checked.ok) throw ApiError.invalidArguments(tool.name, checked.issues);
       const args = checked.args;
+      const denied = this.o.toolPolicy(tool, args);
+      if (denied) {
+        const error = {
+          code: denied.code,
+          message: denied.message,
+          ...(denied.details === undefined ? {} : { details: denied.details }),
+        };
+        return {
+          kind: 'done',
+          outcome: await this.answer(tool, client, args, { status: 'error', error }, 'tool policy'),
+        };
+      }
       const needsApproval = this.o.requiresApproval(tool);
 
       if (!needsApproval && tool.cacheTtlSeconds > 0) {
         const hit = await this.o.cache.get(tool, args, client.id);
-        if (hit)
-          return { kind: 'done', outcome: await this.cacheHit(tool, client, hit.result, args) };
+        if (hit) {
+          this.o.metrics.cache.inc({ tool: tool.name, result: 'hit' });
+          return {
+            kind: 'done',
+            outcome: await this.answer(
+              tool,
+              client,
+              args,
+              { status: 'ok', result: hit.result, cached: true },
+              'cache hit',
+            ),
+          };
+        }
       }
 
       await this.requireWorkers();
@@ -200,52 +225,53 @@ export class CallPipeline {
     );
   }
 
-  private async cacheHit(
+  /**
+   * A call the gateway answers itself (cache hit, tool policy): recorded, audited and counted
+   * like any other, in one round trip.
+   */
+  private async answer(
     tool: Tool,
     client: Client,
-    result: unknown,
-    args: unknown,
+    args: Record<string, unknown>,
+    result: Pick<CallOutcome, 'status' | 'result' | 'error'> & { cached?: boolean },
+    reason: string,
   ): Promise<CallOutcome> {
     const outcome: CallOutcome = {
       id: randomUUID(),
       tool: tool.name,
-      status: 'ok',
-      result,
       durationMs: 0,
-      cached: true,
+      cached: false,
+      ...result,
     };
-    const multi = this.o.redis.multi();
+    const record: CallRecord = {
+      id: outcome.id,
+      tool: tool.name,
+      clientId: client.id,
+      status: outcome.status,
+      queue: 'fast',
+      createdAt: Date.now(),
+      outcome,
+    };
+    const multi = this.o.redis
+      .multi()
+      .set(this.o.keys.call(outcome.id), JSON.stringify(record), 'EX', this.o.store.ttlSeconds);
     this.o.stats.addTo(multi, outcome, client.id);
-    this.o.stats.countCache(multi, 'hits');
+    if (outcome.cached) this.o.stats.countCache(multi, 'hits');
+    const status = outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`;
     this.o.audit.addTo(
       multi,
       this.o.audit.entry({
         event: 'call',
         client: client.id,
         tool: tool.name,
-        status: 'ok',
+        status,
         callId: outcome.id,
         durationMs: 0,
         args,
-        reason: 'cache hit',
+        reason,
       }),
     );
-    multi.set(
-      this.o.keys.call(outcome.id),
-      JSON.stringify({
-        id: outcome.id,
-        tool: tool.name,
-        clientId: client.id,
-        status: 'ok',
-        queue: 'fast',
-        createdAt: Date.now(),
-        outcome,
-      } satisfies CallRecord),
-      'EX',
-      this.o.store.ttlSeconds,
-    );
     await multi.exec();
-    this.o.metrics.cache.inc({ tool: tool.name, result: 'hit' });
     return outcome;
   }
 

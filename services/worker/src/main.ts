@@ -1,7 +1,7 @@
 import { ConfigError, loadConfig } from '@toolgate/config';
 import { createLogger } from '@toolgate/log';
 import { shutdownTelemetry } from '@toolgate/telemetry';
-import { createToolRegistry } from '@toolgate/tools';
+import { createHttpServices, createToolRegistry } from '@toolgate/tools';
 import type { ToolServices } from '@toolgate/registry';
 import { createMetrics } from './metrics.js';
 import { startSandbox } from './sandbox.js';
@@ -26,7 +26,11 @@ async function main(): Promise<void> {
     config,
     registry,
     logger,
-    services: services as ToolServices,
+    services: {
+      ...services,
+      http: createHttpServices(config.policy.http),
+      shellPolicy: config.policy.shell,
+    } as ToolServices,
     metrics,
   });
   await worker.start();

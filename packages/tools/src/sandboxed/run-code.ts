@@ -3,6 +3,7 @@
  * at /workspace. A non-zero exit, a timeout or an output flood is a normal result (the model
  * reads stdout/stderr and tries again); only a failure of the sandbox itself is a ToolError.
  */
+import { checkShellCommand, shellPolicyError } from '../policy/index.js';
 import { Type, defineTool, type ToolContext } from '@toolgate/registry';
 import type { RunResult } from '@toolgate/sandbox';
 import { sandboxServices, toToolError } from './services.js';
@@ -51,7 +52,13 @@ export async function runInWorkspace(
   }
   return {
     stdout: result.stdout,
-    stderr: result.stderr + verdict(result, sandbox.config.limits.memoryMb, timeoutSecs ?? sandbox.config.limits.timeoutMs / 1000),
+    stderr:
+      result.stderr +
+      verdict(
+        result,
+        sandbox.config.limits.memoryMb,
+        timeoutSecs ?? sandbox.config.limits.timeoutMs / 1000,
+      ),
     exitCode: result.exitCode,
     timedOut: result.timedOut,
     truncated: result.truncated,
@@ -83,7 +90,8 @@ export const runPython = defineTool({
   sandbox: { image: 'python' },
   risk: 'sensitive',
   timeoutMs: (MAX_TIMEOUT_SECONDS + 30) * 1000,
-  handler: (args, ctx) => runInWorkspace(ctx, 'python', ['python3', '-'], args.code, args.timeoutSeconds),
+  handler: (args, ctx) =>
+    runInWorkspace(ctx, 'python', ['python3', '-'], args.code, args.timeoutSeconds),
 });
 
 export const runShell = defineTool({
@@ -101,5 +109,19 @@ export const runShell = defineTool({
   sandbox: { image: 'shell' },
   risk: 'sensitive',
   timeoutMs: (MAX_TIMEOUT_SECONDS + 30) * 1000,
-  handler: (args, ctx) => runInWorkspace(ctx, 'shell', ['bash', '-c', args.command], undefined, args.timeoutSeconds),
+  handler: (args, ctx) => {
+    // The gateway checks the command policy first; this repeats it for jobs from anywhere else.
+    const policy = ctx.services.shellPolicy;
+    if (policy) {
+      const verdict = checkShellCommand(args.command, policy);
+      if (!verdict.ok) throw shellPolicyError(verdict);
+    }
+    return runInWorkspace(
+      ctx,
+      'shell',
+      ['bash', '-c', args.command],
+      undefined,
+      args.timeoutSeconds,
+    );
+  },
 });

@@ -20,4 +20,6 @@ const report = await runSandboxBench({
   concurrency: Number(values.concurrency),
   log: (line) => process.stderr.write(`[bench:sandbox] ${line}\n`),
 });
-process.stdout.write(values.json ? JSON.stringify(report, null, 2) + '\n' : formatReport(report) + '\n');
+process.stdout.write(
+  values.json ? JSON.stringify(report, null, 2) + '\n' : formatReport(report) + '\n',
+);

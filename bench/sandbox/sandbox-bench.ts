@@ -16,7 +16,11 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { ToolContext } from '@toolgate/registry';
 import { createSandbox, createWorkspaces, type Sandbox } from '../../packages/sandbox/src/index.js';
-import { REPO_ROOT, testSandboxConfig, whyDriverUnavailable } from '../../packages/sandbox/src/testing.js';
+import {
+  REPO_ROOT,
+  testSandboxConfig,
+  whyDriverUnavailable,
+} from '../../packages/sandbox/src/testing.js';
 import { runPython } from '../../packages/tools/src/sandboxed/index.js';
 
 const exec = promisify(execFile);
@@ -62,7 +66,10 @@ export interface SandboxBenchOptions {
 
 export function percentile(values: number[], p: number): number {
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? NaN;
+  return (
+    sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ??
+    NaN
+  );
 }
 
 function stats(values: number[]): LatencyStats {
@@ -93,7 +100,11 @@ export async function sampleLatency(
 }
 
 /** Runs `fn` from `concurrency` loops for `seconds`; counts completed calls and failures. */
-export async function sustain(fn: () => Promise<unknown>, seconds: number, concurrency: number): Promise<SustainedStats> {
+export async function sustain(
+  fn: () => Promise<unknown>,
+  seconds: number,
+  concurrency: number,
+): Promise<SustainedStats> {
   const deadline = performance.now() + seconds * 1000;
   const times: number[] = [];
   let errors = 0;
@@ -124,12 +135,37 @@ export async function sustain(fn: () => Promise<unknown>, seconds: number, concu
 
 /** The baseline: `docker run --rm` of the python image running the same hello world. */
 export function plainDockerRun(image = PYTHON_IMAGE): Promise<unknown> {
-  return exec('docker', ['run', '--rm', '--network', 'none', '--entrypoint', 'python3', image, '-c', HELLO]);
+  return exec('docker', [
+    'run',
+    '--rm',
+    '--network',
+    'none',
+    '--entrypoint',
+    'python3',
+    image,
+    '-c',
+    HELLO,
+  ]);
 }
 
 /** The baseline: a bare bwrap over the same rootfs, no limits, no cgroup, no wrapper. */
-export function bareBwrap(rootfs = path.join(REPO_ROOT, 'deploy/sandbox/.build/rootfs/python')): Promise<unknown> {
-  return exec('bwrap', ['--unshare-all', '--ro-bind', rootfs, '/', '--proc', '/proc', '--dev', '/dev', '--', 'python3', '-c', HELLO]);
+export function bareBwrap(
+  rootfs = path.join(REPO_ROOT, 'deploy/sandbox/.build/rootfs/python'),
+): Promise<unknown> {
+  return exec('bwrap', [
+    '--unshare-all',
+    '--ro-bind',
+    rootfs,
+    '/',
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--',
+    'python3',
+    '-c',
+    HELLO,
+  ]);
 }
 
 /** run_python through its handler, as the worker calls it. */
@@ -137,19 +173,29 @@ export function toolCall(sandbox: Sandbox, clientId = 'bench'): () => Promise<un
   const workspaces = createWorkspaces(sandbox.config);
   let n = 0;
   return async () => {
-    const ctx: ToolContext = { callId: `bench-${++n}`, clientId, signal: new AbortController().signal, services: { sandbox, workspaces } };
+    const ctx: ToolContext = {
+      callId: `bench-${++n}`,
+      clientId,
+      signal: new AbortController().signal,
+      services: { sandbox, workspaces },
+    };
     const r = await runPython.handler({ code: HELLO }, ctx);
-    if (r.exitCode !== 0 || r.stdout !== 'hello world\n') throw new Error(`unexpected result: ${JSON.stringify(r)}`);
+    if (r.exitCode !== 0 || r.stdout !== 'hello world\n')
+      throw new Error(`unexpected result: ${JSON.stringify(r)}`);
   };
 }
 
 async function countContainers(ownerId?: string): Promise<number> {
-  const filter = ownerId ? ['--filter', `label=toolgate.owner=${ownerId}`] : ['--filter', 'label=toolgate.sandbox=1'];
+  const filter = ownerId
+    ? ['--filter', `label=toolgate.owner=${ownerId}`]
+    : ['--filter', 'label=toolgate.sandbox=1'];
   const { stdout } = await exec('docker', ['ps', '-aq', ...filter]);
   return stdout.split('\n').filter(Boolean).length;
 }
 
-export async function runSandboxBench(options: SandboxBenchOptions = {}): Promise<SandboxBenchReport> {
+export async function runSandboxBench(
+  options: SandboxBenchOptions = {},
+): Promise<SandboxBenchReport> {
   const samples = options.samples ?? 15;
   const seconds = options.sustainSeconds ?? 30;
   const concurrency = options.concurrency ?? 8;
@@ -161,7 +207,9 @@ export async function runSandboxBench(options: SandboxBenchOptions = {}): Promis
     const dockerWhy = await whyDriverUnavailable('docker');
     if (dockerWhy) report.skipped.docker = dockerWhy;
     else {
-      const sandbox = await createSandbox(testSandboxConfig('docker', dir, { pool: { size: concurrency } }));
+      const sandbox = await createSandbox(
+        testSandboxConfig('docker', dir, { pool: { size: concurrency } }),
+      );
       const call = toolCall(sandbox);
       await sandbox.warmUp();
       await call(); // first-use costs (workspace creation, page cache) out of the sample
@@ -176,7 +224,13 @@ export async function runSandboxBench(options: SandboxBenchOptions = {}): Promis
       const owner = (sandbox as unknown as { ownerId?: string }).ownerId;
       await sandbox.close();
       const containersLeft = await countContainers(owner);
-      report.docker = { warmPool, plainDockerRun: plain, p50Ratio: round2(warmPool.p50Ms / plain.p50Ms), sustained, containersLeft };
+      report.docker = {
+        warmPool,
+        plainDockerRun: plain,
+        p50Ratio: round2(warmPool.p50Ms / plain.p50Ms),
+        sustained,
+        containersLeft,
+      };
     }
 
     const bwrapWhy = await whyDriverUnavailable('bwrap');

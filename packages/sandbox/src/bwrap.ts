@@ -18,7 +18,15 @@ import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { CappedOutput } from './output.js';
 import { prepareRun, silentLogger, type PreparedRun } from './run-request.js';
-import type { DriverOptions, ResourceLimits, RunRequest, RunResult, SandboxDriver, SandboxLogger, SandboxStats } from './types.js';
+import type {
+  DriverOptions,
+  ResourceLimits,
+  RunRequest,
+  RunResult,
+  SandboxDriver,
+  SandboxLogger,
+  SandboxStats,
+} from './types.js';
 import { SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT } from './workspaces.js';
 
 const MiB = 1024 * 1024;
@@ -80,7 +88,9 @@ export class BwrapDriver implements SandboxDriver {
   /** Whether bwrap is installed and can create its namespaces here. */
   static async available(): Promise<boolean> {
     try {
-      await promisify(execFile)('bwrap', ['--unshare-all', '--ro-bind', '/', '/', 'true'], { timeout: 5000 });
+      await promisify(execFile)('bwrap', ['--unshare-all', '--ro-bind', '/', '/', 'true'], {
+        timeout: 5000,
+      });
       return true;
     } catch {
       return false;
@@ -94,11 +104,17 @@ export class BwrapDriver implements SandboxDriver {
 
   private async doStart(): Promise<void> {
     if (!(await BwrapDriver.available())) {
-      throw new SandboxError('driver_unavailable', 'bubblewrap (bwrap) is not installed or cannot create namespaces here');
+      throw new SandboxError(
+        'driver_unavailable',
+        'bubblewrap (bwrap) is not installed or cannot create namespaces here',
+      );
     }
     this.cgroups = await detectCgroups();
     if (this.cgroups === 'none') {
-      this.log.warn({}, 'no writable cgroups: bwrap sandboxes are limited by rlimits only (no CPU limit, memory as address space)');
+      this.log.warn(
+        {},
+        'no writable cgroups: bwrap sandboxes are limited by rlimits only (no CPU limit, memory as address space)',
+      );
     }
     for (const [key, image] of Object.entries(this.config.images)) {
       const dir = path.resolve(image.rootfs);
@@ -107,7 +123,10 @@ export class BwrapDriver implements SandboxDriver {
         this.rootfs.set(key, { dir, env: await readImageEnv(dir) });
       } catch {
         this.missing.add(key);
-        this.log.warn({ key, rootfs: dir }, 'sandbox rootfs missing; run scripts/sandbox/build-images.sh');
+        this.log.warn(
+          { key, rootfs: dir },
+          'sandbox rootfs missing; run scripts/sandbox/build-images.sh',
+        );
       }
     }
     await removeStaleCgroups(this.cgroups);
@@ -125,7 +144,12 @@ export class BwrapDriver implements SandboxDriver {
 
   stats(): SandboxStats {
     // Launchers serve every image: one shared count.
-    return { driver: 'bwrap', warm: { '*': this.launchers.length }, running: this.running, reaped: 0 };
+    return {
+      driver: 'bwrap',
+      warm: { '*': this.launchers.length },
+      running: this.running,
+      reaped: 0,
+    };
   }
 
   async run(request: RunRequest): Promise<RunResult> {
@@ -134,12 +158,17 @@ export class BwrapDriver implements SandboxDriver {
     await this.start();
     const fs = this.rootfs.get(req.key);
     if (!fs) {
-      throw new SandboxError('driver_unavailable', `sandbox rootfs for "${req.key}" is not built; run scripts/sandbox/build-images.sh`);
+      throw new SandboxError(
+        'driver_unavailable',
+        `sandbox rootfs for "${req.key}" is not built; run scripts/sandbox/build-images.sh`,
+      );
     }
-    if (req.network) throw new SandboxError('invalid_request', 'the bwrap driver gives sandboxes no network');
+    if (req.network)
+      throw new SandboxError('invalid_request', 'the bwrap driver gives sandboxes no network');
     if (req.workspace !== undefined) {
       const st = await stat(req.workspace).catch(() => undefined);
-      if (!st?.isDirectory()) throw new SandboxError('invalid_request', `workspace ${req.workspace} is not a directory`);
+      if (!st?.isDirectory())
+        throw new SandboxError('invalid_request', `workspace ${req.workspace} is not a directory`);
     }
     req.signal?.throwIfAborted?.();
     this.running++;
@@ -156,20 +185,33 @@ export class BwrapDriver implements SandboxDriver {
       '--unshare-all',
       '--die-with-parent',
       '--new-session',
-      '--ro-bind', fs.dir, '/',
-      '--proc', '/proc',
-      '--dev', '/dev',
-      '--size', String(req.resources.tmpfsMb * MiB), '--tmpfs', '/tmp',
-      '--hostname', 'sandbox',
+      '--ro-bind',
+      fs.dir,
+      '/',
+      '--proc',
+      '/proc',
+      '--dev',
+      '/dev',
+      '--size',
+      String(req.resources.tmpfsMb * MiB),
+      '--tmpfs',
+      '/tmp',
+      '--hostname',
+      'sandbox',
       '--clearenv',
       ...Object.entries(env).flatMap(([k, v]) => ['--setenv', k, v]),
-      '--uid', String(SANDBOX_UID),
-      '--gid', String(SANDBOX_GID),
-      '--cap-drop', 'ALL',
+      '--uid',
+      String(SANDBOX_UID),
+      '--gid',
+      String(SANDBOX_GID),
+      '--cap-drop',
+      'ALL',
       // {"child-pid"} once the sandbox is up, {"exit-code"} at the end: tells start failures apart.
-      '--json-status-fd', '3',
+      '--json-status-fd',
+      '3',
     ];
-    if (req.workspace !== undefined) args.push('--bind', req.workspace, WORKSPACE_MOUNT, '--chdir', WORKSPACE_MOUNT);
+    if (req.workspace !== undefined)
+      args.push('--bind', req.workspace, WORKSPACE_MOUNT, '--chdir', WORKSPACE_MOUNT);
     else args.push('--chdir', '/tmp');
     args.push('--', ...req.argv);
     return args;
@@ -190,7 +232,15 @@ export class BwrapDriver implements SandboxDriver {
       if (this.asRoot) ulimits.push(`-u ${resources.pids * 4}`);
     }
     // --norc: bash sources ~/.bashrc when its stdin is a socket, as Node's pipes are.
-    const argv = ['--norc', '--noprofile', '-c', launcherScript(ulimits), 'launcher', ...(cgroup?.procsFiles ?? []), '--'];
+    const argv = [
+      '--norc',
+      '--noprofile',
+      '-c',
+      launcherScript(ulimits),
+      'launcher',
+      ...(cgroup?.procsFiles ?? []),
+      '--',
+    ];
     const child = spawn('/bin/bash', argv, {
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
@@ -198,11 +248,13 @@ export class BwrapDriver implements SandboxDriver {
     });
     let status = '';
     (child.stdio[3] as Readable).on('data', (b: Buffer) => (status += b.toString('utf8')));
-    const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-      child.once('error', () => resolve({ code: 127, signal: null }));
-      // 'close': the process exited and its stdio is drained.
-      child.once('close', (code, signal) => resolve({ code, signal }));
-    });
+    const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>(
+      (resolve) => {
+        child.once('error', () => resolve({ code: 127, signal: null }));
+        // 'close': the process exited and its stdio is drained.
+        child.once('close', (code, signal) => resolve({ code, signal }));
+      },
+    );
     child.stdin.on('error', () => undefined);
     return { child, cgroup, status: () => status, closed, createdAt: Date.now() };
   }
@@ -252,7 +304,10 @@ export class BwrapDriver implements SandboxDriver {
     return { memoryMb, cpus, pids, fileSizeMb, tmpfsMb };
   }
 
-  private async execute(req: PreparedRun, fs: { dir: string; env: Record<string, string> }): Promise<RunResult> {
+  private async execute(
+    req: PreparedRun,
+    fs: { dir: string; env: Record<string, string> },
+  ): Promise<RunResult> {
     const t0 = performance.now();
     const pooled = req.defaultResources ? this.takeLauncher() : undefined;
     const launcher = pooled ?? (await this.spawnLauncher(req.resources));
@@ -261,7 +316,15 @@ export class BwrapDriver implements SandboxDriver {
     // As root, drop to the sandbox uid on the host too: bwrap then runs unprivileged, and files
     // written to the workspace belong to the same uid as with the docker driver.
     const argv = this.asRoot
-      ? ['setpriv', `--reuid=${SANDBOX_UID}`, `--regid=${SANDBOX_GID}`, '--clear-groups', '--inh-caps=-all', '--', ...inner]
+      ? [
+          'setpriv',
+          `--reuid=${SANDBOX_UID}`,
+          `--regid=${SANDBOX_GID}`,
+          '--clear-groups',
+          '--inh-caps=-all',
+          '--',
+          ...inner,
+        ]
       : inner;
     const stdout = new CappedOutput(req.outputBytes);
     const stderr = new CappedOutput(req.outputBytes);
@@ -301,19 +364,28 @@ export class BwrapDriver implements SandboxDriver {
       kill();
     };
     req.signal?.addEventListener('abort', onAbort, { once: true });
-    this.options.hooks?.onStart?.({ image: req.key, driver: 'bwrap', durationMs: performance.now() - t0 });
+    this.options.hooks?.onStart?.({
+      image: req.key,
+      driver: 'bwrap',
+      durationMs: performance.now() - t0,
+    });
 
     try {
       const { code, signal } = await launcher.closed;
       const status = launcher.status();
       // Anything the call left behind (it cannot outlive its pid namespace, but be sure).
       await cgroup?.killAll();
-      const oomKilled = !timedOut && !outputLimited && !aborted && ((await cgroup?.oomKilled()) ?? false);
-      if (aborted) throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
+      const oomKilled =
+        !timedOut && !outputLimited && !aborted && ((await cgroup?.oomKilled()) ?? false);
+      if (aborted)
+        throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
       // bwrap writes {"exit-code"} only when the program ran and ended; a setup failure has none.
       const reported = /"exit-code"\s*:\s*(\d+)/.exec(status);
       if (!reported && !timedOut && !outputLimited && !oomKilled) {
-        throw new SandboxError('start_failed', `sandbox failed to start: ${stderr.text().trim().slice(0, 500)}`);
+        throw new SandboxError(
+          'start_failed',
+          `sandbox failed to start: ${stderr.text().trim().slice(0, 500)}`,
+        );
       }
       let exitCode = reported ? Number(reported[1]) : (code ?? 128 + signalNumber(signal));
       if (timedOut || outputLimited || (oomKilled && !reported)) exitCode = 137;
@@ -330,7 +402,13 @@ export class BwrapDriver implements SandboxDriver {
         driver: 'bwrap',
         warm: pooled !== undefined,
       };
-      this.options.hooks?.onRun?.({ image: req.key, driver: 'bwrap', warm: pooled !== undefined, durationMs, result });
+      this.options.hooks?.onRun?.({
+        image: req.key,
+        driver: 'bwrap',
+        warm: pooled !== undefined,
+        durationMs,
+        result,
+      });
       return result;
     } finally {
       clearTimeout(timer);
@@ -349,7 +427,9 @@ export class BwrapDriver implements SandboxDriver {
 
 /** The image's ENV, written into the rootfs by the build script (a Docker image keeps it outside). */
 async function readImageEnv(rootfs: string): Promise<Record<string, string>> {
-  const text = await readFile(path.join(rootfs, 'etc/toolgate-sandbox.env'), 'utf8').catch(() => '');
+  const text = await readFile(path.join(rootfs, 'etc/toolgate-sandbox.env'), 'utf8').catch(
+    () => '',
+  );
   const env: Record<string, string> = {};
   for (const line of text.split('\n')) {
     const i = line.indexOf('=');
@@ -364,7 +444,10 @@ function signalNumber(signal: NodeJS.Signals | null): number {
 }
 
 function setRef(l: Launcher, ref: boolean): void {
-  const handles = [l.child, ...l.child.stdio] as unknown as ({ ref?: () => void; unref?: () => void } | null)[];
+  const handles = [l.child, ...l.child.stdio] as unknown as ({
+    ref?: () => void;
+    unref?: () => void;
+  } | null)[];
   for (const h of handles) {
     if (ref) h?.ref?.();
     else h?.unref?.();

@@ -3,7 +3,16 @@
  * every process of the call. cgroup v1 (memory, pids, cpu hierarchies) or v2 (unified);
  * unavailable when not root or not writable, and the bwrap driver then falls back to rlimits.
  */
-import { access, mkdir, readFile, readdir, rmdir, stat, writeFile, constants } from 'node:fs/promises';
+import {
+  access,
+  mkdir,
+  readFile,
+  readdir,
+  rmdir,
+  stat,
+  writeFile,
+  constants,
+} from 'node:fs/promises';
 import path from 'node:path';
 import type { ResourceLimits } from './types.js';
 
@@ -15,13 +24,19 @@ export type CgroupMode = 'v1' | 'v2' | 'none';
 
 export async function detectCgroups(): Promise<CgroupMode> {
   if (process.getuid?.() !== 0) return 'none';
-  const writable = (p: string) => access(p, constants.W_OK).then(() => true, () => false);
+  const writable = (p: string) =>
+    access(p, constants.W_OK).then(
+      () => true,
+      () => false,
+    );
   try {
     const controllers = await readFile(path.join(ROOT, 'cgroup.controllers'), 'utf8');
     if (['memory', 'pids', 'cpu'].every((c) => controllers.includes(c)) && (await writable(ROOT))) {
       const parent = path.join(ROOT, GROUP);
       await mkdir(parent, { recursive: true });
-      await writeFile(path.join(ROOT, 'cgroup.subtree_control'), '+memory +pids +cpu').catch(() => undefined);
+      await writeFile(path.join(ROOT, 'cgroup.subtree_control'), '+memory +pids +cpu').catch(
+        () => undefined,
+      );
       await writeFile(path.join(parent, 'cgroup.subtree_control'), '+memory +pids +cpu');
       return 'v2';
     }
@@ -45,7 +60,11 @@ export class CallCgroup {
     private readonly dirs: { memory: string; pids: string; cpu: string },
   ) {}
 
-  static async create(mode: CgroupMode, id: string, limits: ResourceLimits): Promise<CallCgroup | undefined> {
+  static async create(
+    mode: CgroupMode,
+    id: string,
+    limits: ResourceLimits,
+  ): Promise<CallCgroup | undefined> {
     if (mode === 'none') return undefined;
     const memory = limits.memoryMb * MiB;
     if (mode === 'v2') {
@@ -68,10 +87,15 @@ export class CallCgroup {
       for (const d of Object.values(dirs)) await mkdir(d);
       await writeFile(path.join(dirs.memory, 'memory.limit_in_bytes'), String(memory));
       // Count swap too, where the kernel accounts it, so the limit cannot be dodged.
-      await writeFile(path.join(dirs.memory, 'memory.memsw.limit_in_bytes'), String(memory)).catch(() => undefined);
+      await writeFile(path.join(dirs.memory, 'memory.memsw.limit_in_bytes'), String(memory)).catch(
+        () => undefined,
+      );
       await writeFile(path.join(dirs.pids, 'pids.max'), String(limits.pids));
       await writeFile(path.join(dirs.cpu, 'cpu.cfs_period_us'), '100000');
-      await writeFile(path.join(dirs.cpu, 'cpu.cfs_quota_us'), String(Math.round(limits.cpus * 100_000)));
+      await writeFile(
+        path.join(dirs.cpu, 'cpu.cfs_quota_us'),
+        String(Math.round(limits.cpus * 100_000)),
+      );
     } catch (err) {
       await cg.destroy();
       throw err;
@@ -99,7 +123,10 @@ export class CallCgroup {
   /** SIGKILLs every process in the cgroup until none is left (forks racing the kill included). */
   async killAll(): Promise<void> {
     if (this.mode === 'v2') {
-      const ok = await writeFile(path.join(this.dirs.pids, 'cgroup.kill'), '1').then(() => true, () => false);
+      const ok = await writeFile(path.join(this.dirs.pids, 'cgroup.kill'), '1').then(
+        () => true,
+        () => false,
+      );
       if (ok) return;
     }
     for (let i = 0; i < 50; i++) {
@@ -119,7 +146,10 @@ export class CallCgroup {
   async destroy(): Promise<void> {
     for (const d of new Set(Object.values(this.dirs))) {
       for (let i = 0; i < 20; i++) {
-        const ok = await rmdir(d).then(() => true, (e: NodeJS.ErrnoException) => e.code === 'ENOENT');
+        const ok = await rmdir(d).then(
+          () => true,
+          (e: NodeJS.ErrnoException) => e.code === 'ENOENT',
+        );
         if (ok) break;
         await new Promise((r) => setTimeout(r, 25));
       }
@@ -130,7 +160,10 @@ export class CallCgroup {
 /** Removes call cgroups left empty by a worker that died (older than maxAgeMs). */
 export async function removeStaleCgroups(mode: CgroupMode, maxAgeMs = 600_000): Promise<void> {
   if (mode === 'none') return;
-  const parents = mode === 'v2' ? [path.join(ROOT, GROUP)] : ['memory', 'pids', 'cpu'].map((c) => path.join(ROOT, c, GROUP));
+  const parents =
+    mode === 'v2'
+      ? [path.join(ROOT, GROUP)]
+      : ['memory', 'pids', 'cpu'].map((c) => path.join(ROOT, c, GROUP));
   for (const parent of parents) {
     for (const entry of await readdir(parent, { withFileTypes: true }).catch(() => [])) {
       if (!entry.isDirectory()) continue;

@@ -7,27 +7,57 @@ import { Value } from '@sinclair/typebox/value';
 
 export const SandboxLimitsSchema = Type.Object(
   {
-    memoryMb: Type.Integer({ minimum: 16, default: 512, description: 'Memory (RAM, no swap) per call, MiB' }),
-    cpus: Type.Number({ exclusiveMinimum: 0, maximum: 64, default: 1, description: 'CPU share per call, in cores' }),
+    memoryMb: Type.Integer({
+      minimum: 16,
+      default: 512,
+      description: 'Memory (RAM, no swap) per call, MiB',
+    }),
+    cpus: Type.Number({
+      exclusiveMinimum: 0,
+      maximum: 64,
+      default: 1,
+      description: 'CPU share per call, in cores',
+    }),
     pids: Type.Integer({ minimum: 8, default: 128, description: 'Processes and threads per call' }),
-    fileSizeMb: Type.Integer({ minimum: 1, default: 64, description: 'Largest file a call may write, MiB (RLIMIT_FSIZE)' }),
-    tmpfsMb: Type.Integer({ minimum: 1, default: 64, description: 'Size of the writable /tmp, MiB' }),
+    fileSizeMb: Type.Integer({
+      minimum: 1,
+      default: 64,
+      description: 'Largest file a call may write, MiB (RLIMIT_FSIZE)',
+    }),
+    tmpfsMb: Type.Integer({
+      minimum: 1,
+      default: 64,
+      description: 'Size of the writable /tmp, MiB',
+    }),
     outputBytes: Type.Integer({
       minimum: 1024,
       default: 262_144,
-      description: 'stdout and stderr are each cut at this many bytes; a call writing far past it is killed',
+      description:
+        'stdout and stderr are each cut at this many bytes; a call writing far past it is killed',
     }),
-    timeoutMs: Type.Integer({ minimum: 100, default: 30_000, description: 'Default wall-clock timeout of a call' }),
-    maxTimeoutMs: Type.Integer({ minimum: 100, default: 300_000, description: 'Largest timeout a call may ask for' }),
+    timeoutMs: Type.Integer({
+      minimum: 100,
+      default: 30_000,
+      description: 'Default wall-clock timeout of a call',
+    }),
+    maxTimeoutMs: Type.Integer({
+      minimum: 100,
+      default: 300_000,
+      description: 'Largest timeout a call may ask for',
+    }),
   },
   { default: {} },
 );
 
 export const SandboxImageSchema = Type.Object({
-  docker: Type.String({ minLength: 1, description: 'Docker image tag (built by scripts/sandbox/build-images.sh)' }),
+  docker: Type.String({
+    minLength: 1,
+    description: 'Docker image tag (built by scripts/sandbox/build-images.sh)',
+  }),
   rootfs: Type.String({
     minLength: 1,
-    description: 'Root filesystem directory for bwrap; relative paths are resolved from the working directory',
+    description:
+      'Root filesystem directory for bwrap; relative paths are resolved from the working directory',
   }),
 });
 
@@ -39,8 +69,14 @@ export const SandboxConfigSchema = Type.Object(
     }),
     images: Type.Record(Type.String({ pattern: '^[a-z0-9][a-z0-9_-]*$' }), SandboxImageSchema, {
       default: {
-        python: { docker: 'toolgate/sandbox-python:local', rootfs: 'deploy/sandbox/.build/rootfs/python' },
-        shell: { docker: 'toolgate/sandbox-shell:local', rootfs: 'deploy/sandbox/.build/rootfs/shell' },
+        python: {
+          docker: 'toolgate/sandbox-python:local',
+          rootfs: 'deploy/sandbox/.build/rootfs/python',
+        },
+        shell: {
+          docker: 'toolgate/sandbox-shell:local',
+          rootfs: 'deploy/sandbox/.build/rootfs/shell',
+        },
       },
     }),
     workspacesRoot: Type.String({
@@ -51,17 +87,26 @@ export const SandboxConfigSchema = Type.Object(
     stateDir: Type.String({
       minLength: 1,
       default: '/var/lib/toolgate/sandbox',
-      description: 'Host directory for the driver: workspace mount slots of the warm pool, heartbeats',
+      description:
+        'Host directory for the driver: workspace mount slots of the warm pool, heartbeats',
     }),
     limits: SandboxLimitsSchema,
     pool: Type.Object(
       {
-        size: Type.Integer({ minimum: 0, default: 2, description: 'Warm containers kept per image (docker); 0 disables the pool' }),
+        size: Type.Integer({
+          minimum: 0,
+          default: 2,
+          description: 'Warm containers kept per image (docker); 0 disables the pool',
+        }),
         sizes: Type.Record(Type.String(), Type.Integer({ minimum: 0 }), {
           default: {},
           description: 'Per-image override of size',
         }),
-        maxIdleMs: Type.Integer({ minimum: 1000, default: 600_000, description: 'A warm container older than this is replaced' }),
+        maxIdleMs: Type.Integer({
+          minimum: 1000,
+          default: 600_000,
+          description: 'A warm container older than this is replaced',
+        }),
       },
       { default: {} },
     ),

@@ -4,7 +4,15 @@ import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DockerDriver, LABEL, LABEL_CREATED, LABEL_HOST, LABEL_IMAGE, LABEL_OWNER, LABEL_PID } from './docker.js';
+import {
+  DockerDriver,
+  LABEL,
+  LABEL_CREATED,
+  LABEL_HOST,
+  LABEL_IMAGE,
+  LABEL_OWNER,
+  LABEL_PID,
+} from './docker.js';
 import { testSandboxConfig, whyDriverUnavailable } from './testing.js';
 
 const unavailable = await whyDriverUnavailable('docker');
@@ -20,16 +28,31 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
       .createContainer({
         Image: 'toolgate/sandbox-shell:local',
         Entrypoint: ['sleep', '300'],
-        Labels: { [LABEL]: '1', [LABEL_OWNER]: owner, [LABEL_CREATED]: String(createdAt), [LABEL_IMAGE]: 'shell', ...extra },
+        Labels: {
+          [LABEL]: '1',
+          [LABEL_OWNER]: owner,
+          [LABEL_CREATED]: String(createdAt),
+          [LABEL_IMAGE]: 'shell',
+          ...extra,
+        },
         HostConfig: { NetworkMode: 'none' },
       })
       .then(async (c) => (await c.start(), c.id));
-  const exists = (id: string) => docker.getContainer(id).inspect().then(() => true, () => false);
+  const exists = (id: string) =>
+    docker
+      .getContainer(id)
+      .inspect()
+      .then(
+        () => true,
+        () => false,
+      );
 
   beforeAll(async () => {
     dir = await mkdtemp(path.join(tmpdir(), 'tg-docker-'));
     await chmod(dir, 0o711);
-    driver = new DockerDriver(testSandboxConfig('docker', dir, { pool: { size: 1 }, reaper: { maxAgeMs: 600_000 } }));
+    driver = new DockerDriver(
+      testSandboxConfig('docker', dir, { pool: { size: 1 }, reaper: { maxAgeMs: 600_000 } }),
+    );
     await driver.warmUp();
   });
   afterAll(async () => {
@@ -49,7 +72,9 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
   });
 
   it('serves a call whose pool is empty by waiting for the next container', async () => {
-    const results = await Promise.all([1, 2, 3].map((n) => driver.run({ image: 'python', argv: ['python3', '-c', `print(${n})`] })));
+    const results = await Promise.all(
+      [1, 2, 3].map((n) => driver.run({ image: 'python', argv: ['python3', '-c', `print(${n})`] })),
+    );
     expect(results.map((r) => r.stdout)).toEqual(['1\n', '2\n', '3\n']);
   });
 
@@ -63,16 +88,28 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
     const self = { [LABEL_HOST]: hostname(), [LABEL_PID]: String(process.pid) };
     const dead = await leftover('dead-worker');
     const unknown = await leftover('never-heard-of');
-    const exited = await leftover('exited-worker', Date.now(), { [LABEL_HOST]: hostname(), [LABEL_PID]: '999999999' });
+    const exited = await leftover('exited-worker', Date.now(), {
+      [LABEL_HOST]: hostname(),
+      [LABEL_PID]: '999999999',
+    });
     const live = await leftover('live-worker', Date.now(), self);
     const ancient = await leftover('live-worker', Date.now() - 3_600_000, self);
 
     await driver.reap();
     // A removal another worker's reaper started may still be finishing.
-    for (let i = 0; i < 50 && (await Promise.all([dead, unknown, exited, ancient].map(exists))).some(Boolean); i++) {
+    for (
+      let i = 0;
+      i < 50 && (await Promise.all([dead, unknown, exited, ancient].map(exists))).some(Boolean);
+      i++
+    ) {
       await new Promise((r) => setTimeout(r, 100));
     }
-    const after = { dead: await exists(dead), unknown: await exists(unknown), exited: await exists(exited), ancient: await exists(ancient) };
+    const after = {
+      dead: await exists(dead),
+      unknown: await exists(unknown),
+      exited: await exists(exited),
+      ancient: await exists(ancient),
+    };
     expect(after).toEqual({ dead: false, unknown: false, exited: false, ancient: false });
     expect(await exists(live)).toBe(true);
     await docker.getContainer(live).remove({ force: true });
@@ -82,7 +119,9 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
     const other = new DockerDriver(testSandboxConfig('docker', dir, { pool: { size: 2 } }));
     await other.warmUp();
     const owned = () =>
-      docker.listContainers({ all: true, filters: { label: [`${LABEL_OWNER}=${other.ownerId}`] } }).then((l) => l.length);
+      docker
+        .listContainers({ all: true, filters: { label: [`${LABEL_OWNER}=${other.ownerId}`] } })
+        .then((l) => l.length);
     expect(await owned()).toBe(4);
     await other.close();
     expect(await owned()).toBe(0);

@@ -123,19 +123,29 @@ export class DockerDriver implements SandboxDriver {
     try {
       await this.docker.ping();
     } catch (err) {
-      throw new SandboxError('driver_unavailable', `Docker does not answer on ${this.config.docker.socketPath}`, { cause: err });
+      throw new SandboxError(
+        'driver_unavailable',
+        `Docker does not answer on ${this.config.docker.socketPath}`,
+        { cause: err },
+      );
     }
     for (const [key, image] of Object.entries(this.config.images)) {
       try {
         await this.docker.getImage(image.docker).inspect();
       } catch {
         this.missingImages.add(key);
-        this.log.warn({ image: image.docker, key }, 'sandbox image missing; run scripts/sandbox/build-images.sh');
+        this.log.warn(
+          { image: image.docker, key },
+          'sandbox image missing; run scripts/sandbox/build-images.sh',
+        );
       }
     }
     this.propagation = await this.mounts.setup();
     if (!this.propagation) {
-      this.log.warn({ stateDir: this.config.stateDir }, 'no shared mount for workspace slots; calls with a workspace start a container each');
+      this.log.warn(
+        { stateDir: this.config.stateDir },
+        'no shared mount for workspace slots; calls with a workspace start a container each',
+      );
     }
     await this.heartbeat();
     await this.reap();
@@ -154,9 +164,12 @@ export class DockerDriver implements SandboxDriver {
     await this.start();
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const short = [...this.pools.values()].some((p) => !this.missingImages.has(p.key) && p.ready.length < p.size);
+      const short = [...this.pools.values()].some(
+        (p) => !this.missingImages.has(p.key) && p.ready.length < p.size,
+      );
       if (!short) return;
-      if (Date.now() > deadline) throw new SandboxError('start_failed', 'warm pool did not fill in time');
+      if (Date.now() > deadline)
+        throw new SandboxError('start_failed', 'warm pool did not fill in time');
       await sleep(20);
     }
   }
@@ -172,7 +185,10 @@ export class DockerDriver implements SandboxDriver {
     const prepared = prepareRun(this.config, request);
     await this.start();
     if (this.missingImages.has(prepared.key)) {
-      throw new SandboxError('driver_unavailable', `sandbox image "${prepared.image.docker}" is not built; run scripts/sandbox/build-images.sh`);
+      throw new SandboxError(
+        'driver_unavailable',
+        `sandbox image "${prepared.image.docker}" is not built; run scripts/sandbox/build-images.sh`,
+      );
     }
     prepared.signal?.throwIfAborted?.();
     this.running++;
@@ -187,14 +203,20 @@ export class DockerDriver implements SandboxDriver {
     const t0 = performance.now();
     const pool = this.pools.get(req.key)!;
     const poolable =
-      pool.size > 0 && !req.network && req.defaultResources && (req.workspace === undefined || this.propagation);
+      pool.size > 0 &&
+      !req.network &&
+      req.defaultResources &&
+      (req.workspace === undefined || this.propagation);
     let armed: Armed;
     let warm = false;
     if (poolable) {
       warm = pool.ready.length > 0;
       armed = await this.acquire(pool, req.signal);
     } else {
-      armed = await this.arm(req.key, req.resources, { network: req.network, workspace: req.workspace });
+      armed = await this.arm(req.key, req.resources, {
+        network: req.network,
+        workspace: req.workspace,
+      });
     }
 
     const stdout = new CappedOutput(req.outputBytes);
@@ -236,7 +258,8 @@ export class DockerDriver implements SandboxDriver {
     req.signal?.addEventListener('abort', onAbort, { once: true });
 
     try {
-      if (armed.dead) throw new SandboxError('start_failed', 'sandbox container stopped before its call');
+      if (armed.dead)
+        throw new SandboxError('start_failed', 'sandbox container stopped before its call');
       if (armed.slot && req.workspace) await this.mounts.bind(req.workspace, armed.slot);
       const ended = new Promise<void>((resolve) => {
         armed.stream.once('end', resolve);
@@ -263,7 +286,8 @@ export class DockerDriver implements SandboxDriver {
       }
       if (exitCode < 0) exitCode = 137;
       if (timedOut || outputLimited) exitCode = 137;
-      if (aborted) throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
+      if (aborted)
+        throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
       const durationMs = Math.round(performance.now() - t0);
       const result: RunResult = {
         stdout: stdout.text(),
@@ -322,7 +346,10 @@ export class DockerDriver implements SandboxDriver {
   /** Starts containers until ready + starting covers the target size plus the waiting calls. */
   private topUp(pool: ImagePool): void {
     if (this.closed || this.missingImages.has(pool.key)) return;
-    while (pool.filling < MAX_PARALLEL_CREATES && pool.ready.length + pool.filling < pool.size + pool.waiters.length) {
+    while (
+      pool.filling < MAX_PARALLEL_CREATES &&
+      pool.ready.length + pool.filling < pool.size + pool.waiters.length
+    ) {
       pool.filling++;
       this.arm(pool.key, this.defaultResources(), { pooled: true })
         .then((armed) => {
@@ -338,7 +365,14 @@ export class DockerDriver implements SandboxDriver {
           this.log.error({ err, image: pool.key }, 'sandbox container failed to start');
           // Fail the calls waiting now rather than retrying in a tight loop.
           const waiters = pool.waiters.splice(0);
-          for (const w of waiters) w.reject(new SandboxError('start_failed', `sandbox container failed to start: ${(err as Error).message}`, { cause: err }));
+          for (const w of waiters)
+            w.reject(
+              new SandboxError(
+                'start_failed',
+                `sandbox container failed to start: ${(err as Error).message}`,
+                { cause: err },
+              ),
+            );
         });
     }
   }
@@ -445,7 +479,11 @@ export class DockerDriver implements SandboxDriver {
         createdAt: Date.now(),
         dead: false,
       };
-      demux(stream, (b) => armed.onStdout(b), (b) => armed.onStderr(b));
+      demux(
+        stream,
+        (b) => armed.onStdout(b),
+        (b) => armed.onStderr(b),
+      );
       stream.on('error', () => undefined);
       await container.start();
       armed.exited = (container.wait() as Promise<{ StatusCode: number }>).then(
@@ -458,12 +496,20 @@ export class DockerDriver implements SandboxDriver {
           return -1;
         },
       );
-      this.options.hooks?.onStart?.({ image: key, driver: 'docker', durationMs: performance.now() - t0 });
+      this.options.hooks?.onStart?.({
+        image: key,
+        driver: 'docker',
+        durationMs: performance.now() - t0,
+      });
       return armed;
     } catch (err) {
       await this.removeContainer(container);
       if (slot) await this.mounts.releaseSlot(slot);
-      throw new SandboxError('start_failed', `sandbox container failed to start: ${(err as Error).message}`, { cause: err });
+      throw new SandboxError(
+        'start_failed',
+        `sandbox container failed to start: ${(err as Error).message}`,
+        { cause: err },
+      );
     }
   }
 
@@ -480,7 +526,8 @@ export class DockerDriver implements SandboxDriver {
     } catch (err) {
       const status = (err as { statusCode?: number }).statusCode;
       // 404: already gone; 409: removal already in progress.
-      if (status !== 404 && status !== 409) this.log.warn({ err, id: container.id }, 'sandbox container removal failed');
+      if (status !== 404 && status !== 409)
+        this.log.warn({ err, id: container.id }, 'sandbox container removal failed');
     }
     this.live.delete(container.id);
   }
@@ -489,7 +536,9 @@ export class DockerDriver implements SandboxDriver {
   private async recycleIdle(): Promise<void> {
     const now = Date.now();
     for (const pool of this.pools.values()) {
-      const stale = pool.ready.filter((a) => a.dead || now - a.createdAt > this.config.pool.maxIdleMs);
+      const stale = pool.ready.filter(
+        (a) => a.dead || now - a.createdAt > this.config.pool.maxIdleMs,
+      );
       for (const a of stale) {
         pool.ready.splice(pool.ready.indexOf(a), 1);
         await this.dispose(a);
@@ -518,7 +567,8 @@ export class DockerDriver implements SandboxDriver {
     if (owner === this.owner) return true;
     if (this.options.isOwnerAlive) return this.options.isOwnerAlive(owner);
     const pid = Number(labels[LABEL_PID]);
-    if (labels[LABEL_HOST] === hostname() && Number.isInteger(pid) && pid > 0 && pidExists(pid)) return true;
+    if (labels[LABEL_HOST] === hostname() && Number.isInteger(pid) && pid > 0 && pidExists(pid))
+      return true;
     const st = await stat(this.heartbeatFile(owner)).catch(() => undefined);
     return st !== undefined && Date.now() - st.mtimeMs < 3 * this.config.reaper.intervalMs + 10_000;
   }
@@ -528,7 +578,10 @@ export class DockerDriver implements SandboxDriver {
    * reaper.maxAgeMs whoever owns them, or ours but no longer tracked. Returns how many.
    */
   async reap(): Promise<number> {
-    const list = await this.docker.listContainers({ all: true, filters: { label: [`${LABEL}=1`] } });
+    const list = await this.docker.listContainers({
+      all: true,
+      filters: { label: [`${LABEL}=1`] },
+    });
     const now = Date.now();
     const verdicts = new Map<string, boolean>();
     let removed = 0;
@@ -554,7 +607,8 @@ export class DockerDriver implements SandboxDriver {
     const ownersDir = path.dirname(this.heartbeatFile(this.owner));
     for (const owner of await readdir(ownersDir).catch(() => [])) {
       const st = await stat(path.join(ownersDir, owner)).catch(() => undefined);
-      if (st && now - st.mtimeMs > this.config.reaper.maxAgeMs) await rm(path.join(ownersDir, owner), { force: true });
+      if (st && now - st.mtimeMs > this.config.reaper.maxAgeMs)
+        await rm(path.join(ownersDir, owner), { force: true });
     }
     if (removed > 0) this.log.info({ removed }, 'reaped leftover sandbox containers');
     this.reaped += removed;
@@ -566,13 +620,16 @@ export class DockerDriver implements SandboxDriver {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     for (const pool of this.pools.values()) {
-      for (const w of pool.waiters.splice(0)) w.reject(new SandboxError('closed', 'sandbox driver is closed'));
+      for (const w of pool.waiters.splice(0))
+        w.reject(new SandboxError('closed', 'sandbox driver is closed'));
       const ready = pool.ready.splice(0);
       await Promise.all(ready.map((a) => this.dispose(a)));
     }
     // Containers of calls still running, or being started for the pool.
     for (let i = 0; i < 50 && this.live.size > 0; i++) {
-      await Promise.all([...this.live].map((id) => this.removeContainer(this.docker.getContainer(id))));
+      await Promise.all(
+        [...this.live].map((id) => this.removeContainer(this.docker.getContainer(id))),
+      );
       await sleep(100);
     }
     await this.mounts.removeOwner(this.owner);

@@ -5,15 +5,24 @@
  */
 import { SandboxError } from './errors.js';
 
-export function encodeEnvelope(argv: readonly string[], stdin?: string | Uint8Array, nonce?: string): Buffer {
+export function encodeEnvelope(
+  argv: readonly string[],
+  stdin?: string | Uint8Array,
+  nonce?: string,
+): Buffer {
   if (argv.length === 0) throw new SandboxError('invalid_request', 'argv must not be empty');
-  if (nonce !== undefined && !/^[A-Za-z0-9]+$/.test(nonce)) throw new SandboxError('invalid_request', 'bad nonce');
-  const parts: Buffer[] = [Buffer.from(nonce ? `TOOLGATE1 ${argv.length} ${nonce}\n` : `TOOLGATE1 ${argv.length}\n`)];
+  if (nonce !== undefined && !/^[A-Za-z0-9]+$/.test(nonce))
+    throw new SandboxError('invalid_request', 'bad nonce');
+  const parts: Buffer[] = [
+    Buffer.from(nonce ? `TOOLGATE1 ${argv.length} ${nonce}\n` : `TOOLGATE1 ${argv.length}\n`),
+  ];
   for (const arg of argv) {
-    if (arg.includes('\0')) throw new SandboxError('invalid_request', 'arguments cannot contain NUL bytes');
+    if (arg.includes('\0'))
+      throw new SandboxError('invalid_request', 'arguments cannot contain NUL bytes');
     parts.push(Buffer.from(arg, 'utf8'), Buffer.from([0]));
   }
-  if (stdin !== undefined && stdin.length > 0) parts.push(typeof stdin === 'string' ? Buffer.from(stdin, 'utf8') : Buffer.from(stdin));
+  if (stdin !== undefined && stdin.length > 0)
+    parts.push(typeof stdin === 'string' ? Buffer.from(stdin, 'utf8') : Buffer.from(stdin));
   return Buffer.concat(parts);
 }
 
@@ -79,7 +88,9 @@ export class ExitMarkerScanner {
     const nl = this.tail!.indexOf(0x0a);
     if (nl < 0) return;
     const m = /^(\d+) (\d+)$/.exec(this.tail!.subarray(0, nl).toString('latin1'));
-    this.report = m ? { exitCode: Number(m[1]), oomKills: Number(m[2]) } : { exitCode: 125, oomKills: 0 };
+    this.report = m
+      ? { exitCode: Number(m[1]), oomKills: Number(m[2]) }
+      : { exitCode: 125, oomKills: 0 };
     this.tail = undefined;
   }
 }

@@ -18,7 +18,10 @@ export interface Sandbox extends SandboxDriver {
  * Parses the config (filling defaults), picks the driver — `auto` is docker when its socket
  * answers, else bwrap — and starts it (image checks, reaper, warm pool filling in background).
  */
-export async function createSandbox(config: SandboxConfig | SandboxConfigInput = {}, options: DriverOptions = {}): Promise<Sandbox> {
+export async function createSandbox(
+  config: SandboxConfig | SandboxConfigInput = {},
+  options: DriverOptions = {},
+): Promise<Sandbox> {
   const parsed = parseSandboxConfig(config as SandboxConfigInput);
   const name = await chooseDriver(parsed);
   let driver: SandboxDriver;
@@ -36,16 +39,22 @@ export async function chooseDriver(config: SandboxConfig): Promise<DriverName> {
   if (config.driver !== 'auto') return config.driver;
   if (await dockerAnswers(config.docker.socketPath)) return 'docker';
   if (await BwrapDriver.available()) return 'bwrap';
-  throw new SandboxError('driver_unavailable', `no sandbox driver: Docker does not answer on ${config.docker.socketPath} and bwrap is unavailable`);
+  throw new SandboxError(
+    'driver_unavailable',
+    `no sandbox driver: Docker does not answer on ${config.docker.socketPath} and bwrap is unavailable`,
+  );
 }
 
 /** GET /_ping on the Docker socket, without loading dockerode. */
 export function dockerAnswers(socketPath: string, timeoutMs = 1500): Promise<boolean> {
   return new Promise((resolve) => {
-    const req = request({ socketPath, path: '/_ping', method: 'GET', timeout: timeoutMs }, (res) => {
-      res.resume();
-      resolve(res.statusCode === 200);
-    });
+    const req = request(
+      { socketPath, path: '/_ping', method: 'GET', timeout: timeoutMs },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode === 200);
+      },
+    );
     req.on('timeout', () => req.destroy());
     req.on('error', () => resolve(false));
     req.end();
@@ -58,9 +67,21 @@ export function createWorkspaces(config: Pick<SandboxConfig, 'workspacesRoot'>):
 }
 
 export { BwrapDriver } from './bwrap.js';
-export { SandboxConfigSchema, SandboxLimitsSchema, SandboxImageSchema, parseSandboxConfig } from './config.js';
+export {
+  SandboxConfigSchema,
+  SandboxLimitsSchema,
+  SandboxImageSchema,
+  parseSandboxConfig,
+} from './config.js';
 export { SandboxError } from './errors.js';
-export { Workspaces, WorkspacePathError, normalizeRelative, SANDBOX_UID, SANDBOX_GID, WORKSPACE_MOUNT } from './workspaces.js';
+export {
+  Workspaces,
+  WorkspacePathError,
+  normalizeRelative,
+  SANDBOX_UID,
+  SANDBOX_GID,
+  WORKSPACE_MOUNT,
+} from './workspaces.js';
 
 export type { SandboxConfig, SandboxConfigInput, SandboxLimits, SandboxImage } from './config.js';
 export type { SandboxErrorCode } from './errors.js';

@@ -22,7 +22,10 @@ async function mountTable(): Promise<{ target: string; shared: boolean }[]> {
       const fields = line.split(' ');
       const sep = fields.indexOf('-');
       const optional = fields.slice(6, sep);
-      return { target: unescape(fields[4] ?? ''), shared: optional.some((f) => f.startsWith('shared:')) };
+      return {
+        target: unescape(fields[4] ?? ''),
+        shared: optional.some((f) => f.startsWith('shared:')),
+      };
     });
 }
 
@@ -104,7 +107,8 @@ export class SlotMounts {
     const dir = this.ownerDir(owner);
     await this.unmountBelow(dir);
     // rmdir, never rm -r: if an unmount failed, a slot still shows a client's files.
-    for (const slot of await readdir(dir).catch(() => [])) await rmdir(path.join(dir, slot)).catch(() => undefined);
+    for (const slot of await readdir(dir).catch(() => []))
+      await rmdir(path.join(dir, slot)).catch(() => undefined);
     await rmdir(dir).catch(() => undefined);
   }
 }

@@ -18,7 +18,9 @@ describe('CappedOutput', () => {
 
 describe('encodeEnvelope', () => {
   it('frames argv NUL-terminated after a header, then stdin', () => {
-    expect(encodeEnvelope(['python3', '-'], 'print(1)').toString()).toBe('TOOLGATE1 2\npython3\0-\0print(1)');
+    expect(encodeEnvelope(['python3', '-'], 'print(1)').toString()).toBe(
+      'TOOLGATE1 2\npython3\0-\0print(1)',
+    );
     expect(() => encodeEnvelope([])).toThrow(/argv/);
     expect(() => encodeEnvelope(['a\0b'])).toThrow(/NUL/);
   });

@@ -25,11 +25,18 @@ export interface PreparedRun {
 export function prepareRun(config: SandboxConfig, request: RunRequest): PreparedRun {
   const image = config.images[request.image];
   if (!image) {
-    throw new SandboxError('unknown_image', `no sandbox image "${request.image}" (configured: ${Object.keys(config.images).join(', ')})`);
+    throw new SandboxError(
+      'unknown_image',
+      `no sandbox image "${request.image}" (configured: ${Object.keys(config.images).join(', ')})`,
+    );
   }
-  if (request.argv.length === 0) throw new SandboxError('invalid_request', 'argv must not be empty');
+  if (request.argv.length === 0)
+    throw new SandboxError('invalid_request', 'argv must not be empty');
   if (request.network && !config.allowNetwork) {
-    throw new SandboxError('invalid_request', 'network access is disabled for sandboxes (sandbox.allowNetwork)');
+    throw new SandboxError(
+      'invalid_request',
+      'network access is disabled for sandboxes (sandbox.allowNetwork)',
+    );
   }
   if (request.workspace !== undefined && !path.isAbsolute(request.workspace)) {
     throw new SandboxError('invalid_request', 'workspace must be an absolute host path');
@@ -72,7 +79,9 @@ function definedOnly<T extends object>(o: T): Partial<T> {
 
 /** host-pid-random: unique per worker process, readable in `docker ps`. */
 export function defaultOwnerId(): string {
-  const host = hostname().replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 40);
+  const host = hostname()
+    .replace(/[^A-Za-z0-9_.-]/g, '_')
+    .slice(0, 40);
   return `${host}-${process.pid}-${randomBytes(3).toString('hex')}`;
 }
 

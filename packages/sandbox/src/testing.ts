@@ -13,7 +13,11 @@ import type { DriverName } from './types.js';
 /** The repository root (this file is packages/sandbox/src/testing.ts). */
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
-export function testSandboxConfig(driver: DriverName, dir: string, overrides: SandboxConfigInput = {}): SandboxConfig {
+export function testSandboxConfig(
+  driver: DriverName,
+  dir: string,
+  overrides: SandboxConfigInput = {},
+): SandboxConfig {
   const rootfs = (name: string) => path.join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
   return parseSandboxConfig({
     driver,
@@ -33,7 +37,8 @@ export function testSandboxConfig(driver: DriverName, dir: string, overrides: Sa
 export async function whyDriverUnavailable(driver: DriverName): Promise<string | undefined> {
   const config = parseSandboxConfig({});
   if (driver === 'docker') {
-    if (!(await dockerAnswers(config.docker.socketPath))) return `Docker does not answer on ${config.docker.socketPath}`;
+    if (!(await dockerAnswers(config.docker.socketPath)))
+      return `Docker does not answer on ${config.docker.socketPath}`;
     const { default: Docker } = await import('dockerode');
     const docker = new Docker({ socketPath: config.docker.socketPath });
     for (const tag of ['toolgate/sandbox-python:local', 'toolgate/sandbox-shell:local']) {
@@ -48,7 +53,12 @@ export async function whyDriverUnavailable(driver: DriverName): Promise<string |
   if (!(await BwrapDriver.available())) return 'bwrap is missing or cannot create namespaces';
   for (const name of ['python', 'shell']) {
     const dir = path.join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
-    if (!(await access(path.join(dir, 'usr/bin')).then(() => true, () => false))) {
+    if (
+      !(await access(path.join(dir, 'usr/bin')).then(
+        () => true,
+        () => false,
+      ))
+    ) {
       return `rootfs ${dir} not built (bash scripts/sandbox/build-images.sh)`;
     }
   }

@@ -4,7 +4,10 @@ import type { SandboxLimits } from './config.js';
 export type DriverName = 'docker' | 'bwrap';
 
 /** Limits that shape the sandbox itself; timeouts and output caps are per call. */
-export type ResourceLimits = Pick<SandboxLimits, 'memoryMb' | 'cpus' | 'pids' | 'fileSizeMb' | 'tmpfsMb'>;
+export type ResourceLimits = Pick<
+  SandboxLimits,
+  'memoryMb' | 'cpus' | 'pids' | 'fileSizeMb' | 'tmpfsMb'
+>;
 
 export interface RunRequest {
   /** Image key from the config (`python`, `shell`, …). */
@@ -80,7 +83,13 @@ export interface SandboxLogger {
 
 /** Observations for metrics: called after every run and every container start. */
 export interface SandboxHooks {
-  onRun?(info: { image: string; driver: DriverName; warm: boolean; durationMs: number; result: RunResult }): void;
+  onRun?(info: {
+    image: string;
+    driver: DriverName;
+    warm: boolean;
+    durationMs: number;
+    result: RunResult;
+  }): void;
   onStart?(info: { image: string; driver: DriverName; durationMs: number }): void;
 }
 

@@ -52,12 +52,25 @@ describe('Workspaces', () => {
     await symlink('sub/ok.txt', path.join(dir, 'inner-link'));
     await symlink('/nonexistent/target', path.join(dir, 'dangling'));
 
-    await expect(ws.resolve('bob', 'sub/ok.txt')).resolves.toMatchObject({ relative: 'sub/ok.txt', exists: true, sandboxPath: '/workspace/sub/ok.txt' });
+    await expect(ws.resolve('bob', 'sub/ok.txt')).resolves.toMatchObject({
+      relative: 'sub/ok.txt',
+      exists: true,
+      sandboxPath: '/workspace/sub/ok.txt',
+    });
     await expect(ws.resolve('bob', 'sub/new/file.txt')).resolves.toMatchObject({ exists: false });
-    await expect(ws.resolve('bob', 'inner-link')).resolves.toMatchObject({ hostPath: path.join(dir, 'sub/ok.txt') });
-    await expect(ws.resolve('bob', 'etc-link/passwd')).rejects.toMatchObject({ code: 'invalid_path', reason: 'symlink_outside' });
-    await expect(ws.resolve('bob', 'etc-link')).rejects.toMatchObject({ reason: 'symlink_outside' });
-    await expect(ws.resolve('bob', 'dangling')).rejects.toMatchObject({ reason: 'symlink_outside' });
+    await expect(ws.resolve('bob', 'inner-link')).resolves.toMatchObject({
+      hostPath: path.join(dir, 'sub/ok.txt'),
+    });
+    await expect(ws.resolve('bob', 'etc-link/passwd')).rejects.toMatchObject({
+      code: 'invalid_path',
+      reason: 'symlink_outside',
+    });
+    await expect(ws.resolve('bob', 'etc-link')).rejects.toMatchObject({
+      reason: 'symlink_outside',
+    });
+    await expect(ws.resolve('bob', 'dangling')).rejects.toMatchObject({
+      reason: 'symlink_outside',
+    });
     await expect(ws.resolve('bob', '../alice/x')).rejects.toMatchObject({ reason: 'escapes' });
   });
 });

@@ -64,7 +64,10 @@ export class Workspaces {
     const dir = this.pathFor(clientId);
     // Checked once per process; a workspace deleted behind our back is recreated by the next miss.
     if (this.known.has(dir)) {
-      const ok = await lstat(dir).then((st) => st.isDirectory(), () => false);
+      const ok = await lstat(dir).then(
+        (st) => st.isDirectory(),
+        () => false,
+      );
       if (ok) return dir;
       this.known.delete(dir);
     }
@@ -103,7 +106,10 @@ export class Workspaces {
         const real = await realpath(probe);
         const hostPath = missing ? path.join(real, missing) : real;
         if (!inside(hostPath)) {
-          throw new WorkspacePathError('symlink_outside', `"${requested}" leads outside the workspace through a symbolic link`);
+          throw new WorkspacePathError(
+            'symlink_outside',
+            `"${requested}" leads outside the workspace through a symbolic link`,
+          );
         }
         return {
           relative,
@@ -118,7 +124,10 @@ export class Workspaces {
         // A dangling symlink would be followed by a write: refuse it rather than guess.
         const st = await lstat(probe).catch(() => undefined);
         if (st?.isSymbolicLink()) {
-          throw new WorkspacePathError('symlink_outside', `"${requested}" goes through a symbolic link that points nowhere inside the workspace`);
+          throw new WorkspacePathError(
+            'symlink_outside',
+            `"${requested}" goes through a symbolic link that points nowhere inside the workspace`,
+          );
         }
         if (probe === base) throw err;
         missing = missing ? path.join(path.basename(probe), missing) : path.basename(probe);
@@ -133,8 +142,13 @@ export function normalizeRelative(requested: string): string {
   if (requested.includes('\0')) throw new WorkspacePathError('invalid', 'path contains a NUL byte');
   const p = requested.trim() === '' ? '.' : requested;
   if (path.posix.isAbsolute(p) || /^[A-Za-z]:[\\/]/.test(p)) {
-    const hint = p.startsWith(WORKSPACE_MOUNT + '/') ? ` (write "${p.slice(WORKSPACE_MOUNT.length + 1)}")` : '';
-    throw new WorkspacePathError('absolute', `"${requested}" is absolute; give a path relative to the workspace${hint}`);
+    const hint = p.startsWith(WORKSPACE_MOUNT + '/')
+      ? ` (write "${p.slice(WORKSPACE_MOUNT.length + 1)}")`
+      : '';
+    throw new WorkspacePathError(
+      'absolute',
+      `"${requested}" is absolute; give a path relative to the workspace${hint}`,
+    );
   }
   const normalized = path.posix.normalize(p).replace(/\/+$/, '');
   if (normalized === '..' || normalized.startsWith('../')) {

@@ -36,7 +36,10 @@ async function fileOp<T>(ctx: ToolContext, request: Op): Promise<T> {
       await workspaces.resolve(ctx.clientId, path.posix.dirname(rel));
       request = { ...request, path: rel };
     } else {
-      request = { ...request, path: (await workspaces.resolve(ctx.clientId, request.path)).relative } as Op;
+      request = {
+        ...request,
+        path: (await workspaces.resolve(ctx.clientId, request.path)).relative,
+      } as Op;
     }
     const workspace = await workspaces.ensure(ctx.clientId);
     const result = await sandbox.run({
@@ -49,10 +52,16 @@ async function fileOp<T>(ctx: ToolContext, request: Op): Promise<T> {
       signal: ctx.signal,
       callId: ctx.callId,
     });
-    if (result.timedOut) throw new ToolError('timeout', 'the file operation did not finish in time');
+    if (result.timedOut)
+      throw new ToolError('timeout', 'the file operation did not finish in time');
     if (result.exitCode !== 0) {
-      const detail = result.oomKilled ? 'out of memory' : result.stderr.trim().split('\n').slice(-1)[0] ?? '';
-      throw new ToolError('sandbox_error', `the file operation failed (exit ${result.exitCode}): ${detail}`);
+      const detail = result.oomKilled
+        ? 'out of memory'
+        : (result.stderr.trim().split('\n').slice(-1)[0] ?? '');
+      throw new ToolError(
+        'sandbox_error',
+        `the file operation failed (exit ${result.exitCode}): ${detail}`,
+      );
     }
     stdout = result.stdout;
   } catch (err) {
@@ -64,7 +73,8 @@ async function fileOp<T>(ctx: ToolContext, request: Op): Promise<T> {
   } catch {
     throw new ToolError('sandbox_error', 'the file operation returned no readable answer');
   }
-  if (!answer.ok) throw new ToolError(answer.code ?? 'io_error', answer.message ?? 'file operation failed');
+  if (!answer.ok)
+    throw new ToolError(answer.code ?? 'io_error', answer.message ?? 'file operation failed');
   delete (answer as Record<string, unknown>).ok;
   return answer as T;
 }
@@ -84,11 +94,14 @@ export const fileRead = defineTool({
   name: 'file_read',
   description: `Read a file from your workspace (path relative to /workspace). Text comes back as UTF-8, binary as base64; at most ${MAX_READ_BYTES} bytes.`,
   category: 'files',
-  parameters: Type.Object({ path: pathParam('File path relative to the workspace, e.g. "data/report.csv"') }),
+  parameters: Type.Object({
+    path: pathParam('File path relative to the workspace, e.g. "data/report.csv"'),
+  }),
   sandbox: { image: 'python' },
   risk: 'safe',
   timeoutMs: FILE_TIMEOUT_MS + 10_000,
-  handler: (args, ctx) => fileOp<FileReadResult>(ctx, { op: 'read', path: args.path, maxBytes: MAX_READ_BYTES }),
+  handler: (args, ctx) =>
+    fileOp<FileReadResult>(ctx, { op: 'read', path: args.path, maxBytes: MAX_READ_BYTES }),
 });
 
 export interface FileWriteResult {
@@ -99,18 +112,26 @@ export interface FileWriteResult {
 
 export const fileWrite = defineTool({
   name: 'file_write',
-  description: 'Write a UTF-8 text file in your workspace (path relative to /workspace), creating parent directories; append adds to the end instead of replacing.',
+  description:
+    'Write a UTF-8 text file in your workspace (path relative to /workspace), creating parent directories; append adds to the end instead of replacing.',
   category: 'files',
   parameters: Type.Object({
     path: pathParam('File path relative to the workspace'),
     content: Type.String({ maxLength: MAX_WRITE_CHARS, description: 'Text to write' }),
-    append: Type.Optional(Type.Boolean({ description: 'Append instead of replacing (default false)' })),
+    append: Type.Optional(
+      Type.Boolean({ description: 'Append instead of replacing (default false)' }),
+    ),
   }),
   sandbox: { image: 'python' },
   risk: 'sensitive',
   timeoutMs: FILE_TIMEOUT_MS + 10_000,
   handler: (args, ctx) =>
-    fileOp<FileWriteResult>(ctx, { op: 'write', path: args.path, content: args.content, append: args.append ?? false }),
+    fileOp<FileWriteResult>(ctx, {
+      op: 'write',
+      path: args.path,
+      content: args.content,
+      append: args.append ?? false,
+    }),
 });
 
 export interface FileListResult {
@@ -121,7 +142,8 @@ export interface FileListResult {
 
 export const fileList = defineTool({
   name: 'file_list',
-  description: 'List a directory of your workspace (default: the workspace root): name, type and size of each entry.',
+  description:
+    'List a directory of your workspace (default: the workspace root): name, type and size of each entry.',
   category: 'files',
   parameters: Type.Object({
     path: Type.Optional(pathParam('Directory relative to the workspace (default ".")')),
@@ -129,7 +151,12 @@ export const fileList = defineTool({
   sandbox: { image: 'python' },
   risk: 'safe',
   timeoutMs: FILE_TIMEOUT_MS + 10_000,
-  handler: (args, ctx) => fileOp<FileListResult>(ctx, { op: 'list', path: args.path ?? '', maxEntries: MAX_LIST_ENTRIES }),
+  handler: (args, ctx) =>
+    fileOp<FileListResult>(ctx, {
+      op: 'list',
+      path: args.path ?? '',
+      maxEntries: MAX_LIST_ENTRIES,
+    }),
 });
 
 export interface FileDeleteResult {
@@ -139,7 +166,8 @@ export interface FileDeleteResult {
 
 export const fileDelete = defineTool({
   name: 'file_delete',
-  description: 'Delete a file, a symbolic link, or a directory with everything in it, from your workspace. Needs approval.',
+  description:
+    'Delete a file, a symbolic link, or a directory with everything in it, from your workspace. Needs approval.',
   category: 'files',
   parameters: Type.Object({ path: pathParam('Path relative to the workspace') }),
   sandbox: { image: 'python' },

@@ -4,12 +4,32 @@ import { fileDelete, fileList, fileRead, fileWrite } from './file-tools.js';
 import { runPython, runShell } from './run-code.js';
 import './services.js';
 
-export const sandboxedTools: AnyToolSpec[] = [runPython, runShell, fileRead, fileWrite, fileList, fileDelete];
+export const sandboxedTools: AnyToolSpec[] = [
+  runPython,
+  runShell,
+  fileRead,
+  fileWrite,
+  fileList,
+  fileDelete,
+];
 
 export { runPython, runShell, runInWorkspace } from './run-code.js';
-export { fileRead, fileWrite, fileList, fileDelete, MAX_READ_BYTES, MAX_WRITE_CHARS, MAX_LIST_ENTRIES } from './file-tools.js';
+export {
+  fileRead,
+  fileWrite,
+  fileList,
+  fileDelete,
+  MAX_READ_BYTES,
+  MAX_WRITE_CHARS,
+  MAX_LIST_ENTRIES,
+} from './file-tools.js';
 export { sandboxServices, toToolError } from './services.js';
 export { FILE_OPS } from './file-ops.js';
 
 export type { RunToolResult } from './run-code.js';
-export type { FileReadResult, FileWriteResult, FileListResult, FileDeleteResult } from './file-tools.js';
+export type {
+  FileReadResult,
+  FileWriteResult,
+  FileListResult,
+  FileDeleteResult,
+} from './file-tools.js';

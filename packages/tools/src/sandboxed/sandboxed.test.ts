@@ -9,10 +9,19 @@ import { ToolError, type ToolContext } from '@toolgate/registry';
 import { createSandbox, createWorkspaces, type Sandbox, type Workspaces } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fileDelete, fileList, fileRead, fileWrite, runPython, runShell, sandboxedTools } from './index.js';
+import {
+  fileDelete,
+  fileList,
+  fileRead,
+  fileWrite,
+  runPython,
+  runShell,
+  sandboxedTools,
+} from './index.js';
 
 const wanted = process.env.TOOLGATE_SANDBOX_DRIVER as 'docker' | 'bwrap' | undefined;
-const driver = wanted ?? ((await whyDriverUnavailable('docker')) === undefined ? 'docker' : 'bwrap');
+const driver =
+  wanted ?? ((await whyDriverUnavailable('docker')) === undefined ? 'docker' : 'bwrap');
 const unavailable = await whyDriverUnavailable(driver);
 if (unavailable) console.warn(`sandboxed tool tests skipped: ${driver}: ${unavailable}`);
 
@@ -41,14 +50,30 @@ describe.skipIf(unavailable !== undefined)(`sandboxed tools (${driver})`, () => 
   });
 
   it('exports the six tools, file_delete destructive', () => {
-    expect(sandboxedTools.map((t) => t.name)).toEqual(['run_python', 'run_shell', 'file_read', 'file_write', 'file_list', 'file_delete']);
+    expect(sandboxedTools.map((t) => t.name)).toEqual([
+      'run_python',
+      'run_shell',
+      'file_read',
+      'file_write',
+      'file_list',
+      'file_delete',
+    ]);
     expect(fileDelete.risk).toBe('destructive');
     expect(sandboxedTools.every((t) => t.sandbox?.image)).toBe(true);
   });
 
   it('run_python returns what the program printed', async () => {
-    const r = await runPython.handler({ code: 'import numpy, pandas\nprint(numpy.arange(4).sum())' }, ctx());
-    expect(r).toEqual({ stdout: '6\n', stderr: '', exitCode: 0, timedOut: false, truncated: false });
+    const r = await runPython.handler(
+      { code: 'import numpy, pandas\nprint(numpy.arange(4).sum())' },
+      ctx(),
+    );
+    expect(r).toEqual({
+      stdout: '6\n',
+      stderr: '',
+      exitCode: 0,
+      timedOut: false,
+      truncated: false,
+    });
   });
 
   it('a failing program is a normal result the model can read', async () => {
@@ -58,7 +83,10 @@ describe.skipIf(unavailable !== undefined)(`sandboxed tools (${driver})`, () => 
   });
 
   it('a timeout is a result with timedOut and a note in stderr', async () => {
-    const r = await runShell.handler({ command: 'echo started; sleep 30', timeoutSeconds: 1 }, ctx());
+    const r = await runShell.handler(
+      { command: 'echo started; sleep 30', timeoutSeconds: 1 },
+      ctx(),
+    );
     expect(r).toMatchObject({ stdout: 'started\n', timedOut: true, exitCode: 137 });
     expect(r.stderr).toContain('timeout');
   });
@@ -66,13 +94,28 @@ describe.skipIf(unavailable !== undefined)(`sandboxed tools (${driver})`, () => 
   it('file tools and code tools share the workspace', async () => {
     await fileWrite.handler({ path: 'notes/a.txt', content: 'one\n' }, ctx());
     await fileWrite.handler({ path: 'notes/a.txt', content: 'two\n', append: true }, ctx());
-    expect(await fileRead.handler({ path: 'notes/a.txt' }, ctx())).toMatchObject({ content: 'one\ntwo\n', encoding: 'utf-8', size: 8 });
-    const shell = await runShell.handler({ command: 'wc -l < notes/a.txt && echo x > notes/b.txt' }, ctx());
+    expect(await fileRead.handler({ path: 'notes/a.txt' }, ctx())).toMatchObject({
+      content: 'one\ntwo\n',
+      encoding: 'utf-8',
+      size: 8,
+    });
+    const shell = await runShell.handler(
+      { command: 'wc -l < notes/a.txt && echo x > notes/b.txt' },
+      ctx(),
+    );
     expect(shell.stdout.trim()).toBe('2');
     const list = await fileList.handler({ path: 'notes' }, ctx());
-    expect(list.entries.map((e) => [e.name, e.type])).toEqual([['a.txt', 'file'], ['b.txt', 'file']]);
-    expect(await fileDelete.handler({ path: 'notes' }, ctx())).toEqual({ path: 'notes', deleted: 'directory' });
-    await expect(fileRead.handler({ path: 'notes/a.txt' }, ctx())).rejects.toMatchObject({ code: 'not_found' });
+    expect(list.entries.map((e) => [e.name, e.type])).toEqual([
+      ['a.txt', 'file'],
+      ['b.txt', 'file'],
+    ]);
+    expect(await fileDelete.handler({ path: 'notes' }, ctx())).toEqual({
+      path: 'notes',
+      deleted: 'directory',
+    });
+    await expect(fileRead.handler({ path: 'notes/a.txt' }, ctx())).rejects.toMatchObject({
+      code: 'not_found',
+    });
   });
 
   it('binary files come back as base64', async () => {
@@ -100,19 +143,32 @@ describe.skipIf(unavailable !== undefined)(`sandboxed tools (${driver})`, () => 
   it('refuses a symlink leading out, and can delete the link itself', async () => {
     const ws = await workspaces.ensure('tools-test');
     await symlink('/etc/passwd', path.join(ws, 'passwd-link'));
-    await expect(fileRead.handler({ path: 'passwd-link' }, ctx())).rejects.toMatchObject({ code: 'invalid_path' });
-    await expect(fileWrite.handler({ path: 'passwd-link', content: 'x' }, ctx())).rejects.toMatchObject({ code: 'invalid_path' });
-    expect(await fileDelete.handler({ path: 'passwd-link' }, ctx())).toMatchObject({ deleted: 'symlink' });
+    await expect(fileRead.handler({ path: 'passwd-link' }, ctx())).rejects.toMatchObject({
+      code: 'invalid_path',
+    });
+    await expect(
+      fileWrite.handler({ path: 'passwd-link', content: 'x' }, ctx()),
+    ).rejects.toMatchObject({ code: 'invalid_path' });
+    expect(await fileDelete.handler({ path: 'passwd-link' }, ctx())).toMatchObject({
+      deleted: 'symlink',
+    });
   });
 
   it('a cancelled call kills its sandbox and fails with cancelled', async () => {
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 300);
-    await expect(runShell.handler({ command: 'sleep 20' }, ctx('tools-test', ac.signal))).rejects.toMatchObject({ code: 'cancelled' });
+    await expect(
+      runShell.handler({ command: 'sleep 20' }, ctx('tools-test', ac.signal)),
+    ).rejects.toMatchObject({ code: 'cancelled' });
   });
 
   it('without a sandbox the tools fail with sandbox_error', async () => {
-    const bare = { callId: 'x', clientId: 'y', signal: new AbortController().signal, services: {} } as unknown as ToolContext;
+    const bare = {
+      callId: 'x',
+      clientId: 'y',
+      signal: new AbortController().signal,
+      services: {},
+    } as unknown as ToolContext;
     await expect(runPython.handler({ code: '1' }, bare)).rejects.toBeInstanceOf(ToolError);
     await writeFile(path.join(dir, 'unused'), '');
   });

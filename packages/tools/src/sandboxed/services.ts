@@ -23,10 +23,17 @@ export function sandboxServices(ctx: ToolContext): { sandbox: Sandbox; workspace
 /** SandboxError → ToolError `sandbox_error` (or `cancelled`); path errors → `invalid_path`. */
 export function toToolError(err: unknown): unknown {
   if (err instanceof ToolError) return err;
-  if (err instanceof WorkspacePathError) return new ToolError('invalid_path', err.message, { details: { reason: err.reason } });
+  if (err instanceof WorkspacePathError)
+    return new ToolError('invalid_path', err.message, { details: { reason: err.reason } });
   if (err instanceof SandboxError) {
-    if (err.code === 'aborted') return new ToolError('cancelled', 'the call was cancelled and its sandbox killed', { cause: err });
-    return new ToolError('sandbox_error', err.message, { details: { reason: err.code }, cause: err });
+    if (err.code === 'aborted')
+      return new ToolError('cancelled', 'the call was cancelled and its sandbox killed', {
+        cause: err,
+      });
+    return new ToolError('sandbox_error', err.message, {
+      details: { reason: err.code },
+      cause: err,
+    });
   }
   return err;
 }

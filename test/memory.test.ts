@@ -1,4 +1,5 @@
 /** memory_* and find_tools through the whole stack: HTTP → queue → worker → Redis. */
+import { randomUUID } from 'node:crypto';
 import type { ToolServices } from '@toolgate/registry';
 import { createToolRegistry } from '@toolgate/tools';
 import { createMemoryStore, memoryTools } from '@toolgate/tools/memory';
@@ -18,19 +19,21 @@ const clients = [
 
 let stack: Stack;
 let redis: Redis;
-// Partial: the sandbox services are not needed here.
-const services: Partial<ToolServices> = {};
 
 beforeAll(async () => {
+  const url = inject('redisUrl');
+  const prefix = `tmem${randomUUID().slice(0, 8)}`;
+  redis = new Redis(url);
+  // As services/worker/src/main.ts is to wire them (the sandbox is not needed here).
+  const services: Partial<ToolServices> = {
+    memory: createMemoryStore(redis, { prefix }),
+    toolCatalog: createToolCatalog(createToolRegistry(extra), clients),
+  };
   stack = await startStack({
     tools: extra,
     services: services as ToolServices,
-    config: { clients },
+    config: { clients, redis: { url, prefix } },
   });
-  redis = new Redis(inject('redisUrl'));
-  // The worker holds `services` by reference: fill it in now that the prefix is known.
-  services.memory = createMemoryStore(redis, { prefix: stack.config.redis.prefix });
-  services.toolCatalog = createToolCatalog(createToolRegistry(extra), stack.config.clients);
 });
 afterAll(async () => {
   await stack?.close();

@@ -1,7 +1,8 @@
 /**
  * Plugins as the services load them: the examples under plugins/examples through the whole
- * stack (stock_quote against a local quote server, cached 60 s), broken plugins under plain
- * Node (not Vite), and the examples' own node:test files.
+ * stack (stock_quote against a local quote server, cached 60 s; the declarative word_freq and
+ * jq_query in a real sandbox), broken plugins under plain Node (not Vite), and the examples'
+ * own node:test files.
  */
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -9,7 +10,9 @@ import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { loadPlugins, type LoadResult } from '@toolgate/plugins';
+import { loadExtensions, loadPlugins, type LoadResult } from '@toolgate/plugins';
+import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
+import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { createToolRegistry } from '@toolgate/tools';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT } from './support/process.js';
@@ -165,5 +168,81 @@ describe('broken plugins under plain Node', () => {
         error: expect.stringContaining("Cannot find package 'no-such-package-anywhere'"),
       },
     ]);
+  });
+});
+
+// Declarative tools (tool.yaml) need a real sandbox: docker when it answers here, else bwrap.
+const driver = (await whyDriverUnavailable('docker')) === undefined ? 'docker' : 'bwrap';
+const noSandbox = await whyDriverUnavailable(driver);
+if (noSandbox) console.warn(`declarative tools through the stack skipped: ${driver}: ${noSandbox}`);
+
+describe.skipIf(noSandbox !== undefined)(`declarative tools through the stack (${driver})`, () => {
+  let sandboxStack: Stack;
+  let sandbox: Sandbox;
+  let dir: string;
+  let all: Awaited<ReturnType<typeof loadExtensions>>;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'tg-decl-'));
+    sandbox = await createSandbox(testSandboxConfig(driver, dir));
+    all = await loadExtensions([EXAMPLES], quiet, {
+      reserved: createToolRegistry()
+        .list()
+        .map((t) => t.name),
+      env: { STOCK_QUOTE_URL: 'http://127.0.0.1:9/quote?symbol={symbol}' },
+      images: Object.keys(sandbox.config.images),
+    });
+    await sandbox.warmUp(60_000);
+    sandboxStack = await startStack({
+      tools: all.tools,
+      services: { sandbox, workspaces: createWorkspaces(sandbox.config) },
+    });
+  }, 120_000);
+  afterAll(async () => {
+    await sandboxStack?.close();
+    await sandbox?.close();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  const run = async (tool: string, args: unknown) =>
+    (await (
+      await sandboxStack.call(`/tools/${tool}/execute`, { json: args, key: KEYS.alice })
+    ).json()) as Record<string, unknown>;
+
+  it('loadExtensions finds the plugins and the manifests', () => {
+    expect(all.failed).toEqual([]);
+    expect(all.loaded.map((l) => [l.name, all.kinds[l.dir]])).toEqual([
+      ['stock_quote', 'plugin'],
+      ['text_stats', 'plugin'],
+      ['jq_query', 'manifest'],
+      ['word_freq', 'manifest'],
+    ]);
+  });
+
+  it('word_freq (Python) and jq_query (shell) run in throwaway sandboxes', async () => {
+    expect(
+      await run('word_freq', { text: 'to be or not to be', keepStopWords: true, top: 1 }),
+    ).toMatchObject({
+      status: 'ok',
+      result: { total: 6, distinct: 4, top: [{ word: 'be', count: 2 }] },
+    });
+    expect(await run('jq_query', { json: '{"a":[1,2,3]}', filter: '[.a[] * 10]' })).toMatchObject({
+      status: 'ok',
+      result: [10, 20, 30],
+    });
+    expect(await run('jq_query', { json: '{}', filter: '.[' })).toMatchObject({
+      status: 'error',
+      error: { code: 'invalid_filter', message: expect.stringContaining('jq:') },
+    });
+  });
+
+  it('a manifest tool is listed with its schema like any other', async () => {
+    const res = await sandboxStack.call('/tools?q=jq');
+    const [tool] = (await res.json()) as { name: string; sandboxed: boolean; parameters: object }[];
+    expect(tool).toMatchObject({
+      name: 'jq_query',
+      sandboxed: true,
+      parameters: { required: ['json', 'filter'], additionalProperties: false },
+    });
   });
 });

@@ -1,6 +1,7 @@
 /** @toolgate/plugins: discovers plugins at start (SPEC §8) and scaffolds new ones. */
 export { definePlugin, ToolError, Type } from './plugin.js';
 export { loadPlugins, PLUGIN_FILES } from './load.js';
+export { loadExtensions } from './extensions.js';
 export { scaffoldPlugin, ScaffoldError, PLUGIN_NAME } from './scaffold.js';
 export { runCli } from './cli.js';
 
@@ -12,5 +13,6 @@ export type {
   PluginLogger,
 } from './plugin.js';
 export type { FailedPlugin, LoadedPlugin, LoadOptions, LoadResult } from './load.js';
+export type { ExtensionOptions, ExtensionsResult } from './extensions.js';
 export type { ScaffoldOptions } from './scaffold.js';
 export type { CliIo } from './cli.js';

@@ -1,0 +1,18 @@
+/**
+ * toolgate with Claude: node examples/anthropic.ts "What is 2**32 / 7, and what time is it in Tokyo?"
+ * Env: TOOLGATE_URL, TOOLGATE_KEY, ANTHROPIC_API_KEY, ANTHROPIC_MODEL (default claude-sonnet-4-5).
+ */
+import Anthropic from '@anthropic-ai/sdk';
+import { runAnthropic } from './lib/anthropic-loop.ts';
+import { toolgateFromEnv } from './lib/toolgate.ts';
+
+const prompt =
+  process.argv.slice(2).join(' ') || 'What is 2**32 / 7, and what time is it in Tokyo?';
+const answer = await runAnthropic(new Anthropic(), {
+  toolgate: toolgateFromEnv(),
+  model: process.env.ANTHROPIC_MODEL ?? 'claude-sonnet-4-5',
+  prompt,
+  onToolResult: (name, input, result) =>
+    console.log(`→ ${name}(${JSON.stringify(input)}) = ${result}`),
+});
+console.log(answer);

@@ -1,0 +1,52 @@
+/**
+ * A complete tool loop with the OpenAI SDK's Chat Completions, for OpenAI and for any
+ * OpenAI-compatible endpoint (Ollama, vLLM, LM Studio, …): ask the model, run its tool calls
+ * through toolgate, append the results, repeat until it answers in words.
+ */
+import type OpenAI from 'openai';
+import type {
+  ChatCompletionMessageParam,
+  ChatCompletionTool,
+  ChatCompletionToolMessageParam,
+} from 'openai/resources/chat/completions';
+import { fetchTools, runToolCalls, type Toolgate } from './toolgate.ts';
+
+export interface LoopOptions {
+  toolgate: Toolgate;
+  model: string;
+  prompt: string;
+  system?: string;
+  /** Model turns before giving up (each may call several tools). */
+  maxTurns?: number;
+  /** Called with each tool call and its result, for printing. */
+  onToolResult?: (name: string, args: string, result: string) => void;
+}
+
+export async function runOpenAIChat(openai: OpenAI, options: LoopOptions): Promise<string> {
+  const { toolgate, model, maxTurns = 8 } = options;
+  const tools = await fetchTools<ChatCompletionTool>(toolgate, 'openai');
+  const messages: ChatCompletionMessageParam[] = [
+    ...(options.system ? [{ role: 'system' as const, content: options.system }] : []),
+    { role: 'user', content: options.prompt },
+  ];
+  for (let turn = 0; turn < maxTurns; turn++) {
+    const completion = await openai.chat.completions.create({ model, messages, tools });
+    const message = completion.choices[0]?.message;
+    if (!message) throw new Error('the model returned no choice');
+    messages.push(message);
+    if (!message.tool_calls?.length) return message.content ?? '';
+    // toolgate runs every call of the turn in parallel; the tool call id is the idempotency key.
+    const { messages: results } = await runToolCalls<ChatCompletionToolMessageParam>(
+      toolgate,
+      message,
+    );
+    for (const result of results) {
+      const call = message.tool_calls.find((c) => c.id === result.tool_call_id);
+      if (call?.type === 'function') {
+        options.onToolResult?.(call.function.name, call.function.arguments, String(result.content));
+      }
+    }
+    messages.push(...results);
+  }
+  throw new Error(`no answer after ${maxTurns} turns`);
+}

@@ -40,6 +40,7 @@ describe('the real processes', () => {
       TOOLGATE_REDIS_PREFIX: `p${randomUUID().slice(0, 8)}`,
       PORT: '0',
       WORKER_METRICS_PORT: '0',
+      TOOLGATE_WORKER_QUEUES: 'fast',
     };
     const worker = startService('worker', env);
     const gateway = startService('gateway', env);

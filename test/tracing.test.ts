@@ -62,6 +62,7 @@ describe('tracing in the real processes', () => {
       TOOLGATE_REDIS_PREFIX: `o${randomUUID().slice(0, 8)}`,
       PORT: '0',
       WORKER_METRICS_PORT: '0',
+      TOOLGATE_WORKER_QUEUES: 'fast',
       OTEL_TRACES_EXPORTER: 'console',
       OTEL_BSP_SCHEDULE_DELAY: '100',
     };
@@ -77,11 +78,15 @@ describe('tracing in the real processes', () => {
       body: '{"expression":"1+1"}',
     });
     expect(res.status).toBe(200);
-    const [, traceId] = await worker.waitFor(
-      /traceId: '([0-9a-f]{32})',[\s\S]*?name: 'toolgate\.execute'/,
-    );
-    // The gateway exports its spans (HTTP server span from the http instrumentation, ours) with the same id.
-    await gateway.waitFor(new RegExp(`traceId: '${traceId}',[\\s\\S]*?name: 'toolgate\\.call'`));
-    await gateway.waitFor(new RegExp(`traceId: '${traceId}',[\\s\\S]*?name: 'POST`));
+    // ConsoleSpanExporter prints one object per span; a span's own trace id is the
+    // two-space-indented `traceId` (parentSpanContext's is nested deeper). Never match across spans.
+    const span = (name: string, traceId = '[0-9a-f]{32}') =>
+      new RegExp(
+        `\\n  traceId: '(${traceId})',(?:(?!\\n  traceId: )[\\s\\S])*?\\n  name: '${name}`,
+      );
+    const [, traceId] = await worker.waitFor(span('toolgate\\.execute'));
+    // The gateway exports the HTTP server span (http instrumentation) and its own, same trace.
+    await gateway.waitFor(span('toolgate\\.call', traceId));
+    await gateway.waitFor(span('POST', traceId));
   }, 60_000);
 });

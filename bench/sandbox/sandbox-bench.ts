@@ -15,13 +15,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { ToolContext } from '@toolgate/registry';
-import { createSandbox, createWorkspaces, type Sandbox } from '../../packages/sandbox/src/index.js';
-import {
-  REPO_ROOT,
-  testSandboxConfig,
-  whyDriverUnavailable,
-} from '../../packages/sandbox/src/testing.js';
-import { runPython } from '../../packages/tools/src/sandboxed/index.js';
+import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
+import { REPO_ROOT, testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
+import { runPython } from '@toolgate/tools';
 
 const exec = promisify(execFile);
 

@@ -12,20 +12,9 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { ToolContext } from '@toolgate/registry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  createSandbox,
-  createWorkspaces,
-  type Sandbox,
-  type Workspaces,
-} from '../../packages/sandbox/src/index.js';
-import { testSandboxConfig, whyDriverUnavailable } from '../../packages/sandbox/src/testing.js';
-import {
-  fileList,
-  fileRead,
-  fileWrite,
-  runPython,
-  runShell,
-} from '../../packages/tools/src/sandboxed/index.js';
+import { createSandbox, createWorkspaces, type Sandbox, type Workspaces } from '@toolgate/sandbox';
+import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
+import { fileList, fileRead, fileWrite, runPython, runShell } from '@toolgate/tools';
 
 const exec = promisify(execFile);
 const drivers = ['docker', 'bwrap'] as const;

@@ -22,6 +22,15 @@ export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegi
 
 export { calculator, currentTime, evaluate, sandboxedTools, httpTools };
 export { createHttpServices } from './http/index.js';
+export {
+  runPython,
+  runShell,
+  fileRead,
+  fileWrite,
+  fileList,
+  fileDelete,
+  runInWorkspace,
+} from './sandboxed/index.js';
 export { checkShellCommand, shellPolicyError, POLICY_DENIED } from './policy/index.js';
 export type { HttpPolicy, HttpToolServices } from './http/index.js';
 export type { ShellPolicy, ShellCheckResult } from './policy/index.js';

@@ -81,6 +81,8 @@ export class DockerDriver implements SandboxDriver {
   private propagation = false;
   private started: Promise<void> | undefined;
   private closed = false;
+  /** Pool containers being created: close() waits for them, or they outlive the worker. */
+  private readonly arming = new Set<Promise<unknown>>();
   private timer: NodeJS.Timeout | undefined;
   private running = 0;
   private reaped = 0;
@@ -351,7 +353,13 @@ export class DockerDriver implements SandboxDriver {
       pool.ready.length + pool.filling < pool.size + pool.waiters.length
     ) {
       pool.filling++;
-      this.arm(pool.key, this.defaultResources(), { pooled: true })
+      const arming = this.arm(pool.key, this.defaultResources(), { pooled: true });
+      this.arming.add(arming);
+      void arming.then(
+        () => this.arming.delete(arming),
+        () => this.arming.delete(arming),
+      );
+      arming
         .then((armed) => {
           pool.filling--;
           if (this.closed) return void this.dispose(armed);
@@ -625,6 +633,8 @@ export class DockerDriver implements SandboxDriver {
       const ready = pool.ready.splice(0);
       await Promise.all(ready.map((a) => this.dispose(a)));
     }
+    // Pool containers still being created: each disposes of itself once armed (closed is set).
+    await Promise.allSettled([...this.arming]);
     // Containers of calls still running, or being started for the pool.
     for (let i = 0; i < 50 && this.live.size > 0; i++) {
       await Promise.all(

@@ -1,0 +1,98 @@
+// SPEC §9, second and third bullets through the whole product: run_python hello world via
+// HTTP → gateway → sandbox queue → worker → warm container, against a plain `docker run --rm`
+// of the same image, in one run; then 30 s sustained at concurrency 8 and the containers left.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { benchRedis, freePort, startTs, stop } from './lib.js';
+import { HELLO, plainDockerRun, sampleLatency, sustain } from './sandbox/sandbox-bench.js';
+
+const exec = promisify(execFile);
+const samples = Number(process.env.BENCH_SAMPLES ?? 15);
+const seconds = Number(process.env.BENCH_SECONDS ?? 30);
+const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 8);
+
+const redisUrl = await benchRedis();
+const dir = mkdtempSync(join(tmpdir(), 'toolgate-bench-'));
+const key = 'bench-key-0123456789abcdef';
+const config = join(dir, 'toolgate.yaml');
+writeFileSync(
+  config,
+  [
+    'clients:',
+    `  - { id: bench, key: ${key}, rateLimit: { perMinute: 100000000 } }`,
+    'log: { level: warn }',
+    `worker: { sandboxConcurrency: ${concurrency} }`,
+    'sandbox:',
+    '  driver: docker',
+    `  workspacesRoot: ${join(dir, 'workspaces')}`,
+    `  stateDir: ${join(dir, 'state')}`,
+    `  pool: { size: 1, sizes: { python: ${concurrency} } }`,
+  ].join('\n'),
+);
+const port = await freePort();
+const metricsPort = await freePort();
+const env = {
+  REDIS_URL: redisUrl,
+  TOOLGATE_CONFIG: config,
+  PORT: String(port),
+  HOST: '127.0.0.1',
+  WORKER_METRICS_PORT: String(metricsPort),
+  TOOLGATE_REDIS_PREFIX: 'bench-sbx',
+  TOOLGATE_LOG_LEVEL: 'info',
+};
+console.log(
+  `toolgate sandbox benchmark — ${samples} samples, ${seconds} s sustained at concurrency ${concurrency}`,
+);
+const worker = await startTs('services/worker/src/main.ts', env, /worker started/);
+const gateway = await startTs('services/gateway/src/main.ts', env, /gateway listening/);
+
+/** The worker's warm python containers, read from its own /metrics. */
+async function warm(): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const m = /toolgate_sandbox_warm_containers\{[^}]*image="python"[^}]*\} (\d+)/.exec(text);
+  return m ? Number(m[1]) : 0;
+}
+async function poolFull(): Promise<void> {
+  for (let i = 0; i < 600 && (await warm()) < concurrency; i++)
+    await new Promise((r) => setTimeout(r, 100));
+}
+
+const call = async () => {
+  const res = await fetch(`http://127.0.0.1:${port}/tools/run_python/execute`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ code: HELLO }),
+  });
+  const body = (await res.json()) as { status: string; result?: { stdout: string } };
+  if (body.status !== 'ok' || body.result?.stdout !== 'hello world\n')
+    throw new Error(`unexpected ${JSON.stringify(body)}`);
+};
+
+await poolFull();
+await call(); // first-use costs (workspace, page cache) out of the sample
+const viaGateway = await sampleLatency(call, samples, poolFull);
+await plainDockerRun();
+const plain = await sampleLatency(plainDockerRun, samples);
+await poolFull();
+const sustained = await sustain(call, seconds, concurrency);
+await stop(gateway);
+await stop(worker); // SIGTERM: the worker removes its warm containers on the way out
+const left = (await exec('docker', ['ps', '-aq', '--filter', 'label=toolgate.sandbox'])).stdout
+  .trim()
+  .split('\n')
+  .filter(Boolean).length;
+
+console.log(`  run_python via gateway   p50 ${viaGateway.p50Ms} ms   p95 ${viaGateway.p95Ms} ms`);
+console.log(`  docker run --rm          p50 ${plain.p50Ms} ms   p95 ${plain.p95Ms} ms`);
+console.log(
+  `  sustained                ${sustained.callsPerSecond} calls/s at concurrency ${concurrency} (${sustained.calls} calls, ${sustained.errors} errors, p50 ${sustained.p50Ms} ms)`,
+);
+console.log('');
+console.log(
+  `p50 ratio (gateway run_python / docker run --rm): ${(viaGateway.p50Ms / plain.p50Ms).toFixed(2)}   target ≤ 0.2`,
+);
+console.log(`containers left after the run: ${left}   target 0`);
+process.exit(left === 0 ? 0 : 1);

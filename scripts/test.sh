@@ -13,7 +13,10 @@ fi
 cd "$ROOT"
 log "typecheck"
 pnpm exec tsc -b
+pnpm --filter @toolgate/examples typecheck
 log "lint"
 pnpm exec eslint .
 log "tests"
 pnpm exec vitest run "$@"
+log "example assistant loops (real SDKs against a fake model server)"
+pnpm --filter @toolgate/examples test

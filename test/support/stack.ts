@@ -3,7 +3,13 @@ import { parseConfig, type Config } from '@toolgate/config';
 import { createGateway, type Gateway } from '@toolgate/gateway';
 import { createLogger } from '@toolgate/log';
 import type { AnyToolSpec, ToolServices } from '@toolgate/registry';
-import { createHttpServices, createToolRegistry } from '@toolgate/tools';
+import { createRedis } from '@toolgate/calls';
+import {
+  createHttpServices,
+  createMemoryStore,
+  createToolCatalog,
+  createToolRegistry,
+} from '@toolgate/tools';
 import { createWorker, type ToolWorker } from '@toolgate/worker';
 import { inject } from 'vitest';
 
@@ -59,6 +65,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     level: (process.env.TEST_LOG_LEVEL as 'silent' | undefined) ?? 'silent',
   });
   const registry = createToolRegistry(options.tools ?? []);
+  const memoryRedis = createRedis(config.redis.url, 'command');
   const worker =
     options.worker === false
       ? undefined
@@ -70,6 +77,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
           services: {
             http: createHttpServices(config.policy.http),
             shellPolicy: config.policy.shell,
+            memory: createMemoryStore(memoryRedis, { prefix: config.redis.prefix }),
+            toolCatalog: createToolCatalog(registry, config.clients),
             ...options.services,
           } as ToolServices,
         });
@@ -100,6 +109,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     async close() {
       await gateway.close();
       await worker?.close();
+      memoryRedis.disconnect();
     },
   };
 }

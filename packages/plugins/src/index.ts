@@ -2,6 +2,7 @@
 export { definePlugin, ToolError, Type } from './plugin.js';
 export { loadPlugins, PLUGIN_FILES } from './load.js';
 export { loadExtensions } from './extensions.js';
+export { loadToolRegistry } from './registry.js';
 export { scaffoldPlugin, ScaffoldError, PLUGIN_NAME } from './scaffold.js';
 export { runCli } from './cli.js';
 

@@ -2,6 +2,8 @@ import { ToolRegistry, type AnyToolSpec } from '@toolgate/registry';
 import { calculator, evaluate } from './builtin/calculator.js';
 import { currentTime } from './builtin/current-time.js';
 import { httpTools } from './http/index.js';
+import { memoryTools } from './memory/index.js';
+import { metaTools } from './meta/index.js';
 import { sandboxedTools } from './sandboxed/index.js';
 
 /** The in-process built-in tools (SPEC §4). */
@@ -10,6 +12,8 @@ export const builtinTools: AnyToolSpec[] = [
   currentTime,
   ...httpTools,
   ...sandboxedTools,
+  ...memoryTools,
+  ...metaTools,
 ];
 
 /** A registry with every built-in tool, plus `extra` (tests, plugins). */
@@ -22,6 +26,9 @@ export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegi
 
 export { calculator, currentTime, evaluate, sandboxedTools, httpTools };
 export { createHttpServices } from './http/index.js';
+export { memoryTools, createMemoryStore, MemoryStore } from './memory/index.js';
+export { metaTools, findTools, createToolCatalog } from './meta/index.js';
+export type { ToolCatalog } from './meta/index.js';
 export {
   runPython,
   runShell,

@@ -25,6 +25,7 @@ import { adminRoutes } from './routes/admin.js';
 import { callRoutes } from './routes/calls.js';
 import { executeRoutes } from './routes/execute.js';
 import { healthRoutes } from './routes/health.js';
+import { mcpRoutes } from './routes/mcp.js';
 import { statsRoutes } from './routes/stats.js';
 import { toolCallRoutes } from './routes/tool-calls.js';
 import { toolRoutes } from './routes/tools.js';
@@ -179,6 +180,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(toolRoutes(registry, requiresApproval));
   app.use(executeRoutes(pipeline));
   app.use(toolCallRoutes(pipeline));
+  app.use(mcpRoutes({ registry, pipeline }));
   app.use(callRoutes(pipeline));
   app.use(statsRoutes(redis, stats, cache));
   app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics }));

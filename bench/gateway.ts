@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
-import { benchRedis, freePort, measure, startTs, stop } from './lib.js';
+import { benchRedis, freePort, httpClient, measure, startTs, stop } from './lib.js';
 
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 64);
@@ -58,20 +58,18 @@ const env = {
 };
 const worker = await startTs('services/worker/src/main.ts', env, /worker started/);
 const gateway = await startTs('services/gateway/src/main.ts', env, /gateway listening/);
-const url = `http://127.0.0.1:${port}/tools/calculator/execute`;
-const init = {
-  method: 'POST',
-  headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-  body: JSON.stringify({ expression: '2*(3+4)' }),
-};
+const client = httpClient(`http://127.0.0.1:${port}`, concurrency);
+const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+const body = JSON.stringify({ expression: '2*(3+4)' });
 const viaGateway = await measure(
   async () => {
-    const res = await fetch(url, init);
-    const body = (await res.json()) as { result?: number };
-    if (body.result !== 14) throw new Error(`gateway: unexpected ${JSON.stringify(body)}`);
+    const res = await client.post('/tools/calculator/execute', headers, body);
+    const parsed = JSON.parse(res.text) as { result?: number };
+    if (parsed.result !== 14) throw new Error(`gateway: unexpected ${res.text}`);
   },
   { sequential, concurrency, seconds, label: 'toolgate HTTP→queue→worker' },
 );
+client.close();
 await stop(gateway);
 await stop(worker);
 connection.disconnect();

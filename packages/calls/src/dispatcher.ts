@@ -1,58 +1,63 @@
-import { Queue, QueueEvents } from 'bullmq';
+import { randomUUID } from 'node:crypto';
+import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Keys } from './keys.js';
 import type { CallStore } from './store.js';
 import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
 
 const KINDS: QueueKind[] = ['fast', 'sandbox'];
+/** Fallback checks of a waited-for call (a reply lost in a reconnect, a job BullMQ failed). */
+const POLL_FIRST_MS = 1000;
+const POLL_MAX_MS = 5000;
 
 type Waiter = (outcome: CallOutcome) => void;
 
 /**
- * The gateway's side of the queue: enqueues calls and waits for their outcomes. One
- * QueueEvents reader per queue fans completion events out to waiting requests by call id.
+ * The gateway's side of the queue: enqueues calls and waits for their outcomes. Workers
+ * publish each outcome on the waiting gateway's own channel (`replyTo` in the job), so a
+ * result travels in one hop; a slow poll of the job's state backs that up.
  */
 export class Dispatcher {
   private readonly queues: Record<QueueKind, Queue>;
-  private readonly events: Record<QueueKind, QueueEvents>;
   private readonly waiters = new Map<string, Set<Waiter>>();
+  /** Where workers publish the outcomes this gateway waits for. */
+  readonly replyChannel: string;
+  private readonly replies: Redis;
+  private subscribed: Promise<unknown>;
 
   constructor(
     connection: Redis,
-    /** Makes a blocking connection; each queue's event reader needs its own. */
-    eventsConnection: () => Redis,
-    private readonly keys: Keys,
+    /** The subscriber connection for replies (a blocking one: it reconnects forever). */
+    subscriber: Redis,
+    keys: Keys,
     private readonly store: CallStore,
   ) {
-    const make = <T>(fn: (kind: QueueKind) => T) =>
-      Object.fromEntries(KINDS.map((k) => [k, fn(k)])) as Record<QueueKind, T>;
-    this.queues = make(
-      (kind) => new Queue(keys.queue(kind), { connection, prefix: keys.bullPrefix }),
-    );
-    this.events = make((kind) => {
-      const events = new QueueEvents(keys.queue(kind), {
-        connection: eventsConnection(),
-        prefix: keys.bullPrefix,
-      });
-      events.on('completed', ({ jobId, returnvalue }) =>
-        this.settle(jobId, parseOutcome(returnvalue)),
-      );
-      events.on('failed', ({ jobId, failedReason }) => this.settleFailed(jobId, failedReason));
-      // Errors surface through /readyz and request failures; keep the process alive.
-      events.on('error', () => undefined);
-      return events;
-    });
+    this.queues = Object.fromEntries(
+      KINDS.map((kind) => [
+        kind,
+        new Queue(keys.queue(kind), { connection, prefix: keys.bullPrefix }),
+      ]),
+    ) as Record<QueueKind, Queue>;
     for (const q of Object.values(this.queues)) q.on('error', () => undefined);
+    this.replyChannel = keys.reply(randomUUID());
+    this.replies = subscriber;
+    this.replies.on('message', (_channel: string, message: string) => {
+      const outcome = parseOutcome(message);
+      this.settle(outcome.id, outcome);
+    });
+    // ioredis re-subscribes by itself after a reconnect (autoResubscribe).
+    this.subscribed = this.replies.subscribe(this.replyChannel).catch(() => undefined);
   }
 
-  /** Resolves once every event reader is connected; false if that takes over `timeoutMs`. */
+  /** True once replies can be received; false if that takes over `timeoutMs`. */
   async ready(timeoutMs: number): Promise<boolean> {
+    if (this.replies.status === 'ready') return true;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<false>(
       (resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)),
     );
-    const ready = Promise.all(Object.values(this.events).map((e) => e.waitUntilReady())).then(
-      () => true,
+    const ready = new Promise<boolean>((resolve) =>
+      this.replies.once('ready', () => resolve(true)),
     );
     try {
       return await Promise.race([ready, timeout]);
@@ -66,6 +71,7 @@ export class Dispatcher {
   }
 
   async enqueue(job: CallJob, kind: QueueKind): Promise<void> {
+    await this.subscribed;
     await this.queues[kind].add(job.tool, job, {
       jobId: job.id,
       // Kept briefly so a call's outcome is readable while the worker writes its record.
@@ -80,24 +86,40 @@ export class Dispatcher {
    */
   expect(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
     return new Promise((resolve) => {
+      const started = Date.now();
+      let poll: NodeJS.Timeout | undefined;
       const waiter: Waiter = (outcome) => {
         clearTimeout(timer);
+        clearTimeout(poll);
         resolve(outcome);
       };
       const timer = setTimeout(() => {
+        clearTimeout(poll);
         this.drop(id, waiter);
         resolve(undefined);
       }, timeoutMs);
+      const check = (delay: number) => {
+        poll = setTimeout(() => {
+          this.lookup(id).then(
+            (record) => {
+              if (record?.outcome) this.settle(id, record.outcome);
+              else if (Date.now() - started < timeoutMs) check(Math.min(delay * 2, POLL_MAX_MS));
+            },
+            () => check(Math.min(delay * 2, POLL_MAX_MS)),
+          );
+        }, delay);
+      };
+      check(POLL_FIRST_MS);
       let set = this.waiters.get(id);
       if (!set) this.waiters.set(id, (set = new Set()));
       set.add(waiter);
     });
   }
 
-  /** Waits for an already-accepted call (idempotent retries, approvals): checks the store first. */
+  /** Waits for an already-accepted call (idempotent retries): checks its state first. */
   async waitFor(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
     const pending = this.expect(id, timeoutMs);
-    const record = await this.store.get(id);
+    const record = await this.lookup(id);
     if (record?.outcome) this.settle(id, record.outcome);
     return pending;
   }
@@ -132,7 +154,10 @@ export class Dispatcher {
       if (state === 'completed') {
         const recorded = await this.store.get(id);
         if (recorded) return recorded;
-        const outcome = parseOutcome(job.returnvalue);
+        // The job may have completed after it was read: read its return value again.
+        const value = job.returnvalue ?? (await this.queues[kind].getJob(id))?.returnvalue;
+        if (value === null || value === undefined) break;
+        const outcome = parseOutcome(value);
         return { ...base, status: outcome.status, outcome };
       }
       return { ...base, status: 'queued' };
@@ -141,16 +166,13 @@ export class Dispatcher {
     return (await this.store.get(id)) ?? record;
   }
 
-  /** Closes the queues and event readers; bounded, since a close waits for a connection that may never come. */
+  /** Closes the queues and the reply subscription; bounded, since a close waits for a connection that may never come. */
   async close(timeoutMs = 3000): Promise<void> {
-    const closing = Promise.allSettled([
-      ...Object.values(this.events).map((e) => e.close()),
-      ...Object.values(this.queues).map((q) => q.close()),
-    ]);
+    this.replies.disconnect();
+    const closing = Promise.allSettled(Object.values(this.queues).map((q) => q.close()));
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([closing, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
     clearTimeout(timer);
-    for (const e of Object.values(this.events)) void e.disconnect().catch(() => undefined);
     for (const q of Object.values(this.queues)) void q.disconnect().catch(() => undefined);
   }
 
@@ -159,12 +181,6 @@ export class Dispatcher {
     if (!set) return;
     this.waiters.delete(id);
     for (const waiter of set) waiter(outcome);
-  }
-
-  private async settleFailed(id: string, reason: string): Promise<void> {
-    if (!this.waiters.has(id)) return;
-    const record = await this.store.get(id).catch(() => undefined);
-    this.settle(id, record?.outcome ?? failedOutcome(id, record?.tool ?? 'unknown', reason));
   }
 
   private drop(id: string, waiter: Waiter): void {

@@ -26,6 +26,11 @@ export class Keys {
     return `${this.prefix}:workers`;
   }
 
+  /** A gateway's own channel for outcomes of the calls it waits for. */
+  reply(gatewayId: string): string {
+    return `${this.prefix}:reply:${gatewayId}`;
+  }
+
   get audit(): string {
     return `${this.prefix}:audit`;
   }

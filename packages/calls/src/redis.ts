@@ -13,7 +13,7 @@ export function createRedis(
   const common: RedisOptions = {
     lazyConnect: false,
     // Commands issued in the same tick go out in one write: fewer syscalls under load.
-    enableAutoPipelining: true,
+    enableAutoPipelining: false,
     retryStrategy: (times) => Math.min(times * 200, 2000),
     ...options,
   };

@@ -46,32 +46,76 @@ export class Stats {
     private readonly keys: Keys,
   ) {}
 
-  /** Adds one finished call to a MULTI the caller is building. */
+  /** Adds one finished call to a MULTI/pipeline the caller is building. */
   addTo(multi: ChainableCommander, outcome: CallOutcome, clientId: string): void {
-    const { tool } = outcome;
-    const summary: CallSummary = {
-      id: outcome.id,
-      tool,
-      client: clientId,
-      status: outcome.status,
-      ...(outcome.error ? { errorCode: outcome.error.code } : {}),
-      durationMs: outcome.durationMs,
-      cached: outcome.cached,
-      at: new Date().toISOString(),
-    };
-    const toolKey = this.keys.stat('tool', tool);
+    this.addBatch(multi, [{ outcome, clientId }]);
+  }
+
+  /**
+   * Adds many finished calls in a few commands: counters summed per tool, list and sorted-set
+   * pushes in one command each, trimmed once.
+   */
+  addBatch(
+    multi: ChainableCommander,
+    calls: readonly { outcome: CallOutcome; clientId: string }[],
+  ): void {
+    if (calls.length === 0) return;
+    const at = new Date().toISOString();
+    const perTool = new Map<
+      string,
+      {
+        calls: number;
+        ok: number;
+        errors: number;
+        cached: number;
+        totalMs: number;
+        durations: number[];
+      }
+    >();
+    const recent: string[] = [];
+    const slowest: (string | number)[] = [];
+    for (const { outcome, clientId } of calls) {
+      const summary: CallSummary = {
+        id: outcome.id,
+        tool: outcome.tool,
+        client: clientId,
+        status: outcome.status,
+        ...(outcome.error ? { errorCode: outcome.error.code } : {}),
+        durationMs: outcome.durationMs,
+        cached: outcome.cached,
+        at,
+      };
+      let t = perTool.get(outcome.tool);
+      if (!t)
+        perTool.set(
+          outcome.tool,
+          (t = { calls: 0, ok: 0, errors: 0, cached: 0, totalMs: 0, durations: [] }),
+        );
+      t.calls++;
+      if (outcome.status === 'ok') t.ok++;
+      else t.errors++;
+      if (outcome.cached) t.cached++;
+      t.totalMs += outcome.durationMs;
+      t.durations.push(outcome.durationMs);
+      const text = JSON.stringify(summary);
+      recent.push(text);
+      slowest.push(outcome.durationMs, text);
+    }
+    multi.sadd(this.keys.stats('tools'), ...perTool.keys());
+    for (const [tool, t] of perTool) {
+      const toolKey = this.keys.stat('tool', tool);
+      multi.hincrby(toolKey, 'calls', t.calls).hincrbyfloat(toolKey, 'totalMs', t.totalMs);
+      if (t.ok) multi.hincrby(toolKey, 'ok', t.ok);
+      if (t.errors) multi.hincrby(toolKey, 'errors', t.errors);
+      if (t.cached) multi.hincrby(toolKey, 'cached', t.cached);
+      const durations = this.keys.stat('durations', tool);
+      multi.lpush(durations, ...t.durations).ltrim(durations, 0, SAMPLE_SIZE - 1);
+    }
     multi
-      .sadd(this.keys.stats('tools'), tool)
-      .hincrby(toolKey, 'calls', 1)
-      .hincrby(toolKey, outcome.status === 'ok' ? 'ok' : 'errors', 1)
-      .hincrbyfloat(toolKey, 'totalMs', outcome.durationMs)
-      .lpush(this.keys.stat('durations', tool), outcome.durationMs)
-      .ltrim(this.keys.stat('durations', tool), 0, SAMPLE_SIZE - 1)
-      .lpush(this.keys.stats('recent'), JSON.stringify(summary))
+      .lpush(this.keys.stats('recent'), ...recent)
       .ltrim(this.keys.stats('recent'), 0, RECENT_SIZE - 1)
-      .zadd(this.keys.stats('slowest'), outcome.durationMs, JSON.stringify(summary))
+      .zadd(this.keys.stats('slowest'), ...slowest)
       .zremrangebyrank(this.keys.stats('slowest'), 0, -(SLOWEST_SIZE + 1));
-    if (outcome.cached) multi.hincrby(toolKey, 'cached', 1);
   }
 
   countCache(multi: ChainableCommander, field: 'hits' | 'misses' | 'evictions', by = 1): void {

@@ -35,6 +35,11 @@ export interface CallJob {
   conversationId?: string;
   /** Epoch ms at acceptance by the gateway. */
   acceptedAt: number;
+  /**
+   * Pub/sub channel of the gateway waiting for this call: the worker publishes the outcome
+   * there at once, ahead of the job's completion event (which remains the fallback).
+   */
+  replyTo?: string;
   /** The admin who approved this call, for calls that needed approval. */
   approvedBy?: string;
   /** W3C trace context carriers, so the worker's spans join the gateway's trace. */

@@ -51,12 +51,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const redis = createRedis(config.redis.url, 'command');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
   const store = new CallStore(redis, keys, config.calls.ttlSeconds);
-  const dispatcher = new Dispatcher(
-    redis,
-    () => createRedis(config.redis.url, 'blocking'),
-    keys,
-    store,
-  );
+  const dispatcher = new Dispatcher(redis, createRedis(config.redis.url, 'blocking'), keys, store);
   const { clients, dev } = resolveClients(config);
   const metrics = createMetrics();
   const approvalTools = new Set(config.policy.approval.tools);
@@ -150,23 +145,18 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  const debug = log.isLevelEnabled('debug');
   app.use((req, res, next) => {
-    const started = process.hrtime.bigint();
+    const started = debug ? performance.now() : 0;
     res.on('finish', () => {
       const route = (req.route?.path as string | undefined) ?? 'unmatched';
       metrics.httpRequests.inc({ method: req.method, route, status: String(res.statusCode) });
-      if (res.statusCode >= 500)
+      if (res.statusCode >= 500) {
         log.warn({ method: req.method, path: req.path, status: res.statusCode }, 'request failed');
-      else
-        log.debug(
-          {
-            method: req.method,
-            path: req.path,
-            status: res.statusCode,
-            ms: Number(process.hrtime.bigint() - started) / 1e6,
-          },
-          'request',
-        );
+      } else if (debug) {
+        const ms = performance.now() - started;
+        log.debug({ method: req.method, path: req.path, status: res.statusCode, ms }, 'request');
+      }
     });
     next();
   });
@@ -177,8 +167,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(authenticate(clients));
   app.use(express.json({ limit: config.server.bodyLimitBytes, strict: false, type: () => true }));
   app.use(checkBodyShape);
+  app.use(executeRoutes(pipeline)); // the hot route first
   app.use(toolRoutes(registry, requiresApproval));
-  app.use(executeRoutes(pipeline));
   app.use(toolCallRoutes(pipeline));
   app.use(mcpRoutes({ registry, pipeline }));
   app.use(callRoutes(pipeline));

@@ -175,6 +175,7 @@ export class CallPipeline {
         clientId: client.id,
         acceptedAt: Date.now(),
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
+        ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
       };
       const trace = injectContext();
       if (trace) job.trace = trace;

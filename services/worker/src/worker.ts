@@ -12,7 +12,6 @@ import {
   waitReady,
   type CallJob,
   type CallOutcome,
-  type CallRecord,
   type QueueKind,
 } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
@@ -20,6 +19,7 @@ import type { Logger } from '@toolgate/log';
 import type { ToolRegistry, ToolServices } from '@toolgate/registry';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
+import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
 
 export interface WorkerOptions {
@@ -62,7 +62,16 @@ export function createWorker({
   const heartbeat = new Heartbeat(redis, keys, id);
   const shutdown = new AbortController();
   const workers: Worker[] = [];
-  const recording = new Set<Promise<void>>();
+  const recorder = new Recorder({
+    redis,
+    keys,
+    registry,
+    audit,
+    stats,
+    metrics,
+    log,
+    ttlSeconds: config.calls.ttlSeconds,
+  });
   let metricsServer: Server | undefined;
 
   function processCall(job: Job<CallJob>, kind: QueueKind): Promise<CallOutcome> {
@@ -109,16 +118,23 @@ export function createWorker({
         );
       } else {
         outcome = await runTool(tool, call, services, shutdown.signal);
+        // Cached before anyone hears of the result, so an identical call right after it hits.
+        if (tool.cacheTtlSeconds > 0 && outcome.status === 'ok') {
+          const write = redis.multi();
+          cache.addTo(write, tool, call.args, call.clientId, outcome.result);
+          await write
+            .exec()
+            .catch((err: unknown) =>
+              log.warn({ err, callId: call.id }, 'could not cache the result'),
+            );
+        }
       }
-      // The outcome travels back with the job's completion; the durable record, audit entry
-      // and stats are written alongside, off the caller's critical path. Completed jobs stay
-      // readable for a few seconds, so GET /v1/calls never misses the gap.
-      const writing = record(call, kind, outcome)
-        .catch((err: unknown) =>
-          log.error({ err, callId: call.id }, 'could not record the call outcome'),
-        )
-        .finally(() => recording.delete(writing));
-      recording.add(writing);
+      // The outcome travels back with the job's completion; the record, audit entry and stats
+      // are written in batches alongside. Completed jobs stay readable for a few seconds, so
+      // GET /v1/calls never misses the gap.
+      recorder.add({ call, kind, outcome });
+      // The waiting gateway gets the outcome now; the job's completion event follows anyway.
+      if (call.replyTo) redis.publish(call.replyTo, JSON.stringify(outcome)).catch(() => undefined);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(
@@ -129,47 +145,6 @@ export function createWorker({
     } finally {
       metrics.inFlight.dec({ queue: kind });
     }
-  }
-
-  /** One round trip: the call's record, its audit entry, stats, and the cache for cacheable tools. */
-  async function record(call: CallJob, kind: QueueKind, outcome: CallOutcome): Promise<void> {
-    const tool = registry.get(call.tool);
-    const rec: CallRecord = {
-      id: call.id,
-      tool: call.tool,
-      clientId: call.clientId,
-      status: outcome.status,
-      queue: kind,
-      createdAt: call.acceptedAt,
-      outcome,
-      ...(call.approvedBy
-        ? { approval: { decision: 'approved', by: call.approvedBy, at: new Date().toISOString() } }
-        : {}),
-    };
-    const multi = redis
-      .multi()
-      .set(keys.call(call.id), JSON.stringify(rec), 'EX', config.calls.ttlSeconds);
-    audit.addTo(
-      multi,
-      audit.entry({
-        event: 'call',
-        client: call.clientId,
-        tool: call.tool,
-        status: outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`,
-        callId: call.id,
-        durationMs: outcome.durationMs,
-        args: call.args,
-        ...(call.approvedBy ? { by: call.approvedBy } : {}),
-      }),
-    );
-    stats.addTo(multi, outcome, call.clientId);
-    if (tool && tool.cacheTtlSeconds > 0) {
-      stats.countCache(multi, 'misses');
-      metrics.cacheLookups.inc({ tool: call.tool, result: 'miss' });
-      if (outcome.status === 'ok')
-        cache.addTo(multi, tool, call.args, call.clientId, outcome.result);
-    }
-    await multi.exec();
   }
 
   return {
@@ -232,7 +207,7 @@ export function createWorker({
       log.info('worker stopping: finishing in-flight calls');
       // BullMQ's close waits for the jobs in progress; tools see shutdown only if they outlive it.
       await Promise.all(workers.map((w) => w.close()));
-      await Promise.all(recording);
+      await recorder.drain();
       shutdown.abort();
       await heartbeat.stop();
       metricsServer?.close();

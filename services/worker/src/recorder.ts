@@ -1,0 +1,120 @@
+import type {
+  AuditLog,
+  CallJob,
+  CallOutcome,
+  CallRecord,
+  Keys,
+  QueueKind,
+  Stats,
+} from '@toolgate/calls';
+import type { Logger } from '@toolgate/log';
+import type { ToolRegistry } from '@toolgate/registry';
+import type { Redis } from 'ioredis';
+import type { WorkerMetrics } from './metrics.js';
+
+const MAX_DELAY_MS = 10;
+const MAX_BATCH = 200;
+
+interface Finished {
+  call: CallJob;
+  kind: QueueKind;
+  outcome: CallOutcome;
+}
+
+/**
+ * Writes what a finished call leaves behind — its record, audit entry, stats —
+ * in batches: one Redis pipeline per MAX_DELAY_MS or MAX_BATCH calls. Off the caller's path
+ * (the outcome travels with the job's completion), and a fraction of the commands and
+ * syscalls of one transaction per call.
+ */
+export class Recorder {
+  private pending: Finished[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private inFlight = new Set<Promise<void>>();
+
+  constructor(
+    private readonly o: {
+      redis: Redis;
+      keys: Keys;
+      registry: ToolRegistry;
+      audit: AuditLog;
+      stats: Stats;
+      metrics: WorkerMetrics;
+      log: Logger;
+      ttlSeconds: number;
+    },
+  ) {}
+
+  add(finished: Finished): void {
+    this.pending.push(finished);
+    if (this.pending.length >= MAX_BATCH) this.flush();
+    else this.timer ??= setTimeout(() => this.flush(), MAX_DELAY_MS);
+  }
+
+  /** Writes everything pending now; resolves when every write so far has landed. */
+  async drain(): Promise<void> {
+    this.flush();
+    await Promise.all(this.inFlight);
+  }
+
+  private flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    const batch = this.pending;
+    if (batch.length === 0) return;
+    this.pending = [];
+    const writing = this.write(batch)
+      .catch((err: unknown) =>
+        this.o.log.error({ err, calls: batch.length }, 'could not record call outcomes'),
+      )
+      .finally(() => this.inFlight.delete(writing));
+    this.inFlight.add(writing);
+  }
+
+  private async write(batch: Finished[]): Promise<void> {
+    const { redis, keys, registry, audit, stats, metrics, ttlSeconds } = this.o;
+    const pipeline = redis.pipeline();
+    for (const { call, kind, outcome } of batch) {
+      const record: CallRecord = {
+        id: call.id,
+        tool: call.tool,
+        clientId: call.clientId,
+        status: outcome.status,
+        queue: kind,
+        createdAt: call.acceptedAt,
+        outcome,
+        ...(call.approvedBy
+          ? {
+              approval: { decision: 'approved', by: call.approvedBy, at: new Date().toISOString() },
+            }
+          : {}),
+      };
+      pipeline.set(keys.call(call.id), JSON.stringify(record), 'EX', ttlSeconds);
+      audit.addTo(
+        pipeline,
+        audit.entry({
+          event: 'call',
+          client: call.clientId,
+          tool: call.tool,
+          status: outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`,
+          callId: call.id,
+          durationMs: outcome.durationMs,
+          args: call.args,
+          ...(call.approvedBy ? { by: call.approvedBy } : {}),
+        }),
+      );
+      const tool = registry.get(call.tool);
+      if (tool && tool.cacheTtlSeconds > 0) {
+        stats.countCache(pipeline, 'misses');
+        metrics.cacheLookups.inc({ tool: call.tool, result: 'miss' });
+      }
+    }
+    stats.addBatch(
+      pipeline,
+      batch.map(({ call, outcome }) => ({ outcome, clientId: call.clientId })),
+    );
+    const results = (await pipeline.exec()) ?? [];
+    const failed = results.find(([err]) => err);
+    if (failed) throw failed[0];
+  }
+}

@@ -1,3 +1,6 @@
+import { createGateway } from '@toolgate/gateway';
+import { createLogger } from '@toolgate/log';
+import { createToolRegistry } from '@toolgate/tools';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { counter, testTools } from './support/tools.js';
@@ -23,6 +26,17 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack?.close();
 });
+
+/** Another gateway on the same Redis, as behind a load balancer. */
+async function secondGateway() {
+  const second = createGateway({
+    config: stack.config,
+    registry: createToolRegistry(testTools),
+    logger: createLogger('t', { level: 'silent' }),
+  });
+  const { port } = await second.listen(0, '127.0.0.1');
+  return { second, port };
+}
 
 const post = async (
   path: string,
@@ -71,15 +85,7 @@ describe('rate limit', () => {
   });
 
   it('is counted in Redis, so a second gateway on the same Redis sees the same budget', async () => {
-    const { createGateway } = await import('@toolgate/gateway');
-    const { createLogger } = await import('@toolgate/log');
-    const { createToolRegistry } = await import('@toolgate/tools');
-    const second = createGateway({
-      config: stack.config,
-      registry: createToolRegistry(testTools),
-      logger: createLogger('t', { level: 'silent' }),
-    });
-    const { port } = await second.listen(0, '127.0.0.1');
+    const { second, port } = await secondGateway();
     try {
       const res = await fetch(`http://127.0.0.1:${port}/tools/calculator/execute`, {
         method: 'POST',
@@ -296,15 +302,7 @@ describe('stats and cache', () => {
 
   it('stats live in Redis: a fresh gateway reports the same numbers', async () => {
     const before = (await get('/v1/stats')).body;
-    const { createGateway } = await import('@toolgate/gateway');
-    const { createLogger } = await import('@toolgate/log');
-    const { createToolRegistry } = await import('@toolgate/tools');
-    const second = createGateway({
-      config: stack.config,
-      registry: createToolRegistry(testTools),
-      logger: createLogger('t', { level: 'silent' }),
-    });
-    const { port } = await second.listen(0, '127.0.0.1');
+    const { second, port } = await secondGateway();
     try {
       const res = await fetch(`http://127.0.0.1:${port}/v1/stats`, {
         headers: { authorization: `Bearer ${KEYS.admin}` },

@@ -1,3 +1,4 @@
+import type { CallResponse } from '../pipeline.js';
 import type { BridgeSlot } from './types.js';
 
 /** The text a model reads for one slot; `isError` tells dialects that flag failures. */
@@ -13,6 +14,11 @@ export function slotContent(slot: BridgeSlot): { text: string; isError: boolean 
       text: JSON.stringify({ error: { code: 'internal', message: 'no result' } }),
       isError: true,
     };
+  return responseContent(response);
+}
+
+/** The text a model reads for a call's response, in every dialect and in MCP. */
+export function responseContent(response: CallResponse): { text: string; isError: boolean } {
   if (response.kind === 'accepted') {
     const message =
       response.status === 'pending_approval'

@@ -4,6 +4,7 @@
  * tools/call goes through the same CallPipeline as every other dialect (validation, policy,
  * approvals, cache, queue, sandbox).
  */
+import { responseContent } from '../dialects/content.js';
 import type { CallOutcome } from '@toolgate/calls';
 import type { Tool, ToolRegistry } from '@toolgate/registry';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -131,33 +132,21 @@ function toMcpTool(tool: Tool): McpTool {
 
 /** The same texts the dialect bridge gives, so every assistant reads the same thing. */
 function toResult(response: CallResponse): CallToolResult {
+  const { text, isError } = responseContent(response);
   if (response.kind === 'accepted') {
-    const message =
-      response.status === 'pending_approval'
-        ? 'This call is awaiting approval by an administrator. It has not run yet; do not retry it.'
-        : 'This call is still running. Its result will be available later; do not retry it.';
     return {
-      content: [
-        {
-          type: 'text',
-          text: JSON.stringify({ id: response.id, status: response.status, message }),
-        },
-      ],
+      content: [{ type: 'text', text }],
       _meta: { 'toolgate/call': { id: response.id, status: response.status } },
     };
   }
   const { outcome } = response;
-  const meta = { 'toolgate/call': callMeta(outcome) };
-  if (outcome.status === 'error') {
-    const error = outcome.error ?? { code: 'tool_error', message: 'the tool failed' };
-    return { ...errorResult(error.code, error.message, error.details), _meta: meta };
-  }
   const result = outcome.result ?? null;
   return {
-    content: [{ type: 'text', text: typeof result === 'string' ? result : JSON.stringify(result) }],
+    content: [{ type: 'text', text }],
+    ...(isError ? { isError: true } : {}),
     // Objects also go out structured, for clients that read structuredContent.
-    ...(isRecord(result) ? { structuredContent: result } : {}),
-    _meta: meta,
+    ...(!isError && isRecord(result) ? { structuredContent: result } : {}),
+    _meta: { 'toolgate/call': callMeta(outcome) },
   };
 }
 

@@ -2,6 +2,7 @@
  * A manifest as a tool: the handler runs the command in a throwaway sandbox with the
  * arguments as JSON on stdin, and reads stdout as the result.
  */
+import { toToolError } from '@toolgate/tools';
 import { ToolError, type AnyToolSpec, type ToolContext } from '@toolgate/registry';
 import { SandboxError, type RunResult, type Sandbox, type Workspaces } from '@toolgate/sandbox';
 import type { LoadedManifest } from './manifest.js';
@@ -76,7 +77,7 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
           callId: ctx.callId,
         });
       } catch (err) {
-        throw sandboxFailure(err);
+        throw toToolError(err);
       }
       return readResult(m.name, m.output, m.timeoutSeconds, result);
     },
@@ -132,18 +133,3 @@ function parseJson(text: string): unknown {
   }
 }
 
-function sandboxFailure(err: unknown): unknown {
-  if (err instanceof ToolError) return err;
-  if (err instanceof SandboxError) {
-    if (err.code === 'aborted') {
-      return new ToolError('cancelled', 'the call was cancelled and its sandbox killed', {
-        cause: err,
-      });
-    }
-    return new ToolError('sandbox_error', err.message, {
-      details: { reason: err.code },
-      cause: err,
-    });
-  }
-  return err;
-}

@@ -37,6 +37,7 @@ export {
   fileList,
   fileDelete,
   runInWorkspace,
+  toToolError,
 } from './sandboxed/index.js';
 export { checkShellCommand, shellPolicyError, POLICY_DENIED } from './policy/index.js';
 export type { HttpPolicy, HttpToolServices } from './http/index.js';

@@ -4,7 +4,7 @@
  */
 import { toToolError } from '@toolgate/tools';
 import { ToolError, type AnyToolSpec, type ToolContext } from '@toolgate/registry';
-import { SandboxError, type RunResult, type Sandbox, type Workspaces } from '@toolgate/sandbox';
+import type { RunResult, Sandbox, Workspaces } from '@toolgate/sandbox';
 import type { LoadedManifest } from './manifest.js';
 
 /** Where the tool's files land inside the sandbox, and the command's working directory. */

@@ -1,0 +1,218 @@
+/**
+ * docker-compose.yml for real: builds the local base images and the gateway/worker images
+ * (scripts/deploy/build-images.sh, cached after the first run), brings up redis + gateway +
+ * worker under a unique project name on a loopback port, runs a calculator call and a sandboxed
+ * run_python call through it, scales the workers, and tears everything down (`down -v`).
+ *
+ * Skipped, with the reason printed, only when no Docker engine answers or docker-compose is
+ * missing. Needs the sandbox images (scripts/sandbox/build-images.sh; built here if missing).
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { hostname } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+function whySkip(): string | undefined {
+  if (spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 20_000 }).status !== 0) {
+    return 'no Docker engine answers (`docker info` failed; bash scripts/sandbox/ensure-docker.sh starts one)';
+  }
+  if (spawnSync('docker-compose', ['version'], { stdio: 'ignore', timeout: 20_000 }).status !== 0) {
+    return 'docker-compose is not installed (apt-get install -y docker-compose)';
+  }
+  return undefined;
+}
+
+const skipReason = whySkip();
+if (skipReason) console.warn(`[test/deploy/compose.test.ts] skipped: ${skipReason}`);
+
+/** Runs a command to completion; rejects with its output when it fails. */
+function run(
+  cmd: string,
+  args: string[],
+  options: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, {
+      cwd: ROOT,
+      env: options.env ?? process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (out += b.toString()));
+    const timer = setTimeout(() => child.kill('SIGTERM'), options.timeoutMs ?? 120_000);
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) resolve(out);
+      else
+        reject(
+          new Error(`${cmd} ${args.join(' ')} exited ${code ?? signal}:\n${out.slice(-4000)}`),
+        );
+    });
+  });
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const address = srv.address();
+      srv.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+async function until<T>(
+  what: string,
+  fn: () => Promise<T | undefined>,
+  timeoutMs: number,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await fn();
+      if (value !== undefined) return value;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}: ${String(last ?? '')}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+describe.skipIf(skipReason !== undefined)(
+  'docker-compose: the core stack from local images',
+  () => {
+    const project = `tgtest${randomBytes(4).toString('hex')}`;
+    const assistantKey = `assistant-${randomBytes(12).toString('hex')}`;
+    const dataDir = mkdtempSync('/tmp/toolgate-compose-');
+    let env: NodeJS.ProcessEnv;
+    let base: string;
+    let compose: (args: string[], timeoutMs?: number) => Promise<string>;
+    let logs = '';
+
+    const call = (tool: string, args: unknown) =>
+      fetch(`${base}/tools/${tool}/execute`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${assistantKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(args),
+      });
+
+    beforeAll(async () => {
+      // Idempotent: seconds when the images are up to date; a few minutes on a cold machine.
+      await run('bash', ['scripts/deploy/build-images.sh'], { timeoutMs: 900_000 });
+      const sandboxImages = spawnSync(
+        'docker',
+        ['image', 'inspect', 'toolgate/sandbox-python:local'],
+        {
+          stdio: 'ignore',
+        },
+      );
+      if (sandboxImages.status !== 0) {
+        await run('bash', ['scripts/sandbox/build-images.sh'], { timeoutMs: 900_000 });
+      }
+      const port = await freePort();
+      base = `http://127.0.0.1:${port}`;
+      env = {
+        ...process.env,
+        TOOLGATE_ADMIN_KEY: `admin-${randomBytes(12).toString('hex')}`,
+        TOOLGATE_ASSISTANT_KEY: assistantKey,
+        TOOLGATE_BIND_ADDR: '127.0.0.1',
+        TOOLGATE_HTTP_PORT: String(port),
+        TOOLGATE_DATA_DIR: dataDir,
+        TOOLGATE_IMAGE_TAG: 'local',
+        TOOLGATE_LOG_LEVEL: 'info',
+        TOOLGATE_TEST_HOSTNAME: hostname(),
+        // No collector in this test: the spans have nowhere to go.
+        OTEL_TRACES_EXPORTER: 'none',
+      };
+      const files = ['-f', 'docker-compose.yml', '-f', 'test/deploy/compose.test-override.yml'];
+      compose = (args, timeoutMs) =>
+        run('docker-compose', ['-p', project, ...files, ...args], { env, timeoutMs });
+      await compose(['config', '-q']);
+      await compose(['up', '-d', '--no-build'], 180_000);
+      await until(
+        'the gateway to be ready with one worker',
+        async () => {
+          const res = await fetch(`${base}/readyz`);
+          return res.status === 200 ? true : undefined;
+        },
+        90_000,
+      );
+    }, 1_200_000);
+
+    afterAll(async () => {
+      if (!compose) return;
+      logs = await compose(['logs', '--no-color', '--tail', '50']).catch((e: Error) => e.message);
+      await compose(['down', '-v', '--remove-orphans', '--timeout', '20'], 120_000).catch(
+        (err: Error) => {
+          console.error(`docker-compose down failed: ${err.message}`);
+        },
+      );
+      rmSync(dataDir, { recursive: true, force: true });
+    }, 180_000);
+
+    it('answers a calculator call through gateway → redis → worker', async () => {
+      const res = await call('calculator', { expression: '2*(3+4)' });
+      expect(res.status, logs).toBe(200);
+      expect(await res.json()).toMatchObject({ tool: 'calculator', status: 'ok', result: 14 });
+    });
+
+    it('runs run_python in a sandbox container the worker starts through the Docker socket', async (ctx) => {
+      const tools = (await (
+        await fetch(`${base}/tools`, { headers: { authorization: `Bearer ${assistantKey}` } })
+      ).json()) as { name: string }[];
+      if (!tools.some((t) => t.name === 'run_python')) {
+        ctx.skip(
+          `the worker image registers no run_python (tools: ${tools.map((t) => t.name).join(', ')})`,
+        );
+      }
+      const res = await call('run_python', {
+        code: "import os\nopen('from-compose.txt', 'w').write('hi')\nprint(6 * 7, os.getcwd(), os.getuid())",
+      });
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as {
+        status: string;
+        result?: { stdout: string; exitCode: number };
+      };
+      expect(body, JSON.stringify(body)).toMatchObject({ status: 'ok', result: { exitCode: 0 } });
+      expect(body.result!.stdout).toBe('42 /workspace 10001\n');
+      // The workspace the sandbox wrote is the host path the worker sees: same path both sides.
+      const written = path.join(dataDir, 'workspaces', 'assistant', 'from-compose.txt');
+      expect(existsSync(written), written).toBe(true);
+      expect(readFileSync(written, 'utf8')).toBe('hi');
+    });
+
+    it('scales to two workers that the gateway sees and that resolve by service name', async () => {
+      await compose(['up', '-d', '--no-build', '--scale', 'worker=2'], 180_000);
+      await until(
+        'two live workers',
+        async () => {
+          const body = (await (await fetch(`${base}/readyz`)).json()) as { workers?: number };
+          return body.workers === 2 ? true : undefined;
+        },
+        60_000,
+      );
+      // What Prometheus' dns_sd_configs on "worker" sees: one address per worker.
+      const addresses = await compose([
+        'exec',
+        '-T',
+        'gateway',
+        'node',
+        '-e',
+        "require('node:dns').lookup('worker',{all:true},(e,a)=>{if(e)throw e;console.log(JSON.stringify(a.map(x=>x.address)))})",
+      ]);
+      expect(JSON.parse(addresses.trim().split('\n').pop()!)).toHaveLength(2);
+    }, 240_000);
+  },
+);

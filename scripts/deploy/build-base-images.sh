@@ -6,6 +6,8 @@
 #                                  node-linux-<arch> package (what `npm i -g node@24` installs)
 #   toolgate/node-build:24         toolgate/node:24 + pnpm (packageManager in package.json)
 #   toolgate/redis:7               that base + Debian's redis-server
+#   toolgate/prometheus:2          that base + Debian's prometheus (for hosts with no registry;
+#                                  the compose test runs it; PROMETHEUS_IMAGE selects it)
 #
 # Idempotent: each image carries a `toolgate.hash` label (hash of its Dockerfile, its inputs and
 # its parent image's id) and is skipped when that matches. FORCE=1 rebuilds.
@@ -29,6 +31,7 @@ base_tag="toolgate/sandbox-base:$suite"
 node_tag="toolgate/node:${node_version%%.*}"
 build_tag="toolgate/node-build:${node_version%%.*}"
 redis_tag="toolgate/redis:7"
+prometheus_tag="toolgate/prometheus:2"
 started=$(date +%s)
 
 log() { printf '[deploy-base +%ss] %s\n' "$(($(date +%s) - started))" "$*" >&2; }
@@ -113,7 +116,7 @@ build_image() {
   cp "$repo/deploy/base/$dir/Dockerfile" "$ctx/"
   for f in "$@"; do cp "$f" "$ctx/"; done
   log "docker build $tag ($hash)"
-  if ! docker build --label "toolgate.hash=$hash" --build-arg "$parent_arg=$parent" -t "$tag" "$ctx" >"$ctx.log" 2>&1; then
+  if ! docker build --force-rm --label "toolgate.hash=$hash" --build-arg "$parent_arg=$parent" -t "$tag" "$ctx" >"$ctx.log" 2>&1; then
     tail -n 30 "$ctx.log" >&2
     rm -rf "$ctx"
     die "docker build of $tag failed (log: $ctx.log)"
@@ -140,5 +143,6 @@ done
 build_image node "$node_tag" BASE "$base_tag" "$stage/node"
 build_image node-build "$build_tag" NODE_IMAGE "$node_tag" "$stage/pnpm.tgz" "$stage/extra-ca.crt"
 build_image redis "$redis_tag" BASE "$base_tag"
+build_image prometheus "$prometheus_tag" BASE "$base_tag"
 
-log "done: $base_tag $node_tag $build_tag $redis_tag"
+log "done: $base_tag $node_tag $build_tag $redis_tag $prometheus_tag"

@@ -22,7 +22,7 @@ die() { log "error: $*"; exit 1; }
 logdir=$(mktemp -d /tmp/toolgate-deploy-build.XXXXXX)
 for target in gateway worker; do
   log "docker build --target $target -> toolgate/$target:$tag"
-  if ! docker build -f "$repo/deploy/node/Dockerfile" --target "$target" -t "toolgate/$target:$tag" \
+  if ! docker build --force-rm --label toolgate.deploy=1 -f "$repo/deploy/node/Dockerfile" --target "$target" -t "toolgate/$target:$tag" \
     "$repo" >"$logdir/$target.log" 2>&1; then
     tail -n 40 "$logdir/$target.log" >&2
     die "docker build of toolgate/$target:$tag failed (log: $logdir/$target.log)"
@@ -30,4 +30,6 @@ for target in gateway worker; do
   log "toolgate/$target:$tag ready ($(docker image inspect -f '{{.Id}}' "toolgate/$target:$tag" | cut -c8-19))"
 done
 rm -rf "$logdir"
+# Earlier builds of these tags, now untagged (only ours: labelled toolgate.deploy=1).
+docker image prune -f --filter label=toolgate.deploy=1 >/dev/null 2>&1 || true
 log "done"

@@ -100,6 +100,7 @@ describe.skipIf(skipReason !== undefined)(
     let base: string;
     let compose: (args: string[], timeoutMs?: number) => Promise<string>;
     let logs = '';
+    let prometheusUrl: string;
 
     const call = (tool: string, args: unknown) =>
       fetch(`${base}/tools/${tool}/execute`, {
@@ -123,6 +124,7 @@ describe.skipIf(skipReason !== undefined)(
       }
       const port = await freePort();
       base = `http://127.0.0.1:${port}`;
+      prometheusUrl = `http://127.0.0.1:${await freePort()}`;
       env = {
         ...process.env,
         TOOLGATE_ADMIN_KEY: `admin-${randomBytes(12).toString('hex')}`,
@@ -133,6 +135,9 @@ describe.skipIf(skipReason !== undefined)(
         TOOLGATE_IMAGE_TAG: 'local',
         TOOLGATE_LOG_LEVEL: 'info',
         TOOLGATE_TEST_HOSTNAME: hostname(),
+        // Prometheus from Debian's package (scripts/deploy/build-base-images.sh): no registry here.
+        PROMETHEUS_IMAGE: 'toolgate/prometheus:2',
+        PROMETHEUS_PORT: new URL(prometheusUrl).port,
         // No collector in this test: the spans have nowhere to go.
         OTEL_TRACES_EXPORTER: 'none',
       };
@@ -154,11 +159,12 @@ describe.skipIf(skipReason !== undefined)(
     afterAll(async () => {
       if (!compose) return;
       logs = await compose(['logs', '--no-color', '--tail', '50']).catch((e: Error) => e.message);
-      await compose(['down', '-v', '--remove-orphans', '--timeout', '20'], 120_000).catch(
-        (err: Error) => {
-          console.error(`docker-compose down failed: ${err.message}`);
-        },
-      );
+      await compose(
+        ['--profile', 'observability', 'down', '-v', '--remove-orphans', '--timeout', '20'],
+        120_000,
+      ).catch((err: Error) => {
+        console.error(`docker-compose down failed: ${err.message}`);
+      });
       rmSync(dataDir, { recursive: true, force: true });
     }, 180_000);
 
@@ -213,6 +219,42 @@ describe.skipIf(skipReason !== undefined)(
         "require('node:dns').lookup('worker',{all:true},(e,a)=>{if(e)throw e;console.log(JSON.stringify(a.map(x=>x.address)))})",
       ]);
       expect(JSON.parse(addresses.trim().split('\n').pop()!)).toHaveLength(2);
+    }, 240_000);
+
+    it('Prometheus discovers the gateway and both workers by DNS and loads every alert rule', async () => {
+      await compose(
+        ['--profile', 'observability', 'up', '-d', '--no-build', 'prometheus'],
+        120_000,
+      );
+      const api = async <T>(path: string) =>
+        ((await (await fetch(`${prometheusUrl}/api/v1/${path}`)).json()) as { data: T }).data;
+      type Targets = { activeTargets: { labels: { job: string }; health: string }[] };
+      const up = await until(
+        'the gateway and two workers to be scraped',
+        async () => {
+          const { activeTargets } = await api<Targets>('targets');
+          const healthy = (job: string) =>
+            activeTargets.filter((t) => t.labels.job === job && t.health === 'up').length;
+          const counts = {
+            gateway: healthy('toolgate-gateway'),
+            worker: healthy('toolgate-worker'),
+          };
+          return counts.gateway === 1 && counts.worker === 2 ? counts : undefined;
+        },
+        90_000,
+      );
+      expect(up).toEqual({ gateway: 1, worker: 2 });
+      type Rules = { groups: { rules: { name: string; health: string; lastError?: string }[] }[] };
+      const rules = await until(
+        'every alert rule to be evaluated',
+        async () => {
+          const all = (await api<Rules>('rules')).groups.flatMap((g) => g.rules);
+          return all.length > 0 && all.every((r) => r.health !== 'unknown') ? all : undefined;
+        },
+        60_000,
+      );
+      expect(rules.filter((r) => r.health !== 'ok')).toEqual([]);
+      expect(rules.length).toBeGreaterThanOrEqual(10);
     }, 240_000);
   },
 );

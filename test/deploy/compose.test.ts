@@ -99,7 +99,8 @@ describe.skipIf(skipReason !== undefined)(
     let env: NodeJS.ProcessEnv;
     let base: string;
     let compose: (args: string[], timeoutMs?: number) => Promise<string>;
-    let logs = '';
+    const logs = () =>
+      compose(['logs', '--no-color', '--tail', '40']).catch((e: Error) => e.message);
     let prometheusUrl: string;
 
     const call = (tool: string, args: unknown) =>
@@ -153,12 +154,13 @@ describe.skipIf(skipReason !== undefined)(
           return res.status === 200 ? true : undefined;
         },
         90_000,
-      );
+      ).catch(async (err: Error) => {
+        throw new Error(`${err.message}\n${await logs()}`);
+      });
     }, 1_200_000);
 
     afterAll(async () => {
       if (!compose) return;
-      logs = await compose(['logs', '--no-color', '--tail', '50']).catch((e: Error) => e.message);
       await compose(
         ['--profile', 'observability', 'down', '-v', '--remove-orphans', '--timeout', '20'],
         120_000,
@@ -170,7 +172,8 @@ describe.skipIf(skipReason !== undefined)(
 
     it('answers a calculator call through gateway → redis → worker', async () => {
       const res = await call('calculator', { expression: '2*(3+4)' });
-      expect(res.status, logs).toBe(200);
+      if (res.status !== 200)
+        expect.fail(`HTTP ${res.status}: ${await res.text()}\n${await logs()}`);
       expect(await res.json()).toMatchObject({ tool: 'calculator', status: 'ok', result: 14 });
     });
 

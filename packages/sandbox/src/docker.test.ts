@@ -11,6 +11,7 @@ import {
   LABEL_HOST,
   LABEL_IMAGE,
   LABEL_OWNER,
+  LABEL_DEPLOYMENT,
   LABEL_PID,
 } from './docker.js';
 import { testSandboxConfig, whyDriverUnavailable } from './testing.js';
@@ -33,6 +34,7 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
           [LABEL_OWNER]: owner,
           [LABEL_CREATED]: String(createdAt),
           [LABEL_IMAGE]: 'shell',
+          [LABEL_DEPLOYMENT]: driver.deploymentId,
           ...extra,
         },
         HostConfig: { NetworkMode: 'none' },
@@ -93,6 +95,10 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
       [LABEL_PID]: '999999999',
     });
     const live = await leftover('live-worker', Date.now(), self);
+    // Another toolgate on the same engine (another deployment): never touched.
+    const foreign = await leftover('dead-worker-elsewhere', Date.now() - 3_600_000, {
+      [LABEL_DEPLOYMENT]: 'another-deployment',
+    });
     const ancient = await leftover('live-worker', Date.now() - 3_600_000, self);
 
     await driver.reap();
@@ -112,7 +118,9 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
     };
     expect(after).toEqual({ dead: false, unknown: false, exited: false, ancient: false });
     expect(await exists(live)).toBe(true);
+    expect(await exists(foreign)).toBe(true);
     await docker.getContainer(live).remove({ force: true });
+    await docker.getContainer(foreign).remove({ force: true });
   });
 
   it('removes every container it owns on close', async () => {

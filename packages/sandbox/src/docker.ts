@@ -3,7 +3,7 @@
  * pre-started containers whose entrypoint waits for the call on stdin. Loaded only through
  * the `@toolgate/sandbox/docker` subpath or createSandbox()'s dynamic import.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import path from 'node:path';
@@ -33,6 +33,11 @@ export const LABEL_IMAGE = 'toolgate.image';
 /** Host name and pid of the owning worker: lets any worker on the same host see it is alive. */
 export const LABEL_HOST = 'toolgate.host';
 export const LABEL_PID = 'toolgate.pid';
+/**
+ * Which toolgate deployment (host + stateDir) made a container: a reaper only ever removes its
+ * own deployment's containers, so two toolgates sharing one Docker engine leave each other be.
+ */
+export const LABEL_DEPLOYMENT = 'toolgate.deployment';
 
 const MiB = 1024 * 1024;
 /** Containers created at once per image while refilling; more only queues in dockerd. */
@@ -73,6 +78,7 @@ export class DockerDriver implements SandboxDriver {
   private readonly docker: Docker;
   private readonly log: SandboxLogger;
   private readonly owner: string;
+  private readonly deployment: string;
   private readonly mounts: SlotMounts;
   private readonly pools = new Map<string, ImagePool>();
   /** Every container this driver created and has not removed yet. */
@@ -95,6 +101,10 @@ export class DockerDriver implements SandboxDriver {
     this.docker = new Docker({ socketPath: config.docker.socketPath });
     this.log = options.logger ?? silentLogger;
     this.owner = options.ownerId ?? defaultOwnerId();
+    this.deployment = createHash('sha256')
+      .update(`${hostname()}:${path.resolve(config.stateDir)}`)
+      .digest('hex')
+      .slice(0, 16);
     this.mounts = new SlotMounts(config.stateDir);
     for (const key of Object.keys(config.images)) {
       this.pools.set(key, new ImagePool(key, config.pool.sizes[key] ?? config.pool.size));
@@ -110,6 +120,11 @@ export class DockerDriver implements SandboxDriver {
     } catch {
       return false;
     }
+  }
+
+  /** The deployment label value of this driver's containers (see LABEL_DEPLOYMENT). */
+  get deploymentId(): string {
+    return this.deployment;
   }
 
   get ownerId(): string {
@@ -429,6 +444,7 @@ export class DockerDriver implements SandboxDriver {
           [LABEL_IMAGE]: key,
           [LABEL_HOST]: hostname(),
           [LABEL_PID]: String(process.pid),
+          [LABEL_DEPLOYMENT]: this.deployment,
         },
         HostConfig: {
           NetworkMode: how.network ? 'bridge' : 'none',
@@ -588,7 +604,7 @@ export class DockerDriver implements SandboxDriver {
   async reap(): Promise<number> {
     const list = await this.docker.listContainers({
       all: true,
-      filters: { label: [`${LABEL}=1`] },
+      filters: { label: [`${LABEL}=1`, `${LABEL_DEPLOYMENT}=${this.deployment}`] },
     });
     const now = Date.now();
     const verdicts = new Map<string, boolean>();

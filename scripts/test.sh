@@ -6,9 +6,13 @@ set -euo pipefail
 source "$(dirname "$0")/lib/bootstrap.sh"
 bootstrap
 [ -n "${REDIS_URL:-}" ] || ensure_redis_server
-if [ "${TOOLGATE_SANDBOX:-on}" != off ] && [ -f "$ROOT/scripts/sandbox/build-images.sh" ]; then
+if [ "${TOOLGATE_SANDBOX:-on}" != off ]; then
   bash "$ROOT/scripts/sandbox/ensure-docker.sh"
   bash "$ROOT/scripts/sandbox/build-images.sh"
+  # The compose test (test/deploy) brings the stack up with Debian's docker-compose from
+  # locally built images; building them here keeps that work out of the test run.
+  command -v docker-compose >/dev/null || apt_install docker-compose
+  bash "$ROOT/scripts/deploy/build-images.sh"
 fi
 cd "$ROOT"
 log "typecheck"

@@ -28,7 +28,7 @@ if [ -z "${REDIS_URL:-}" ]; then
   export REDIS_URL="redis://127.0.0.1:$port"
 fi
 
-if [ "${TOOLGATE_SANDBOX:-on}" != off ] && [ -f "$ROOT/scripts/sandbox/build-images.sh" ]; then
+if [ "${TOOLGATE_SANDBOX:-on}" != off ]; then
   bash "$ROOT/scripts/sandbox/ensure-docker.sh"
   bash "$ROOT/scripts/sandbox/build-images.sh"
 fi

@@ -4,9 +4,8 @@
  * metric fails here, not silently as an empty panel or an alert that can never fire.
  */
 import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { startStack, type Stack } from '../support/stack.js';
 import {
   PROMETHEUS_SERIES,
@@ -19,10 +18,6 @@ import {
 
 const ROOT = new URL('../../', import.meta.url);
 const read = (path: string) => readFileSync(new URL(path, ROOT), 'utf8');
-// The YAML parser @toolgate/config already depends on (the test package does not list one).
-const { parse: parseYaml } = createRequire(new URL('packages/config/package.json', ROOT))(
-  'yaml',
-) as { parse(text: string): unknown };
 
 interface Query {
   where: string;
@@ -64,17 +59,6 @@ const prometheus = parseYaml(read('deploy/prometheus/prometheus.yml')) as {
   scrape_configs: { job_name: string }[];
 };
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address();
-      srv.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
-}
-
 function dashboardQueries(): Query[] {
   const out: Query[] = [];
   const walk = (panels: Panel[]) => {
@@ -104,12 +88,10 @@ describe('metrics contract: deploy/ queries only what the services export', () =
   let families: Map<string, MetricType>;
 
   beforeAll(async () => {
-    // serveMetrics(0) serves nothing while config.worker.metricsPort is 0 (the stack's default),
-    // so the worker gets a free port of its own.
-    stack = await startStack({ config: { worker: { metricsPort: await freePort() } } });
+    stack = await startStack();
     // One call so the call-path series have samples too (the check does not depend on it).
     await stack.call('/tools/calculator/execute', { json: { expression: '1+1' } });
-    const workerPort = await stack.worker!.serveMetrics();
+    const workerPort = await stack.worker!.serveMetrics(0); // any free port
     expect(workerPort).toBeGreaterThan(0);
     const scrape = async (url: string) => {
       const res = await fetch(url);

@@ -108,6 +108,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     approvalsPending: () => approvals.count(),
     cacheKeys: () => cache.size(),
     workersAlive: () => liveWorkers(redis, keys),
+    redisUp: () => redis.status === 'ready',
   });
 
   // Housekeeping any gateway may do (each step is safe to race): expire pending approvals,

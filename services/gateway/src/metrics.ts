@@ -8,6 +8,7 @@ export interface ScrapeSources {
   approvalsPending(): Promise<number>;
   cacheKeys(): Promise<number>;
   workersAlive(): Promise<number>;
+  redisUp(): boolean;
 }
 
 /** The gateway's own Prometheus registry (SPEC §7). Metric names are a contract with deploy/. */
@@ -99,6 +100,14 @@ export function createMetrics() {
     registers: [registry],
     async collect() {
       if (sources) this.set(await sources.workersAlive().catch(() => 0));
+    },
+  });
+  new Gauge({
+    name: 'toolgate_redis_up',
+    help: '1 while the gateway is connected to Redis, else 0',
+    registers: [registry],
+    collect() {
+      this.set(sources?.redisUp() ? 1 : 0);
     },
   });
   return {

@@ -5,7 +5,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 export function createMetrics() {
   const registry = new Registry();
   registry.setDefaultLabels({ service: 'worker' });
-  collectDefaultMetrics({ register: registry, prefix: 'toolgate_worker_' });
+  collectDefaultMetrics({ register: registry });
   const executions = new Counter({
     name: 'toolgate_tool_executions_total',
     help: 'Tool executions by tool, client and outcome status',

@@ -182,8 +182,10 @@ export function createWorker({
         'worker started',
       );
     },
-    async serveMetrics(port = config.worker.metricsPort) {
-      if (port === 0 && config.worker.metricsPort === 0) return undefined;
+    async serveMetrics(port?: number) {
+      // An explicit 0 binds any free port; the configured 0 means "no metrics server".
+      if (port === undefined && config.worker.metricsPort === 0) return undefined;
+      const listenPort = port ?? config.worker.metricsPort;
       metricsServer = createServer((req, res) => {
         if (req.url === '/metrics') {
           metrics.registry.metrics().then(
@@ -199,9 +201,9 @@ export function createWorker({
           res.writeHead(404).end();
         }
       });
-      await new Promise<void>((resolve) => metricsServer!.listen(port, resolve));
+      await new Promise<void>((resolve) => metricsServer!.listen(listenPort, resolve));
       const address = metricsServer.address();
-      return typeof address === 'object' && address ? address.port : port;
+      return typeof address === 'object' && address ? address.port : listenPort;
     },
     async close() {
       log.info('worker stopping: finishing in-flight calls');

@@ -90,14 +90,16 @@ export interface Measure {
 }
 
 /**
- * Latency from `sequential` calls one at a time (after a warm-up), throughput from
- * `concurrency` callers running for `seconds`.
+ * Latency from `sequential` calls one at a time (after `warmUpSeconds` of calls), throughput
+ * from `concurrency` callers running for `seconds`.
  */
 export async function measure(
   call: () => Promise<void>,
-  { sequential = 500, concurrency = 64, seconds = 5, label = '' } = {},
+  { sequential = 500, concurrency = 64, seconds = 5, warmUpSeconds = 3, label = '' } = {},
 ): Promise<Measure> {
-  for (let i = 0; i < 100; i++) await call();
+  // Steady state, not JIT warm-up: both sides get the same warm-up before anything is timed.
+  const warmUntil = performance.now() + warmUpSeconds * 1000;
+  while (performance.now() < warmUntil) await call();
   const times: number[] = [];
   for (let i = 0; i < sequential; i++) {
     const t = performance.now();

@@ -49,7 +49,9 @@ describe('the real processes', () => {
     const [, base] = await gateway.waitFor(/Point your assistant at: (http:\/\/127\.0\.0\.1:\d+)/);
     const [, key] = await gateway.waitFor(/Development admin key: +(tg_dev_\S+)/);
     expect(gateway.output().split(key!).length - 1).toBe(2); // the key line and the curl example, nowhere else
-    expect(gateway.output()).toMatch(/"host":"127\.0\.0\.1"/);
+    // The bind address, from the gateway's own log line (loopback only in development mode).
+    await gateway.waitFor(/"msg":"gateway listening"/);
+    expect(gateway.output()).toMatch(/"host":"127\.0\.0\.1","port":\d+,"msg":"gateway listening"/);
 
     const res = await fetch(`${base}/tools/calculator/execute`, {
       method: 'POST',

@@ -3,7 +3,6 @@ export { CallStore } from './store.js';
 export { Dispatcher, failedOutcome } from './dispatcher.js';
 export { Heartbeat, liveWorkers, WORKER_ALIVE_MS } from './heartbeat.js';
 export { createRedis, waitReady, isRedisDown } from './redis.js';
-export { FINAL_STATUSES } from './types.js';
 export { Approvals } from './approvals.js';
 export { AuditLog } from './audit.js';
 export { ResultCache } from './cache.js';

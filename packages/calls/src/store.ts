@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from './keys.js';
-import type { CallOutcome, CallRecord } from './types.js';
+import type { CallRecord } from './types.js';
 
 /** Call records in Redis, each a JSON string that expires after the configured TTL. */
 export class CallStore {
@@ -17,11 +17,6 @@ export class CallStore {
   async get(id: string): Promise<CallRecord | undefined> {
     const text = await this.redis.get(this.keys.call(id));
     return text ? (JSON.parse(text) as CallRecord) : undefined;
-  }
-
-  /** Records the outcome of a call (creating the record if the gateway's write was lost). */
-  async finish(base: Omit<CallRecord, 'status' | 'outcome'>, outcome: CallOutcome): Promise<void> {
-    await this.put({ ...base, status: outcome.status, outcome });
   }
 
   /**

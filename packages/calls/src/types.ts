@@ -2,13 +2,6 @@
 export type CallStatus =
   'queued' | 'running' | 'ok' | 'error' | 'pending_approval' | 'rejected' | 'expired';
 
-export const FINAL_STATUSES: ReadonlySet<CallStatus> = new Set([
-  'ok',
-  'error',
-  'rejected',
-  'expired',
-]);
-
 export interface CallError {
   code: string;
   message: string;

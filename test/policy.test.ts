@@ -241,7 +241,16 @@ describe('audit', () => {
       { headers: { authorization: 'Bearer nope' } },
     );
     expect((await get('/v1/audit', KEYS.alice)).status).toBe(403);
-    const audit = await get('/v1/audit?limit=1000');
+    // Workers write audit entries in batches (within ~10 ms of the answer): wait for it.
+    let audit = await get('/v1/audit?limit=1000');
+    for (
+      let i = 0;
+      i < 50 && !audit.body.some((e: { tool: string }) => e.tool === 'explode');
+      i++
+    ) {
+      await new Promise((r) => setTimeout(r, 20));
+      audit = await get('/v1/audit?limit=1000');
+    }
     const exploded = audit.body.find((e: { tool: string }) => e.tool === 'explode');
     expect(exploded).toMatchObject({
       event: 'call',

@@ -7,9 +7,12 @@ source "$(dirname "$0")/lib/bootstrap.sh"
 bootstrap
 
 pids=()
+redis_pid=
 cleanup() {
+  # Services first (they finish their calls, then let go of Redis), Redis last.
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "$redis_pid" ]; then kill -TERM "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -22,7 +25,7 @@ if [ -z "${REDIS_URL:-}" ]; then
   else
     log "starting redis-server on 127.0.0.1:$port"
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --loglevel warning &
-    pids+=($!)
+    redis_pid=$!
     for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   fi
   export REDIS_URL="redis://127.0.0.1:$port"
@@ -34,7 +37,8 @@ if [ "${TOOLGATE_SANDBOX:-on}" != off ]; then
 fi
 
 # Tracing turns on when OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER) is set.
-run() { node --conditions=@toolgate/source --import tsx --import ./packages/telemetry/src/register.ts "$@"; }
+# exec: the background job is the node process itself, so the cleanup signal reaches it.
+run() { exec node --conditions=@toolgate/source --import tsx --import ./packages/telemetry/src/register.ts "$@"; }
 cd "$ROOT"
 run services/worker/src/main.ts &
 pids+=($!)

@@ -3,6 +3,9 @@ import { ConfigError, loadConfig, type Config } from '@toolgate/config';
 import { createLogger, type Logger } from '@toolgate/log';
 import { shutdownTelemetry } from '@toolgate/telemetry';
 
+/** How long a service may take to finish in-flight work after SIGTERM before it exits anyway. */
+const SHUTDOWN_TIMEOUT_MS = 60_000;
+
 /**
  * Loads and validates the config (a bad one exits 2 with the field named), runs `start`, and
  * on SIGTERM/SIGINT calls the close function it returned, flushes traces and exits 0.
@@ -26,9 +29,19 @@ export function runService(
     (close) => {
       let stopping = false;
       const stop = (signal: string) => {
-        if (stopping) return;
+        if (stopping) {
+          // A second signal: stop waiting.
+          logger.warn({ signal }, 'second signal: exiting now');
+          process.exit(1);
+        }
         stopping = true;
         logger.info({ signal }, 'shutting down: finishing in-flight work');
+        // Nothing waits forever (Redis gone, a call that ignores its timeout).
+        const deadline = setTimeout(() => {
+          logger.error({ timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown took too long: exiting');
+          process.exit(1);
+        }, SHUTDOWN_TIMEOUT_MS);
+        deadline.unref();
         close()
           .then(() => shutdownTelemetry())
           .then(

@@ -7,6 +7,9 @@ import { createMetrics } from './metrics.js';
 import { startSandbox } from './sandbox.js';
 import { createWorker } from './worker.js';
 
+/** How long SIGTERM waits for in-flight calls (the process exits at 60 s regardless). */
+const DRAIN_MS = 45_000;
+
 runService('toolgate-worker', async (config, logger) => {
   const registry = await loadToolRegistry(
     config.plugins.dirs,
@@ -37,7 +40,15 @@ runService('toolgate-worker', async (config, logger) => {
   const port = await worker.serveMetrics();
   if (port !== undefined) logger.info({ port }, 'worker metrics listening');
   return async () => {
-    await worker.close();
+    // In-flight calls get DRAIN_MS to finish; with Redis gone the queue may never let go, and
+    // the sandbox's containers must still be removed before the process exits.
+    let timer: NodeJS.Timeout | undefined;
+    const drained = await Promise.race([
+      worker.close().then(() => true),
+      new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), DRAIN_MS))),
+    ]);
+    clearTimeout(timer);
+    if (!drained) logger.warn({ drainMs: DRAIN_MS }, 'in-flight calls did not finish in time');
     await sandbox?.close();
     memoryRedis.disconnect();
   };

@@ -1,43 +1,81 @@
 // SPEC §9, first bullet: calculator through HTTP → gateway → BullMQ → worker, against a bare
 // BullMQ add + waitUntilFinished on the same Redis, in one run. Prints ratios.
+//
+// Both sides run side by side and are measured in alternating rounds, so a slow stretch of the
+// machine weighs on both alike. HTTP load comes from autocannon, whose per-request cost is a
+// third of node:http's: on a 2-core machine the load generator shares the cores with the
+// system under test, and only toolgate's side pays for HTTP.
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import autocannon from 'autocannon';
 import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
-import { benchRedis, freePort, httpClient, measure, startTs, stop } from './lib.js';
+import { benchRedis, benchRedisPid, cpuMs, freePort, percentile, startTs, stop } from './lib.js';
 
 const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 64);
-const sequential = Number(process.env.BENCH_SEQUENTIAL ?? 500);
+const sequential = Number(process.env.BENCH_SEQUENTIAL ?? 1500);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const warmUpSeconds = Number(process.env.BENCH_WARMUP_SECONDS ?? 3);
+const EXPRESSION = '2*(3+4)';
+
+interface Side {
+  label: string;
+  /** The processes whose CPU time is charged to this side (the bench process included). */
+  pids: Record<string, number | undefined>;
+  /** Latencies (ms) of `n` calls made one at a time. */
+  sequential(n: number): Promise<number[]>;
+  /** Calls completed by `concurrency` callers in `seconds`. */
+  load(seconds: number): Promise<number>;
+}
+
 const redisUrl = await benchRedis();
 console.log(
-  `toolgate gateway benchmark — Redis ${redisUrl}, ${seconds} s at concurrency ${concurrency}, ${sequential} sequential calls`,
+  `toolgate gateway benchmark — Redis ${redisUrl}; ${rounds} rounds of ${seconds} s at concurrency ${concurrency} and ${Math.round(sequential / rounds)} sequential calls per side`,
 );
 
-// Baseline: raw BullMQ.
+// Baseline: raw BullMQ, a bare Worker doing the same arithmetic.
 const rawWorker = await startTs('bench/raw-worker.ts', { REDIS_URL: redisUrl }, /raw worker ready/);
 const connection = new Redis(redisUrl, { maxRetriesPerRequest: null });
 const queue = new Queue('raw-bench', { connection });
+// Every waitUntilFinished adds a listener to the queue while it waits.
+queue.setMaxListeners(0);
 const events = new QueueEvents('raw-bench', {
   connection: new Redis(redisUrl, { maxRetriesPerRequest: null }),
 });
 await events.waitUntilReady();
-const raw = await measure(
-  async () => {
-    const job = await queue.add(
-      'calc',
-      { expression: '2*(3+4)' },
-      { removeOnComplete: { count: 1000 } },
-    );
-    const result = await job.waitUntilFinished(events);
-    if (result !== 14) throw new Error(`raw: unexpected ${result}`);
+const rawCall = async () => {
+  const job = await queue.add('calc', { expression: EXPRESSION }, { removeOnComplete: 1000 });
+  const result: unknown = await job.waitUntilFinished(events);
+  if (result !== 14) throw new Error(`raw: unexpected ${String(result)}`);
+};
+const raw: Side = {
+  label: 'raw BullMQ add+wait',
+  pids: { bench: process.pid, worker: rawWorker.pid, redis: benchRedisPid },
+  async sequential(n) {
+    const times: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const t = performance.now();
+      await rawCall();
+      times.push(performance.now() - t);
+    }
+    return times;
   },
-  { sequential, concurrency, seconds, label: 'raw BullMQ add+wait' },
-);
-await stop(rawWorker);
-await events.close();
-await queue.close();
+  async load(s) {
+    let done = 0;
+    const until = performance.now() + s * 1000;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (performance.now() < until) {
+          await rawCall();
+          done++;
+        }
+      }),
+    );
+    return done;
+  },
+};
 
 // toolgate: the real gateway and worker processes.
 const key = 'bench-key-0123456789abcdef';
@@ -58,29 +96,105 @@ const env = {
 };
 const worker = await startTs('services/worker/src/main.ts', env, /worker started/);
 const gateway = await startTs('services/gateway/src/main.ts', env, /gateway listening/);
-const client = httpClient(`http://127.0.0.1:${port}`, concurrency);
-const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-const body = JSON.stringify({ expression: '2*(3+4)' });
-const viaGateway = await measure(
-  async () => {
-    const res = await client.post('/tools/calculator/execute', headers, body);
-    const parsed = JSON.parse(res.text) as { result?: number };
-    if (parsed.result !== 14) throw new Error(`gateway: unexpected ${res.text}`);
+const request = {
+  url: `http://127.0.0.1:${port}/tools/calculator/execute`,
+  method: 'POST' as const,
+  headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+  body: JSON.stringify({ expression: EXPRESSION }),
+  // Every response is checked: a wrong answer counts as a mismatch and fails the run.
+  verifyBody: (body: string) => body.includes('"status":"ok"') && body.includes('"result":14'),
+};
+async function http(options: Partial<autocannon.Options>, onLatency?: (ms: number) => void) {
+  const run = autocannon({ ...request, ...options });
+  if (onLatency) {
+    run.on('response', (_client: unknown, _status: number, _bytes: number, ms: number) =>
+      onLatency(ms),
+    );
+  }
+  const result = await run;
+  const failed = result.errors + result.timeouts + result.non2xx + result.mismatches;
+  if (failed > 0) {
+    throw new Error(
+      `toolgate: ${failed} failed calls (errors ${result.errors}, timeouts ${result.timeouts}, non-2xx ${result.non2xx}, wrong answers ${result.mismatches})`,
+    );
+  }
+  return result.requests.total;
+}
+const viaGateway: Side = {
+  label: 'toolgate HTTP→queue→worker',
+  pids: { bench: process.pid, gateway: gateway.pid, worker: worker.pid, redis: benchRedisPid },
+  async sequential(n) {
+    const times: number[] = [];
+    await http({ connections: 1, amount: n }, (ms) => times.push(ms));
+    return times;
   },
-  { sequential, concurrency, seconds, label: 'toolgate HTTP→queue→worker' },
+  load: (s) => http({ connections: concurrency, duration: s }),
+};
+
+const sides = [raw, viaGateway];
+// Steady state, not JIT warm-up: both sides get the same warm-up before anything is timed.
+for (const side of sides) await side.load(warmUpSeconds);
+
+const totals = new Map(
+  sides.map((side) => [
+    side,
+    { calls: 0, times: [] as number[], cpu: {} as Record<string, number> },
+  ]),
 );
-client.close();
+for (let round = 1; round <= rounds; round++) {
+  const line: string[] = [];
+  for (const side of sides) {
+    const total = totals.get(side)!;
+    const times = await side.sequential(Math.ceil(sequential / rounds));
+    total.times.push(...times);
+    const before = Object.fromEntries(Object.entries(side.pids).map(([k, p]) => [k, cpuMs(p)]));
+    const calls = await side.load(seconds);
+    for (const [name, pid] of Object.entries(side.pids)) {
+      const [a, b] = [before[name], cpuMs(pid)];
+      if (a !== undefined && b !== undefined) total.cpu[name] = (total.cpu[name] ?? 0) + b - a;
+    }
+    total.calls += calls;
+    times.sort((a, b) => a - b);
+    line.push(
+      `${side.label}: ${(calls / seconds).toFixed(0)} calls/s, p50 ${percentile(times, 50).toFixed(2)} ms`,
+    );
+  }
+  console.log(`  round ${round}/${rounds}  ${line.join('  |  ')}`);
+}
+
 await stop(gateway);
 await stop(worker);
-connection.disconnect();
+await stop(rawWorker);
+await events.close();
+await queue.close();
 
-const throughputRatio = viaGateway.throughput / raw.throughput;
-const p50Ratio = viaGateway.p50 / raw.p50;
-const p99Ratio = viaGateway.p99 / raw.p99;
+console.log('');
+const summary = new Map<Side, { throughput: number; p50: number; p99: number }>();
+for (const side of sides) {
+  const { calls, times, cpu } = totals.get(side)!;
+  times.sort((a, b) => a - b);
+  const s = {
+    throughput: calls / (seconds * rounds),
+    p50: percentile(times, 50),
+    p99: percentile(times, 99),
+  };
+  summary.set(side, s);
+  const perCall = Object.entries(cpu).map(([k, ms]) => `${k} ${((ms * 1000) / calls).toFixed(0)}`);
+  const cpuTotal = Object.values(cpu).reduce((a, b) => a + b, 0);
+  console.log(
+    `  ${side.label.padEnd(28)} p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  ${s.throughput.toFixed(0)} calls/s @${concurrency}`,
+  );
+  if (perCall.length > 0) {
+    console.log(
+      `  ${''.padEnd(28)} CPU per call (µs): ${perCall.join(', ')}; total ${((cpuTotal * 1000) / calls).toFixed(0)}`,
+    );
+  }
+}
+const [r, t] = [summary.get(raw)!, summary.get(viaGateway)!];
 console.log('');
 console.log(
-  `throughput ratio (toolgate / raw): ${throughputRatio.toFixed(2)}   target ≥ 0.5, aim 0.8`,
+  `throughput ratio (toolgate / raw): ${(t.throughput / r.throughput).toFixed(2)}   target ≥ 0.5, aim 0.8`,
 );
-console.log(`p50 ratio        (toolgate / raw): ${p50Ratio.toFixed(2)}   target ≤ 2`);
-console.log(`p99 ratio        (toolgate / raw): ${p99Ratio.toFixed(2)}`);
+console.log(`p50 ratio        (toolgate / raw): ${(t.p50 / r.p50).toFixed(2)}   target ≤ 2`);
+console.log(`p99 ratio        (toolgate / raw): ${(t.p99 / r.p99).toFixed(2)}`);
 process.exit(0);

@@ -13,10 +13,10 @@ import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
 import { benchRedis, benchRedisPid, cpuMs, freePort, percentile, startTs, stop } from './lib.js';
 
-const seconds = Number(process.env.BENCH_SECONDS ?? 5);
+const seconds = Number(process.env.BENCH_SECONDS ?? 4);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const sequential = Number(process.env.BENCH_SEQUENTIAL ?? 1500);
-const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const warmUpSeconds = Number(process.env.BENCH_WARMUP_SECONDS ?? 3);
 const EXPRESSION = '2*(3+4)';
 

@@ -3,13 +3,39 @@ import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
 
+/** A client's budget is taken from Redis in slices of 1% of its per-minute rate, at most this. */
+const MAX_SLICE = 100;
+
+/** How many calls one Redis round trip reserves for a client: 1 (exact) below 200 per minute. */
+export function sliceSize(perMinute: number): number {
+  return Math.max(1, Math.min(MAX_SLICE, Math.floor(perMinute / 100)));
+}
+
+/** This gateway's share of a client's budget in the current Redis window. */
+interface Budget {
+  /** Calls left in the slice. */
+  left: number;
+  /** When the window ends (epoch ms). */
+  until: number;
+  /** Less than a slice was free: count every call in Redis until the window ends. */
+  exact: boolean;
+}
+
 /**
  * Per-client call rate (config `rateLimit.perMinute`) and the per-conversation loop guard
  * (`policy.loopGuard`), both counted in Redis so they hold across gateway processes.
+ *
+ * A busy client's rate is counted in slices: one Redis round trip reserves 1% of its
+ * per-minute budget (at most 100 calls) for this gateway, and the calls after it are counted
+ * here until the slice or its window runs out. Below 200 calls per minute a slice is one call,
+ * so small budgets are exact; near the limit, when a whole slice is no longer free, calls are
+ * counted one by one again. At most one slice per gateway goes unused in a window.
  */
 export class CallLimits {
   private readonly perClient = new Map<number, RateLimiterRedis>();
   private readonly loop: RateLimiterRedis;
+  private readonly budgets = new Map<string, Budget>();
+  private readonly reserving = new Map<string, Promise<void>>();
 
   constructor(
     private readonly redis: Redis,
@@ -28,7 +54,7 @@ export class CallLimits {
   /** Counts `calls` calls for the client (and its conversation); throws 429 ApiErrors past the limits. */
   async consume(client: Client, calls: number, conversationId?: string): Promise<void> {
     try {
-      await this.limiter(client.rateLimitPerMinute).consume(client.id, calls);
+      await this.consumeRate(client, calls);
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err;
       this.onLimited('rate', client);
@@ -59,6 +85,51 @@ export class CallLimits {
           details: { maxCalls, windowSeconds, conversationId },
         },
       );
+    }
+  }
+
+  /** Counts `calls` against the client's rate: from its slice, a new slice, or one by one. */
+  private async consumeRate(client: Client, calls: number): Promise<void> {
+    const limiter = this.limiter(client.rateLimitPerMinute);
+    const size = sliceSize(client.rateLimitPerMinute);
+    for (;;) {
+      const budget = this.budgets.get(client.id);
+      if (size <= calls || (budget?.exact && budget.until > Date.now())) {
+        await limiter.consume(client.id, calls);
+        return;
+      }
+      if (budget && budget.left >= calls && budget.until > Date.now()) {
+        budget.left -= calls;
+        return;
+      }
+      // Concurrent calls share one reservation instead of each reserving a slice.
+      let reserving = this.reserving.get(client.id);
+      if (!reserving) {
+        const reservation = this.reserve(limiter, client.id, size).finally(() =>
+          this.reserving.delete(client.id),
+        );
+        this.reserving.set(client.id, reservation);
+        await reservation; // a Redis failure surfaces here (503)
+        continue;
+      }
+      reserving = reserving.catch(() => undefined);
+      await reserving;
+    }
+  }
+
+  private async reserve(limiter: RateLimiterRedis, clientId: string, size: number): Promise<void> {
+    try {
+      const res = await limiter.consume(clientId, size);
+      this.budgets.set(clientId, {
+        left: size,
+        until: Date.now() + res.msBeforeNext,
+        exact: false,
+      });
+    } catch (err) {
+      if (!(err instanceof RateLimiterRes)) throw err;
+      // Less than a slice is free in this window: give it back and count exactly from here on.
+      await limiter.reward(clientId, size);
+      this.budgets.set(clientId, { left: 0, until: Date.now() + err.msBeforeNext, exact: true });
     }
   }
 

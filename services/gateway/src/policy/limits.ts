@@ -103,7 +103,7 @@ export class CallLimits {
         return;
       }
       // Concurrent calls share one reservation instead of each reserving a slice.
-      let reserving = this.reserving.get(client.id);
+      const reserving = this.reserving.get(client.id);
       if (!reserving) {
         const reservation = this.reserve(limiter, client.id, size).finally(() =>
           this.reserving.delete(client.id),
@@ -112,8 +112,7 @@ export class CallLimits {
         await reservation; // a Redis failure surfaces here (503)
         continue;
       }
-      reserving = reserving.catch(() => undefined);
-      await reserving;
+      await reserving.catch(() => undefined); // then look at the new slice
     }
   }
 

@@ -93,6 +93,9 @@ const env = {
   WORKER_METRICS_PORT: '0',
   TOOLGATE_REDIS_PREFIX: 'bench',
   TOOLGATE_LOG_LEVEL: 'info',
+  // The in-process path only: no sandbox driver or warm containers starting beside it (the
+  // sandbox path has its own benchmark).
+  TOOLGATE_WORKER_QUEUES: 'fast',
 };
 const worker = await startTs('services/worker/src/main.ts', env, /worker started/);
 const gateway = await startTs('services/gateway/src/main.ts', env, /gateway listening/);

@@ -1,18 +1,27 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from './keys.js';
 
-/** A worker counts as alive while its last beat is younger than this. */
-export const WORKER_ALIVE_MS = 15_000;
-const BEAT_EVERY_MS = 5_000;
+/**
+ * A worker counts as alive while its last beat is younger than this. Short, because the
+ * reaper removes a dead worker's sandboxes once its beat is this old (docs/reliability.md).
+ */
+export const WORKER_ALIVE_MS = 8_000;
+const BEAT_EVERY_MS = 2_000;
 
-/** Worker side: beats into a sorted set (member = worker id, score = time). */
+/**
+ * Worker side: beats into a sorted set (member = worker id, score = time), and tells its owner
+ * when another worker's beat stops (so its sandboxes can be reaped at once).
+ */
 export class Heartbeat {
   private timer: NodeJS.Timeout | undefined;
+  /** Workers already reported dead, so each is reported once. */
+  private readonly reported = new Set<string>();
 
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
     readonly workerId: string,
+    private readonly onDead: (workerIds: string[]) => void = () => undefined,
   ) {}
 
   async start(): Promise<void> {
@@ -32,15 +41,28 @@ export class Heartbeat {
 
   private async beat(): Promise<void> {
     const now = Date.now();
-    await this.redis
+    const results = await this.redis
       .multi()
       .zadd(this.keys.workers, now, this.workerId)
       .zremrangebyscore(this.keys.workers, 0, now - 4 * WORKER_ALIVE_MS)
+      .zrangebyscore(this.keys.workers, now - 4 * WORKER_ALIVE_MS, now - WORKER_ALIVE_MS)
       .exec();
+    const stale = (results?.[2]?.[1] as string[] | undefined) ?? [];
+    const fresh = stale.filter((id) => !this.reported.has(id));
+    for (const id of fresh) this.reported.add(id);
+    // Forget ids no longer listed (removed after 4× the window), so the set stays small.
+    for (const id of this.reported) if (!stale.includes(id)) this.reported.delete(id);
+    if (fresh.length > 0) this.onDead(fresh);
   }
 }
 
 /** Gateway side: how many workers beat recently. */
 export async function liveWorkers(redis: Redis, keys: Keys): Promise<number> {
   return redis.zcount(keys.workers, Date.now() - WORKER_ALIVE_MS, '+inf');
+}
+
+/** Whether the worker with this id beat recently (the sandbox reaper's question, from any host). */
+export async function workerAlive(redis: Redis, keys: Keys, workerId: string): Promise<boolean> {
+  const score = await redis.zscore(keys.workers, workerId);
+  return score !== null && Number(score) > Date.now() - WORKER_ALIVE_MS;
 }

@@ -1,7 +1,7 @@
 export { Keys } from './keys.js';
 export { CallStore } from './store.js';
 export { Dispatcher, failedOutcome } from './dispatcher.js';
-export { Heartbeat, liveWorkers, WORKER_ALIVE_MS } from './heartbeat.js';
+export { Heartbeat, liveWorkers, workerAlive, WORKER_ALIVE_MS } from './heartbeat.js';
 export { createRedis, waitReady, isRedisDown } from './redis.js';
 export { Approvals } from './approvals.js';
 export { AuditLog } from './audit.js';

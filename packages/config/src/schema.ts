@@ -109,6 +109,14 @@ export const ConfigSchema = Type.Object(
          * starts a sandbox driver.
          */
         queues: Type.Array(StringEnum(['fast', 'sandbox'], 'fast'), { minItems: 1, uniqueItems: true, default: ['fast', 'sandbox'] }),
+        /**
+         * A worker that dies mid-call (kill -9, host lost) has its calls settled within this
+         * time: retried where the tool is idempotent, else `worker_lost`. BullMQ's job lock is
+         * 2/3 of it and the stalled-job check runs every 1/3; a worker whose event loop stalls
+         * longer than the lock loses its jobs to this check, so keep it well above any
+         * synchronous step.
+         */
+        lostCallTimeoutMs: Type.Integer({ minimum: 3000, default: 12_000 }),
         /** Port of the worker's /metrics and /healthz (0 = off). */
         metricsPort: Type.Integer({ minimum: 0, maximum: 65535, default: 9091 }),
       },

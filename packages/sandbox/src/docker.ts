@@ -589,10 +589,12 @@ export class DockerDriver implements SandboxDriver {
    */
   private async ownerAlive(owner: string, labels: Record<string, string> = {}): Promise<boolean> {
     if (owner === this.owner) return true;
-    if (this.options.isOwnerAlive) return this.options.isOwnerAlive(owner);
+    // A live pid on this host is proof of life; a missing one is not proof of death (another
+    // container may share the host name but not the pid namespace), so ask the heartbeats.
     const pid = Number(labels[LABEL_PID]);
     if (labels[LABEL_HOST] === hostname() && Number.isInteger(pid) && pid > 0 && pidExists(pid))
       return true;
+    if (this.options.isOwnerAlive) return this.options.isOwnerAlive(owner);
     const st = await stat(this.heartbeatFile(owner)).catch(() => undefined);
     return st !== undefined && Date.now() - st.mtimeMs < 3 * this.config.reaper.intervalMs + 10_000;
   }

@@ -61,6 +61,11 @@ export interface SandboxDriver {
   stats(): SandboxStats;
   /** Stops background work and removes every sandbox this driver still owns. */
   close(): Promise<void>;
+  /**
+   * Removes now what dead workers left behind (the reaper's pass, out of turn). Drivers whose
+   * sandboxes die with their worker process (bwrap) have nothing to reap.
+   */
+  reap?(): Promise<number>;
 }
 
 export interface SandboxStats {

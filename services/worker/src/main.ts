@@ -1,11 +1,11 @@
-import { createRedis } from '@toolgate/calls';
+import { Keys, createRedis } from '@toolgate/calls';
 import { runService } from '@toolgate/lifecycle';
 import { loadToolRegistry } from '@toolgate/plugins';
 import type { ToolServices } from '@toolgate/registry';
 import { createHttpServices, createMemoryStore, createToolCatalog } from '@toolgate/tools';
 import { createMetrics } from './metrics.js';
 import { startSandbox } from './sandbox.js';
-import { createWorker } from './worker.js';
+import { createWorker, newWorkerId } from './worker.js';
 
 /** How long SIGTERM waits for in-flight calls (the process exits at 60 s regardless). */
 const DRAIN_MS = 45_000;
@@ -16,11 +16,16 @@ runService('toolgate-worker', async (config, logger) => {
     logger.child({ component: 'plugins' }),
   );
   const metrics = createMetrics();
+  const id = newWorkerId();
+  const memoryRedis = createRedis(config.redis.url, 'command');
   // A worker that does not consume the sandbox queue never starts a sandbox driver.
   const { sandbox, services: sandboxServices } = config.worker.queues.includes('sandbox')
-    ? await startSandbox(config, logger, metrics)
+    ? await startSandbox(config, logger, metrics, {
+        redis: memoryRedis,
+        keys: new Keys(config.redis.prefix),
+        workerId: id,
+      })
     : { sandbox: undefined, services: {} };
-  const memoryRedis = createRedis(config.redis.url, 'command');
   const services = {
     ...sandboxServices,
     http: createHttpServices(config.policy.http),
@@ -35,6 +40,10 @@ runService('toolgate-worker', async (config, logger) => {
     services,
     metrics,
     queues: config.worker.queues,
+    id,
+    onLostCalls: () => {
+      void sandbox?.reap?.().catch((err: unknown) => logger.warn({ err }, 'reap failed'));
+    },
   });
   await worker.start();
   const port = await worker.serveMetrics();

@@ -1,40 +1,44 @@
+import { workerAlive, type Keys } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolServices } from '@toolgate/registry';
-import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
+import {
+  createSandbox,
+  createWorkspaces,
+  type RunRequest,
+  type RunResult,
+  type Sandbox,
+  type SandboxStats,
+} from '@toolgate/sandbox';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
+import type { Redis } from 'ioredis';
 import type { WorkerMetrics } from './metrics.js';
 
-/**
- * Starts the sandbox driver the config asks for and returns the services sandboxed tools use.
- * Without a usable driver the worker still runs: sandboxed calls then end with a readable
- * `sandbox_error` instead of waiting in the queue.
- */
-export async function startSandbox(
-  config: Config,
-  logger: Logger,
-  metrics: WorkerMetrics,
-): Promise<{ sandbox: Sandbox | undefined; services: Partial<ToolServices> }> {
-  const log = logger.child({ component: 'sandbox' });
-  let sandbox: Sandbox;
-  try {
-    sandbox = await createSandbox(config.sandbox, { logger: log, hooks: metrics.sandboxHooks() });
-  } catch (err) {
-    log.error({ err }, 'no sandbox driver could start; sandboxed tools will answer sandbox_error');
-    return { sandbox: undefined, services: {} };
+/** One `sandbox.run` span per sandboxed run, under the worker's toolgate.execute span. */
+export class TracedSandbox implements Sandbox {
+  constructor(private readonly inner: Sandbox) {}
+
+  get name() {
+    return this.inner.name;
   }
-  metrics.setWarmSource(() => sandbox.stats().warm);
-  // One span per sandboxed run, under the worker's toolgate.execute span.
-  const run = sandbox.run.bind(sandbox);
-  sandbox.run = (request) =>
-    withSpan(
+
+  get config() {
+    return this.inner.config;
+  }
+
+  start(): Promise<void> {
+    return this.inner.start();
+  }
+
+  run(request: RunRequest): Promise<RunResult> {
+    return withSpan(
       'sandbox.run',
       {
         kind: SpanKind.INTERNAL,
-        attributes: { 'sandbox.image': request.image, 'sandbox.driver': sandbox.name },
+        attributes: { 'sandbox.image': request.image, 'sandbox.driver': this.inner.name },
       },
       async (span) => {
-        const result = await run(request);
+        const result = await this.inner.run(request);
         span.setAttributes({
           'sandbox.exit_code': result.exitCode,
           'sandbox.timed_out': result.timedOut,
@@ -43,6 +47,55 @@ export async function startSandbox(
         return result;
       },
     );
+  }
+
+  warmUp(timeoutMs?: number): Promise<void> {
+    return this.inner.warmUp(timeoutMs);
+  }
+
+  stats(): SandboxStats {
+    return this.inner.stats();
+  }
+
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+
+  async reap(): Promise<number> {
+    return (await this.inner.reap?.()) ?? 0;
+  }
+}
+
+/**
+ * Starts the sandbox driver the config asks for and returns the services sandboxed tools use.
+ * Without a usable driver the worker still runs: sandboxed calls then end with a readable
+ * `sandbox_error` instead of waiting in the queue. Containers are labelled with the worker's
+ * id, and the reaper asks the workers' Redis heartbeats whether their owner lives, so a dead
+ * worker's containers go whichever host's worker notices.
+ */
+export async function startSandbox(
+  config: Config,
+  logger: Logger,
+  metrics: WorkerMetrics,
+  heartbeats: { redis: Redis; keys: Keys; workerId: string },
+): Promise<{ sandbox: Sandbox | undefined; services: Partial<ToolServices> }> {
+  const log = logger.child({ component: 'sandbox' });
+  let sandbox: Sandbox;
+  try {
+    sandbox = new TracedSandbox(
+      await createSandbox(config.sandbox, {
+        logger: log,
+        hooks: metrics.sandboxHooks(),
+        ownerId: heartbeats.workerId,
+        isOwnerAlive: (owner) =>
+          workerAlive(heartbeats.redis, heartbeats.keys, owner).catch(() => true),
+      }),
+    );
+  } catch (err) {
+    log.error({ err }, 'no sandbox driver could start; sandboxed tools will answer sandbox_error');
+    return { sandbox: undefined, services: {} };
+  }
+  metrics.setWarmSource(() => sandbox.stats().warm);
   log.info({ driver: sandbox.name, images: Object.keys(sandbox.config.images) }, 'sandbox ready');
   return { sandbox, services: { sandbox, workspaces: createWorkspaces(sandbox.config) } };
 }

@@ -31,6 +31,19 @@ export interface WorkerOptions {
   queues?: QueueKind[];
   /** Share a metrics registry made earlier (main.ts makes it to hook the sandbox in). */
   metrics?: WorkerMetrics;
+  /** This worker's id (heartbeats, sandbox labels); default `newWorkerId()`. */
+  id?: string;
+  /**
+   * Called when another worker's heartbeat stops or this worker's stalled-job check finds
+   * calls of a dead worker: main.ts reaps the dead worker's sandboxes then, rather than at the
+   * next reaper tick.
+   */
+  onLostCalls?: () => void;
+}
+
+/** host-pid-random: unique, and readable in logs and container labels. */
+export function newWorkerId(): string {
+  return `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
 }
 
 export interface ToolWorker {
@@ -50,8 +63,9 @@ export function createWorker({
   services,
   queues = ['fast', 'sandbox'],
   metrics = createMetrics(),
+  id = newWorkerId(),
+  onLostCalls,
 }: WorkerOptions): ToolWorker {
-  const id = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
   const log = logger.child({ component: 'worker', workerId: id });
   const keys = new Keys(config.redis.prefix);
   const redis = createRedis(config.redis.url, 'blocking');
@@ -59,7 +73,10 @@ export function createWorker({
   const audit = new AuditLog(redis, keys, config.audit.maxEntries);
   const stats = new Stats(redis, keys);
   const cache = new ResultCache(redis, keys);
-  const heartbeat = new Heartbeat(redis, keys, id);
+  const heartbeat = new Heartbeat(redis, keys, id, (dead) => {
+    log.warn({ workers: dead }, 'worker heartbeat stopped');
+    onLostCalls?.();
+  });
   const shutdown = new AbortController();
   const workers: Worker[] = [];
   const recorder = new Recorder({
@@ -162,8 +179,16 @@ export function createWorker({
               kind === 'fast' ? config.worker.concurrency : config.worker.sandboxConcurrency,
             // A stalled job (its worker died) is handed out once more, where `process` decides.
             maxStalledCount: 1,
+            // A dead worker's lock lapses after 2/3 of lostCallTimeoutMs and some worker's
+            // check, every 1/3, moves its calls on: settled within lostCallTimeoutMs.
+            lockDuration: Math.round((config.worker.lostCallTimeoutMs * 2) / 3),
+            stalledInterval: Math.round(config.worker.lostCallTimeoutMs / 3),
           },
         );
+        worker.on('stalled', (callId) => {
+          log.warn({ callId, queue: kind }, 'call of a dead worker moved on');
+          onLostCalls?.();
+        });
         worker.on('error', (err) => log.warn({ err: err.message, queue: kind }, 'queue error'));
         worker.on('failed', (job, err) =>
           log.error({ callId: job?.id, err: err.message }, 'job failed outside the tool'),

@@ -1,0 +1,125 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { whyDriverUnavailable, REPO_ROOT } from '@toolgate/sandbox/testing';
+import { afterAll, describe, expect, it } from 'vitest';
+import { startService, type Service } from './support/process.js';
+import { startStack, type Stack } from './support/stack.js';
+
+// A worker killed mid-call (kill -9): its callers hear within worker.lostCallTimeoutMs (12 s),
+// not after BullMQ's default stall check (a minute or more), and its containers are reaped.
+const reason = await whyDriverUnavailable('docker');
+if (reason) console.warn(`worker-lost: skipped, ${reason}`);
+
+const LOST_WITHIN_MS = 15_000;
+
+describe.skipIf(reason !== undefined)('a worker killed mid-call', () => {
+  const services: Service[] = [];
+  let stack: Stack | undefined;
+  const dir = mkdtempSync(join(tmpdir(), 'toolgate-lost-'));
+  afterAll(async () => {
+    // SIGTERM: a live worker removes its own containers on the way out.
+    for (const s of services) if (s.child.exitCode === null) s.child.kill('SIGTERM');
+    await Promise.all(services.map((s) => s.exited));
+    await stack?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('settles its calls within 15 s (worker_lost, the tool is not idempotent) and reaps its containers', async () => {
+    stack = await startStack({ worker: false });
+    const rootfs = (name: string) => join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
+    const config = {
+      redis: stack.config.redis,
+      clients: [{ id: 'alice', key: 'alice-key-0123456789abcdef', tools: ['*'] }],
+      worker: { queues: ['sandbox'], sandboxConcurrency: 4, metricsPort: 0 },
+      log: { level: 'info' },
+      sandbox: {
+        driver: 'docker',
+        workspacesRoot: join(dir, 'workspaces'),
+        stateDir: join(dir, 'state'),
+        images: {
+          python: { docker: 'toolgate/sandbox-python:local', rootfs: rootfs('python') },
+          shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
+        },
+        pool: { size: 1 },
+      },
+    };
+    const file = join(dir, 'toolgate.json');
+    writeFileSync(file, JSON.stringify(config));
+    // One after the other: mount setup of two workers starting together is another test's.
+    for (let i = 0; i < 2; i++) {
+      const worker = startService('worker', { TOOLGATE_CONFIG: file });
+      services.push(worker);
+      await worker.waitFor(/worker started/, 60_000);
+    }
+
+    const ids: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const res = await stack.call('/tools/run_shell/execute?wait=false', {
+        json: { command: 'sleep 6; echo done' },
+      });
+      expect(res.status).toBe(202);
+      ids.push(((await res.json()) as { id: string }).id);
+    }
+    const status = async (id: string) =>
+      (await (await stack!.call(`/v1/calls/${id}`)).json()) as {
+        status: string;
+        error?: { code: string };
+      };
+    // Both workers busy with four calls each.
+    for (let t = 0; ; t++) {
+      const states = await Promise.all(ids.map(status));
+      if (states.every((s) => s.status === 'running')) break;
+      expect(t, JSON.stringify(states)).toBeLessThan(100);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const victim = services[0]!;
+    const pid = victim.child.pid!;
+    expect(containersOf(`toolgate.pid=${pid}`).length).toBeGreaterThan(0);
+    victim.child.kill('SIGKILL');
+    await victim.exited;
+    const killedAt = Date.now();
+
+    const settled = new Map<string, { status: string; code?: string; afterMs: number }>();
+    while (settled.size < ids.length && Date.now() - killedAt < 30_000) {
+      for (const id of ids) {
+        if (settled.has(id)) continue;
+        const s = await status(id);
+        if (s.status !== 'running' && s.status !== 'queued') {
+          settled.set(id, {
+            status: s.status,
+            ...(s.error ? { code: s.error.code } : {}),
+            afterMs: Date.now() - killedAt,
+          });
+        }
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const all = [...settled.values()];
+    expect(all).toHaveLength(8);
+    for (const s of all) expect(s.afterMs).toBeLessThan(LOST_WITHIN_MS);
+    expect(all.filter((s) => s.status === 'ok')).toHaveLength(4);
+    expect(
+      all.filter((s) => s.code === 'worker_lost'),
+      JSON.stringify(all),
+    ).toHaveLength(4);
+
+    // The dead worker's containers (its running calls and its warm pool) are gone as well.
+    for (;;) {
+      const left = containersOf(`toolgate.pid=${pid}`);
+      if (left.length === 0) break;
+      expect(Date.now() - killedAt, `containers left: ${left.join(' ')}`).toBeLessThan(
+        LOST_WITHIN_MS,
+      );
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    expect(services[1]!.output()).toContain('call of a dead worker moved on');
+  }, 120_000);
+});
+
+function containersOf(label: string): string[] {
+  return execFileSync('docker', ['ps', '-aq', '--filter', `label=${label}`], { encoding: 'utf8' })
+    .split('\n')
+    .filter(Boolean);
+}

@@ -14,6 +14,7 @@ import { ExitMarkerScanner, encodeEnvelope, type ExitReport } from './envelope.j
 import { SandboxError } from './errors.js';
 import { SlotMounts } from './mounts.js';
 import { CappedOutput } from './output.js';
+import { EgressNetwork, reapEgressNetworks } from './egress.js';
 import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
   DriverOptions,
@@ -85,6 +86,9 @@ export class DockerDriver implements SandboxDriver {
   private readonly live = new Set<string>();
   private readonly missingImages = new Set<string>();
   private propagation = false;
+  /** The egress network and filter of network-enabled sandboxes (sandbox.allowNetwork). */
+  private egress: EgressNetwork | undefined;
+  private egressUnavailable: string | undefined;
   private started: Promise<void> | undefined;
   private closed = false;
   /** Pool containers being created: close() waits for them, or they outlive the worker. */
@@ -158,6 +162,7 @@ export class DockerDriver implements SandboxDriver {
       }
     }
     this.propagation = await this.mounts.setup();
+    if (this.config.allowNetwork) await this.startEgress();
     if (!this.propagation) {
       this.log.warn(
         { stateDir: this.config.stateDir },
@@ -174,6 +179,33 @@ export class DockerDriver implements SandboxDriver {
     }, this.config.reaper.intervalMs);
     this.timer.unref();
     for (const pool of this.pools.values()) this.topUp(pool);
+  }
+
+  /**
+   * Network-enabled sandboxes go through the egress filter or not at all: without a working
+   * filter their calls are refused with the reason, never given an open bridge.
+   */
+  private async startEgress(): Promise<void> {
+    const start = this.options.startEgressProxy;
+    if (!start) {
+      this.egressUnavailable = 'no egress filter is configured for this worker';
+      return;
+    }
+    try {
+      this.egress = await EgressNetwork.create(
+        this.docker,
+        { [LABEL]: '1', [LABEL_OWNER]: this.owner, [LABEL_DEPLOYMENT]: this.deployment },
+        this.owner,
+        start,
+      );
+      this.log.info(
+        { network: this.egress.info.name, proxy: this.egress.info.proxyUrl },
+        'egress filter ready for network-enabled sandboxes',
+      );
+    } catch (err) {
+      this.egressUnavailable = `the egress filter could not start: ${(err as Error).message}`;
+      this.log.error({ err }, 'egress filter could not start; network-enabled calls are refused');
+    }
   }
 
   /** Resolves once every pool holds its target number of warm containers (bench, tests). */
@@ -218,6 +250,12 @@ export class DockerDriver implements SandboxDriver {
 
   private async execute(req: PreparedRun): Promise<RunResult> {
     const t0 = performance.now();
+    if (req.network && !this.egress) {
+      throw new SandboxError(
+        'invalid_request',
+        `network access is unavailable: ${this.egressUnavailable ?? 'sandbox.allowNetwork is off'}`,
+      );
+    }
     const pool = this.pools.get(req.key)!;
     const poolable =
       pool.size > 0 &&
@@ -421,13 +459,22 @@ export class DockerDriver implements SandboxDriver {
     }
     const memory = limits.memoryMb * MiB;
     const fsize = limits.fileSizeMb * MiB;
+    const egress = how.network ? this.egress?.info : undefined;
+    if (how.network && !egress)
+      throw new SandboxError('invalid_request', 'network access is unavailable');
     let container: Docker.Container;
     try {
       container = await this.docker.createContainer({
         Image: image.docker,
         User: `${SANDBOX_UID}:${SANDBOX_GID}`,
         // Replaces the image's env: nothing of the worker's environment gets in.
-        Env: ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/tmp', 'LANG=C.UTF-8', 'TMPDIR=/tmp'],
+        Env: [
+          'PATH=/usr/local/bin:/usr/bin:/bin',
+          'HOME=/tmp',
+          'LANG=C.UTF-8',
+          'TMPDIR=/tmp',
+          ...(egress ? proxyEnv(egress.proxyUrl) : []),
+        ],
         WorkingDir: WORKSPACE_MOUNT,
         OpenStdin: true,
         StdinOnce: true,
@@ -435,7 +482,7 @@ export class DockerDriver implements SandboxDriver {
         AttachStdout: true,
         AttachStderr: true,
         Tty: false,
-        NetworkDisabled: !how.network,
+        NetworkDisabled: !egress,
         Hostname: 'sandbox',
         Labels: {
           [LABEL]: '1',
@@ -447,7 +494,7 @@ export class DockerDriver implements SandboxDriver {
           [LABEL_DEPLOYMENT]: this.deployment,
         },
         HostConfig: {
-          NetworkMode: how.network ? 'bridge' : 'none',
+          NetworkMode: egress ? egress.name : 'none',
           ReadonlyRootfs: true,
           Tmpfs: { '/tmp': `rw,nosuid,nodev,size=${limits.tmpfsMb}m,mode=1777` },
           CapDrop: ['ALL'],
@@ -636,6 +683,16 @@ export class DockerDriver implements SandboxDriver {
       if (st && now - st.mtimeMs > this.config.reaper.maxAgeMs)
         await rm(path.join(ownersDir, owner), { force: true });
     }
+    await reapEgressNetworks(
+      this.docker,
+      `${LABEL_DEPLOYMENT}=${this.deployment}`,
+      async (owner) => {
+        if (!verdicts.has(owner)) verdicts.set(owner, await this.ownerAlive(owner));
+        return !verdicts.get(owner);
+      },
+      LABEL_OWNER,
+      this.log,
+    );
     if (removed > 0) this.log.info({ removed }, 'reaped leftover sandbox containers');
     this.reaped += removed;
     return removed;
@@ -660,6 +717,7 @@ export class DockerDriver implements SandboxDriver {
       );
       await sleep(100);
     }
+    await this.egress?.close();
     await this.mounts.removeOwner(this.owner);
     if (this.propagation) await this.mounts.teardownIfUnused();
     await rm(this.heartbeatFile(this.owner), { force: true });
@@ -680,6 +738,13 @@ function demux(stream: Duplex, out: (b: Buffer) => void, err: (b: Buffer) => voi
       pending = pending.subarray(8 + size);
     }
   });
+}
+
+/** Both spellings: curl reads the lower-case ones, most other programs either. */
+function proxyEnv(url: string): string[] {
+  return ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy', 'ALL_PROXY'].map(
+    (name) => `${name}=${url}`,
+  );
 }
 
 function pidExists(pid: number): boolean {

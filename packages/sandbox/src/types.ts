@@ -108,4 +108,10 @@ export interface DriverOptions {
    * is fresh. Workers on several hosts sharing one engine can answer from Redis instead.
    */
   isOwnerAlive?: (ownerId: string) => Promise<boolean> | boolean;
+  /**
+   * Starts the egress filter for network-enabled sandboxes on the given host address and
+   * returns its proxy URL (docker driver, `sandbox.allowNetwork`). Without it, such calls are
+   * refused. The worker passes the http tools' SSRF guard (packages/tools egress-proxy.ts).
+   */
+  startEgressProxy?: (host: string) => Promise<{ url: string; close(): Promise<void> }>;
 }

@@ -25,7 +25,7 @@ export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegi
 }
 
 export { calculator, currentTime, evaluate, sandboxedTools, httpTools };
-export { createHttpServices } from './http/index.js';
+export { createHttpServices, startEgressProxy } from './http/index.js';
 export { memoryTools, createMemoryStore, MemoryStore } from './memory/index.js';
 export { metaTools, findTools, createToolCatalog } from './meta/index.js';
 export type { ToolCatalog } from './meta/index.js';
@@ -40,5 +40,5 @@ export {
   toToolError,
 } from './sandboxed/index.js';
 export { checkShellCommand, shellPolicyError, POLICY_DENIED } from './policy/index.js';
-export type { HttpPolicy, HttpToolServices } from './http/index.js';
+export type { EgressProxy, EgressProxyOptions, HttpPolicy, HttpToolServices } from './http/index.js';
 export type { ShellPolicy, ShellCheckResult } from './policy/index.js';

@@ -11,6 +11,7 @@ import {
   type SandboxStats,
 } from '@toolgate/sandbox';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
+import { startEgressProxy } from '@toolgate/tools';
 import type { Redis } from 'ioredis';
 import type { WorkerMetrics } from './metrics.js';
 
@@ -89,6 +90,13 @@ export async function startSandbox(
         ownerId: heartbeats.workerId,
         isOwnerAlive: (owner) =>
           workerAlive(heartbeats.redis, heartbeats.keys, owner).catch(() => true),
+        // Network-enabled sandboxes reach only what the http tools may (policy.http).
+        startEgressProxy: (host) =>
+          startEgressProxy({
+            host,
+            policy: config.policy.http,
+            log: log.child({ component: 'egress' }),
+          }),
       }),
     );
   } catch (err) {

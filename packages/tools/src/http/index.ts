@@ -7,6 +7,7 @@ export const httpTools: AnyToolSpec[] = [httpGet, httpPost];
 
 export { httpGet, httpPost, HTTP_TOOL_TIMEOUT_MS, MAX_POST_BODY_CHARS } from './http-tools.js';
 export { createHttpServices, httpServices } from './services.js';
+export { startEgressProxy } from './egress-proxy.js';
 export { SafeHttpClient, DEFAULT_USER_AGENT } from './safe-http-client.js';
 export { AddressGuard, parseHttpUrl, pinnedLookup, systemLookup } from './address-guard.js';
 export { AllowHosts, InvalidAllowHostError } from './allow-hosts.js';
@@ -17,6 +18,7 @@ export {
 } from './address-ranges.js';
 
 export type { HttpToolServices } from './services.js';
+export type { EgressProxy, EgressProxyOptions } from './egress-proxy.js';
 export type { HttpPolicy, HttpRequest, HttpResult, HttpClientOptions } from './safe-http-client.js';
 export type {
   AddressPolicy,

@@ -1,0 +1,159 @@
+/**
+ * The network of sandboxes that may reach the network (`sandbox.allowNetwork`, manifest tools
+ * with `network: true`), docker driver only. Such a sandbox joins an *internal* Docker network:
+ * no route out, and the host's bridge address is its only neighbour. On that address the
+ * worker's egress proxy listens (packages/tools http/egress-proxy.ts: the SSRF guard of the
+ * http tools), and a host firewall rule drops everything else arriving on the bridge, so the
+ * host's own services (Redis, the Docker API, metadata endpoints) stay out of reach.
+ */
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { promisify } from 'node:util';
+import type Docker from 'dockerode';
+import type { SandboxLogger } from './types.js';
+
+const run = promisify(execFile);
+
+export const LABEL_EGRESS = 'toolgate.egress';
+
+/** Starts the filter on the bridge address; returns the URL sandboxes use as their proxy. */
+export type StartEgressProxy = (host: string) => Promise<{ url: string; close(): Promise<void> }>;
+
+export interface EgressNetworkInfo {
+  /** Docker network name, for NetworkMode. */
+  name: string;
+  /** What sandboxes get as HTTP_PROXY / HTTPS_PROXY. */
+  proxyUrl: string;
+}
+
+/** Bridge interface names are ≤ 15 characters: `tge-` and 10 hex digits of the owner. */
+function bridgeName(owner: string): string {
+  return `tge-${createHash('sha256').update(owner).digest('hex').slice(0, 10)}`;
+}
+
+function ruleSpecs(bridge: string, port: number): string[][] {
+  const comment = ['-m', 'comment', '--comment', `toolgate-egress ${bridge}`];
+  return [
+    // Listed in this order, inserted at the top in reverse: ACCEPT the proxy, DROP the rest.
+    ['INPUT', '-i', bridge, '-p', 'tcp', '--dport', String(port), '-j', 'ACCEPT', ...comment],
+    ['INPUT', '-i', bridge, '-j', 'DROP', ...comment],
+  ];
+}
+
+export class EgressNetwork {
+  private proxy: { url: string; close(): Promise<void> } | undefined;
+  private rules: string[][] = [];
+
+  private constructor(
+    private readonly docker: Docker,
+    readonly info: EgressNetworkInfo,
+    private readonly networkId: string,
+  ) {}
+
+  /**
+   * Creates this worker's internal network, starts the proxy on its gateway and closes the
+   * bridge to everything else. Throws (and leaves nothing behind) if any step fails.
+   */
+  static async create(
+    docker: Docker,
+    labels: Record<string, string>,
+    owner: string,
+    startProxy: StartEgressProxy,
+  ): Promise<EgressNetwork> {
+    const bridge = bridgeName(owner);
+    const name = `toolgate-egress-${bridge.slice(4)}`;
+    await removeNetwork(docker, name);
+    const network = await docker.createNetwork({
+      Name: name,
+      Driver: 'bridge',
+      Internal: true,
+      EnableIPv6: false,
+      Labels: { ...labels, [LABEL_EGRESS]: bridge },
+      Options: { 'com.docker.network.bridge.name': bridge },
+    });
+    const inspected = (await network.inspect()) as {
+      IPAM?: { Config?: { Gateway?: string }[] };
+    };
+    const gateway = inspected.IPAM?.Config?.[0]?.Gateway;
+    let egress: EgressNetwork | undefined;
+    try {
+      if (!gateway) throw new Error(`network ${name} has no gateway address`);
+      const proxy = await startProxy(gateway);
+      egress = new EgressNetwork(docker, { name, proxyUrl: proxy.url }, network.id);
+      egress.proxy = proxy;
+      const port = Number(new URL(proxy.url).port);
+      for (const spec of ruleSpecs(bridge, port).reverse()) {
+        await run('iptables', ['-I', ...spec.slice(0, 1), '1', ...spec.slice(1)]);
+        egress.rules.push(spec);
+      }
+      return egress;
+    } catch (err) {
+      if (egress) await egress.close();
+      else await network.remove().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  async close(): Promise<void> {
+    for (const spec of this.rules.splice(0)) await deleteRule(spec);
+    await this.proxy?.close().catch(() => undefined);
+    await this.docker
+      .getNetwork(this.networkId)
+      .remove()
+      .catch(() => undefined);
+  }
+}
+
+async function deleteRule(spec: string[]): Promise<void> {
+  await run('iptables', ['-D', ...spec]).catch(() => undefined);
+}
+
+async function removeNetwork(docker: Docker, name: string): Promise<void> {
+  const found = await docker.listNetworks({ filters: { name: [name] } }).catch(() => []);
+  for (const n of found) {
+    if (n.Name !== name) continue;
+    const bridge = n.Labels?.[LABEL_EGRESS];
+    if (bridge) {
+      // The rules of a dead worker name its bridge; the port is not known, so match by comment.
+      await removeRulesOf(bridge);
+    }
+    await docker
+      .getNetwork(n.Id)
+      .remove()
+      .catch(() => undefined);
+  }
+}
+
+/** Deletes every INPUT rule a worker added for `bridge` (its comment names the bridge). */
+async function removeRulesOf(bridge: string): Promise<void> {
+  const { stdout } = await run('iptables', ['-S', 'INPUT']).catch(() => ({ stdout: '' }));
+  for (const line of stdout.split('\n')) {
+    if (!line.includes(`toolgate-egress ${bridge}`)) continue;
+    const args = line.replace(/^-A /, '').match(/"[^"]*"|\S+/g) ?? [];
+    await run('iptables', ['-D', ...args.map((a) => a.replace(/^"|"$/g, ''))]).catch(
+      () => undefined,
+    );
+  }
+}
+
+/** The reaper's part: networks (and firewall rules) of workers that are gone. */
+export async function reapEgressNetworks(
+  docker: Docker,
+  deploymentLabel: string,
+  isDead: (owner: string) => Promise<boolean>,
+  ownerLabel: string,
+  log: SandboxLogger,
+): Promise<number> {
+  const list = await docker
+    .listNetworks({ filters: { label: [deploymentLabel, LABEL_EGRESS] } })
+    .catch(() => []);
+  let removed = 0;
+  for (const n of list) {
+    const owner = n.Labels?.[ownerLabel];
+    if (!owner || !(await isDead(owner))) continue;
+    await removeNetwork(docker, n.Name);
+    removed++;
+  }
+  if (removed > 0) log.info({ removed }, 'reaped egress networks of dead workers');
+  return removed;
+}

@@ -1,0 +1,190 @@
+/**
+ * The egress filter of network-enabled sandboxes (manifest tools with `network: true`): an
+ * HTTP proxy that lets a sandbox reach only what the http tools may reach. Each destination —
+ * a CONNECT tunnel (https and anything else over TCP) or a plain http request — goes through
+ * the same SSRF guard (`policy.http`), and the socket goes to the checked address. Sandboxes
+ * sit on an internal Docker network whose only way out is this proxy (packages/sandbox
+ * egress.ts), so a program that ignores HTTP_PROXY reaches nothing.
+ */
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { ToolError } from '@toolgate/registry';
+import {
+  AddressGuard,
+  type AddressPolicy,
+  type CheckedTarget,
+  type LookupFunction,
+} from './address-guard.js';
+
+export interface EgressProxyOptions {
+  /** Address to listen on (the sandbox network's gateway). */
+  host: string;
+  port?: number;
+  policy: AddressPolicy;
+  /** Tunnels and requests open at once; more are answered 503. */
+  maxConnections?: number;
+  /** A tunnel or request idle this long is closed. */
+  idleTimeoutMs?: number;
+  lookup?: LookupFunction;
+  log?: { warn(obj: object, msg?: string): void; debug(obj: object, msg?: string): void };
+}
+
+export interface EgressProxy {
+  host: string;
+  port: number;
+  /** What sandboxes put in HTTP_PROXY / HTTPS_PROXY. */
+  url: string;
+  close(): Promise<void>;
+}
+
+const CHECK_TIMEOUT_MS = 10_000;
+
+export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
+  const guard = new AddressGuard(options.policy, options.lookup);
+  const maxConnections = options.maxConnections ?? 256;
+  const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
+  const log = options.log;
+  let open = 0;
+
+  const check = async (url: URL): Promise<CheckedTarget> =>
+    guard.check(url, AbortSignal.timeout(CHECK_TIMEOUT_MS));
+
+  const refuse = (socket: Duplex, status: number, reason: string) => {
+    const body = `toolgate egress: ${reason}\n`;
+    socket.end(
+      `HTTP/1.1 ${status} ${status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : 'Service Unavailable'}\r\n` +
+        `content-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  };
+  const reasonOf = (err: unknown) =>
+    err instanceof ToolError ? err.message : `could not check the destination: ${String(err)}`;
+
+  const server: Server = createServer((req, res) => {
+    // Plain http through the proxy: an absolute URI in the request line.
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '');
+      if (url.protocol !== 'http:') throw new Error('not http');
+    } catch {
+      res
+        .writeHead(400, { 'content-type': 'text/plain' })
+        .end('toolgate egress: absolute http:// URL expected\n');
+      return;
+    }
+    if (open >= maxConnections) {
+      res.writeHead(503).end('toolgate egress: too many connections\n');
+      return;
+    }
+    open++;
+    res.once('close', () => open--);
+    check(url).then(
+      (target) => forward(req, res, target),
+      (err: unknown) => {
+        log?.debug({ url: url.origin, reason: reasonOf(err) }, 'egress refused');
+        res
+          .writeHead(403, { 'content-type': 'text/plain' })
+          .end(`toolgate egress: ${reasonOf(err)}\n`);
+      },
+    );
+  });
+
+  const forward = (
+    req: IncomingMessage,
+    res: import('node:http').ServerResponse,
+    target: CheckedTarget,
+  ) => {
+    const headers = { ...req.headers };
+    delete headers['proxy-connection'];
+    delete headers['proxy-authorization'];
+    const upstream = httpRequest({
+      host: target.addresses[0]!.address,
+      port: target.port,
+      method: req.method,
+      path: `${target.url.pathname}${target.url.search}`,
+      headers: { ...headers, host: target.url.host },
+      timeout: idleTimeoutMs,
+    });
+    upstream.on('response', (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    upstream.on('timeout', () => upstream.destroy(new Error('upstream timed out')));
+    upstream.on('error', (err) => {
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' });
+      res.end(`toolgate egress: ${err.message}\n`);
+    });
+    req.pipe(upstream);
+  };
+
+  server.on('connect', (req: IncomingMessage, client: Duplex, head: Buffer) => {
+    client.on('error', () => undefined);
+    const m = /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(req.url ?? '');
+    if (!m || Number(m[2]) < 1 || Number(m[2]) > 65535) {
+      refuse(client, 400, 'CONNECT host:port expected');
+      return;
+    }
+    if (open >= maxConnections) {
+      refuse(client, 503, 'too many connections');
+      return;
+    }
+    let url: URL;
+    try {
+      // The guard speaks URLs; https:// only picks its default port, the port is explicit.
+      url = new URL(`https://${m[1]}:${m[2]}/`);
+    } catch {
+      refuse(client, 400, 'invalid CONNECT target');
+      return;
+    }
+    open++;
+    client.once('close', () => open--);
+    check(url).then(
+      (target) => {
+        const upstream: Socket = connect({
+          host: target.addresses[0]!.address,
+          port: Number(m[2]),
+        });
+        let connected = false;
+        upstream.setTimeout(idleTimeoutMs, () => upstream.destroy());
+        client.once('close', () => upstream.destroy());
+        upstream.once('error', (err) => {
+          if (!connected) refuse(client, 502, err.message);
+        });
+        upstream.once('close', () => {
+          if (connected) client.destroy();
+        });
+        upstream.once('connect', () => {
+          connected = true;
+          client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+          if (head.length > 0) upstream.write(head);
+          upstream.pipe(client);
+          client.pipe(upstream);
+        });
+      },
+      (err: unknown) => {
+        log?.debug({ target: req.url, reason: reasonOf(err) }, 'egress refused');
+        refuse(client, 403, reasonOf(err));
+      },
+    );
+  });
+  server.on('clientError', (_err, socket) => socket.destroy());
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 0;
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host, () => resolve());
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : (options.port ?? 0);
+  const hostForUrl = options.host.includes(':') ? `[${options.host}]` : options.host;
+  return {
+    host: options.host,
+    port,
+    url: `http://${hostForUrl}:${port}`,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

@@ -5,7 +5,7 @@ export { Heartbeat, liveWorkers, WORKER_ALIVE_MS } from './heartbeat.js';
 export { createRedis, waitReady, isRedisDown } from './redis.js';
 export { Approvals } from './approvals.js';
 export { AuditLog } from './audit.js';
-export { ResultCache } from './cache.js';
+export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, percentile } from './stats.js';
 export { redact } from './redact.js';
 export type { Decision } from './approvals.js';

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import {
+  canonicalDigest,
   isRedisDown,
   liveWorkers,
   type Approvals,
@@ -164,8 +165,23 @@ export class CallPipeline {
       }
       const id = randomUUID();
       if (req.idempotencyKey) {
-        const holder = await this.o.store.claimIdempotencyKey(client.id, req.idempotencyKey, id);
-        if (holder) return this.existing(holder, req.wait, tool.timeoutMs);
+        // Bound to the request: the same key with another tool or other arguments is refused
+        // rather than answered with another call's result (docs/http-api.md, idempotency).
+        const fingerprint = canonicalDigest({ tool: tool.name, args });
+        const holder = await this.o.store.claimIdempotencyKey(
+          client.id,
+          req.idempotencyKey,
+          id,
+          fingerprint,
+        );
+        if (holder && !holder.sameRequest) {
+          throw new ApiError(
+            'idempotency_mismatch',
+            'this idempotency key was already used for a different request (another tool or other arguments); use a new key',
+            { details: { callId: holder.id } },
+          );
+        }
+        if (holder) return this.existing(holder.id, req.wait, tool.timeoutMs);
       }
       const kind: QueueKind = tool.sandbox ? 'sandbox' : 'fast';
       const job: CallJob = {

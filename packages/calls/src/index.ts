@@ -1,4 +1,4 @@
-export { Keys } from './keys.js';
+export { Keys, isCallId } from './keys.js';
 export { CallStore } from './store.js';
 export { Dispatcher, failedOutcome } from './dispatcher.js';
 export { Heartbeat, liveWorkers, WORKER_ALIVE_MS } from './heartbeat.js';

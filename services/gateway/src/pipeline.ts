@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   canonicalDigest,
+  isCallId,
   isRedisDown,
   liveWorkers,
   type Approvals,
@@ -223,6 +224,7 @@ export class CallPipeline {
 
   /** The current state of a call the client may see (its own; admins see all). */
   async get(client: Client, id: string): Promise<CallRecord> {
+    if (!isCallId(id)) throw new ApiError('not_found', `no call with id "${id}"`);
     return guardRedis(async () => {
       const record = await this.o.dispatcher.lookup(id);
       if (!record || (record.clientId !== client.id && !client.admin)) {

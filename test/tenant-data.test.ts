@@ -129,3 +129,76 @@ describe('tool call ids in the bridge', () => {
     });
   });
 });
+
+describe('/v1/stats visibility', () => {
+  let own: Stack;
+  beforeAll(async () => {
+    own = await startStack({ tools: testTools });
+  });
+  afterAll(async () => {
+    await own?.close();
+  });
+  const run = async (tool: string, args: unknown, key: string) =>
+    (await (await own.call(`/tools/${tool}/execute`, { json: args, key })).json()) as {
+      id: string;
+    };
+  const stats = async (key: string, query = '') => {
+    const res = await own.call(`/v1/stats${query}`, { key });
+    return { status: res.status, body: await res.json() };
+  };
+  type Summary = { id: string; tool: string; client: string };
+
+  it('a client sees only its own calls and tools in its scope; admins see all, or one client', async () => {
+    const alice = [
+      await run('count_runs', { label: 'secret-label' }, KEYS.alice),
+      await run('calculator', { expression: '1+1' }, KEYS.alice),
+      await run('calculator', { expression: '2+2' }, KEYS.alice),
+    ];
+    const bob = [await run('calculator', { expression: '3+3' }, KEYS.bob)];
+    // The worker writes stats in batches: wait until every call is counted.
+    for (let i = 0; i < 100; i++) {
+      const { body } = await stats(KEYS.admin);
+      if (body.recent.length >= 4) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+
+    const asBob = await stats(KEYS.bob);
+    expect(asBob.status).toBe(200);
+    expect(asBob.body.tools).toEqual([
+      expect.objectContaining({ tool: 'calculator', calls: 1, ok: 1 }),
+    ]);
+    expect(asBob.body.recent.map((c: Summary) => c.id)).toEqual(bob.map((c) => c.id));
+    expect(asBob.body.slowestCalls.map((c: Summary) => c.id)).toEqual(bob.map((c) => c.id));
+    expect(asBob.body.rankings.mostCalled).toEqual(['calculator']);
+    const text = JSON.stringify(asBob.body);
+    for (const call of alice) expect(text).not.toContain(call.id);
+    expect(text).not.toContain('count_runs');
+    expect(text).not.toContain('alice');
+    expect(asBob.body.cache).not.toHaveProperty('keys');
+
+    const asAlice = await stats(KEYS.alice);
+    expect(
+      asAlice.body.tools.map((t: { tool: string; calls: number }) => [t.tool, t.calls]),
+    ).toEqual([
+      ['calculator', 2],
+      ['count_runs', 1],
+    ]);
+    expect(asAlice.body.recent.map((c: Summary) => c.client)).toEqual(['alice', 'alice', 'alice']);
+
+    const asAdmin = await stats(KEYS.admin);
+    expect(asAdmin.body.recent).toHaveLength(4);
+    expect(asAdmin.body.tools.find((t: { tool: string }) => t.tool === 'calculator').calls).toBe(3);
+    expect(asAdmin.body.cache).toHaveProperty('keys');
+    const filtered = await stats(KEYS.admin, '?client=bob');
+    expect(filtered.body.recent.map((c: Summary) => c.id)).toEqual(bob.map((c) => c.id));
+
+    expect(await stats(KEYS.bob, '?client=alice')).toMatchObject({
+      status: 403,
+      body: { error: { code: 'forbidden' } },
+    });
+    expect(await stats(KEYS.admin, '?client=nobody')).toMatchObject({
+      status: 400,
+      body: { error: { code: 'invalid_request' } },
+    });
+  });
+});

@@ -11,7 +11,7 @@ export { redact } from './redact.js';
 export type { Decision } from './approvals.js';
 export type { AuditEntry, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';
-export type { CallSummary, StatsReport, ToolStats } from './stats.js';
+export type { CallSummary, StatsReport, StatsView, ToolStats } from './stats.js';
 export type {
   CallError,
   CallJob,

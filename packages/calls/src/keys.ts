@@ -67,4 +67,13 @@ export class Keys {
   stats(kind: 'tools' | 'recent' | 'slowest' | 'cache'): string {
     return `${this.prefix}:stats:${kind}`;
   }
+
+  /** One client's own stats (what `/v1/stats` shows that client): the same keys, per client. */
+  clientStat(clientId: string, kind: 'tool' | 'durations', tool: string): string {
+    return `${this.prefix}:stats:client:${clientId}:${kind}:${tool}`;
+  }
+
+  clientStats(clientId: string, kind: 'tools' | 'recent' | 'slowest' | 'cache'): string {
+    return `${this.prefix}:stats:client:${clientId}:${kind}`;
+  }
 }

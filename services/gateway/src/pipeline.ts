@@ -275,7 +275,7 @@ export class CallPipeline {
       .multi()
       .set(this.o.keys.call(outcome.id), JSON.stringify(record), 'EX', this.o.store.ttlSeconds);
     this.o.stats.addTo(multi, outcome, client.id);
-    if (outcome.cached) this.o.stats.countCache(multi, 'hits');
+    if (outcome.cached) this.o.stats.countCache(multi, 'hits', 1, client.id);
     const status = outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`;
     this.o.audit.addTo(
       multi,

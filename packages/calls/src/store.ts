@@ -36,13 +36,8 @@ export class CallStore {
     const set = await this.redis.set(redisKey, value, 'EX', this.ttlSeconds, 'NX');
     if (set === 'OK') return undefined;
     const holder = await this.redis.get(redisKey);
-    // Expired between the two commands: nobody holds it now, so try once more.
-    if (holder === null) {
-      const again = await this.redis.set(redisKey, value, 'EX', this.ttlSeconds, 'NX');
-      return again === 'OK'
-        ? undefined
-        : this.claimIdempotencyKey(clientId, key, callId, fingerprint);
-    }
+    // Expired between the two commands: nobody holds it now, so claim it again.
+    if (holder === null) return this.claimIdempotencyKey(clientId, key, callId, fingerprint);
     const at = holder.indexOf(':');
     // A key written before fingerprints were stored holds a bare call id: it cannot be checked.
     if (at < 0) return { id: holder, sameRequest: true };

@@ -56,7 +56,7 @@ describe('503 unavailable', () => {
       },
     });
     expect(bridge.status).toBe(503);
-    expect((await stack.call('/v1/calls/x')).status).toBe(503);
+    expect((await stack.call('/v1/calls/00000000-0000-4000-8000-000000000000')).status).toBe(503);
     expect((await stack.call('/tools/openai')).status).toBe(200);
     expect((await stack.call('/healthz', { key: null })).status).toBe(200);
     const ready = await stack.call('/readyz', { key: null });

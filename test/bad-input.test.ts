@@ -23,6 +23,39 @@ function prng(seed: number) {
   };
 }
 
+/**
+ * What goes into a path parameter: malformed percent-encoding, odd segments, and the names of
+ * BullMQ's and JavaScript's own keys (`events`, `meta`, `__proto__`), which a call id or a tool
+ * name must never reach Redis or an object lookup as.
+ */
+const ODD_SEGMENTS = [
+  '%ff',
+  '%',
+  '%e0%a4%a',
+  '%c0%af',
+  '%uD800',
+  '%00',
+  '..%2F..%2Fetc',
+  '%2e%2e',
+  '~',
+  encodeURIComponent('\u00e9\u{1f600}'),
+  'a'.repeat(2000),
+  'events',
+  'meta',
+  'id',
+  'completed',
+  'failed',
+  'stalled-check',
+  'wait',
+  'marker',
+  'de',
+  '',
+  '__proto__',
+  'constructor',
+  'hasOwnProperty',
+  '00000000-0000-4000-8000-000000000000',
+];
+
 const ROUTES: [string, string][] = [
   ['GET', '/tools'],
   ['GET', '/tools/openai'],
@@ -30,8 +63,6 @@ const ROUTES: [string, string][] = [
   ['POST', '/tools/calculator/execute'],
   ['POST', '/tools/current_time/execute'],
   ['POST', '/tools/sleep/execute'],
-  ['POST', '/tools/%00/execute'],
-  ['POST', '/tools/..%2F..%2Fetc/execute'],
   ['POST', '/v1/tool-calls'],
   ['GET', '/v1/calls/abc'],
   ['GET', '/v1/approvals'],
@@ -41,6 +72,14 @@ const ROUTES: [string, string][] = [
   ['GET', '/v1/stats'],
   ['DELETE', '/tools'],
   ['PUT', '/tools/calculator/execute'],
+  // Every route with a parameter, with every odd segment in each parameter.
+  ...ODD_SEGMENTS.flatMap((s): [string, string][] => [
+    ['POST', `/tools/${s}/execute`],
+    ['GET', `/v1/calls/${s}`],
+    ['POST', `/v1/approvals/${s}/approve`],
+    ['POST', `/v1/approvals/${s}/reject`],
+    ['POST', `/v1/approvals/00000000-0000-4000-8000-000000000000/${s}`],
+  ]),
 ];
 
 const QUERIES = [
@@ -170,6 +209,46 @@ describe('bad input', () => {
     const ok = await stack.call('/tools/calculator/execute', { json: { expression: '1+1' } });
     expect(await ok.json()).toMatchObject({ status: 'ok', result: 2 });
   }, 120_000);
+
+  it('malformed URLs and reserved names in path parameters are 400 or 404, never 500', async () => {
+    const failures: string[] = [];
+    for (const segment of ODD_SEGMENTS) {
+      for (const [method, path] of [
+        ['GET', `/v1/calls/${segment}`],
+        ['POST', `/tools/${segment}/execute`],
+        ['POST', `/v1/approvals/${segment}/approve`],
+        ['POST', `/v1/approvals/${segment}/reject`],
+      ] as const) {
+        for (const key of [KEYS.alice, KEYS.admin]) {
+          const res = await stack.call(path, {
+            method,
+            key,
+            ...(method === 'GET' ? {} : { json: {} }),
+          });
+          const body = await res.json();
+          if (![400, 403, 404].includes(res.status) || typeof body?.error?.code !== 'string')
+            failures.push(`${method} ${path} → ${res.status} ${JSON.stringify(body)}`);
+        }
+      }
+    }
+    expect(failures).toEqual([]);
+
+    const status = async (method: string, path: string) => {
+      const res = await stack.call(path, {
+        method,
+        key: KEYS.admin,
+        ...(method === 'GET' ? {} : { json: {} }),
+      });
+      return [res.status, (await res.json()).error.code];
+    };
+    expect(await status('GET', '/v1/calls/%ff')).toEqual([400, 'invalid_request']);
+    expect(await status('POST', '/tools/%ff/execute')).toEqual([400, 'invalid_request']);
+    expect(await status('POST', '/v1/approvals/%/reject')).toEqual([400, 'invalid_request']);
+    for (const reserved of ['events', 'meta', 'id', 'completed', 'stalled-check']) {
+      expect(await status('GET', `/v1/calls/${reserved}`)).toEqual([404, 'not_found']);
+      expect(await status('POST', `/v1/approvals/${reserved}/approve`)).toEqual([404, 'not_found']);
+    }
+  });
 
   it('__proto__ and constructor keys are plain, rejected data: no prototype pollution', async () => {
     const res = await stack.call('/tools/calculator/execute', {

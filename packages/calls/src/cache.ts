@@ -3,6 +3,16 @@ import type { ChainableCommander, Redis } from 'ioredis';
 import { stringify } from 'safe-stable-stringify';
 import type { Keys } from './keys.js';
 
+/**
+ * SHA-256 (hex) of a value's canonical JSON (object keys sorted), so the same arguments in any
+ * key order give the same digest: cache keys and idempotency fingerprints.
+ */
+export function canonicalDigest(value: unknown): string {
+  return createHash('sha256')
+    .update(stringify(value) ?? '')
+    .digest('hex');
+}
+
 /** What decides whether and how a tool's results are cached (a subset of a registry Tool). */
 export interface Cacheable {
   name: string;
@@ -22,9 +32,10 @@ export class ResultCache {
   ) {}
 
   key(tool: Cacheable, args: unknown, clientId: string): string {
-    const canonical =
-      stringify({ args, ...(tool.cacheScope === 'client' ? { client: clientId } : {}) }) ?? '';
-    return this.keys.cache(tool.name, createHash('sha256').update(canonical).digest('hex'));
+    return this.keys.cache(
+      tool.name,
+      canonicalDigest({ args, ...(tool.cacheScope === 'client' ? { client: clientId } : {}) }),
+    );
   }
 
   async get(

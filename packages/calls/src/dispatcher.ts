@@ -10,7 +10,8 @@ const KINDS: QueueKind[] = ['fast', 'sandbox'];
 const POLL_FIRST_MS = 1000;
 const POLL_MAX_MS = 5000;
 
-type Waiter = (outcome: CallOutcome) => void;
+/** Settles one wait: with the outcome, or undefined (timed out, cancelled). */
+type Waiter = (outcome: CallOutcome | undefined) => void;
 
 /**
  * The gateway's side of the queue: enqueues calls and waits for their outcomes. Workers
@@ -20,6 +21,7 @@ type Waiter = (outcome: CallOutcome) => void;
 export class Dispatcher {
   private readonly queues: Record<QueueKind, Queue>;
   private readonly waiters = new Map<string, Set<Waiter>>();
+  private readonly readyWaiters = new Set<() => void>();
   /** Where workers publish the outcomes this gateway waits for. */
   readonly replyChannel: string;
   private readonly replies: Redis;
@@ -45,25 +47,30 @@ export class Dispatcher {
       const outcome = parseOutcome(message);
       this.settle(outcome.id, outcome);
     });
+    this.replies.on('ready', () => {
+      for (const onReady of [...this.readyWaiters]) onReady();
+    });
     // ioredis re-subscribes by itself after a reconnect (autoResubscribe).
     this.subscribed = this.replies.subscribe(this.replyChannel).catch(() => undefined);
   }
 
-  /** True once replies can be received; false if that takes over `timeoutMs`. */
-  async ready(timeoutMs: number): Promise<boolean> {
-    if (this.replies.status === 'ready') return true;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<false>(
-      (resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)),
-    );
-    const ready = new Promise<boolean>((resolve) =>
-      this.replies.once('ready', () => resolve(true)),
-    );
-    try {
-      return await Promise.race([ready, timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
+  /**
+   * True once replies can be received; false if that takes over `timeoutMs`. Callers wait in
+   * `readyWaiters` behind the one 'ready' listener, and leave it when they time out: a
+   * listener per call would pile up on the connection for as long as a Redis outage lasts.
+   */
+  ready(timeoutMs: number): Promise<boolean> {
+    if (this.replies.status === 'ready') return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const done = (ok: boolean) => {
+        clearTimeout(timer);
+        this.readyWaiters.delete(onReady);
+        resolve(ok);
+      };
+      const onReady = () => done(true);
+      const timer = setTimeout(() => done(false), timeoutMs);
+      this.readyWaiters.add(onReady);
+    });
   }
 
   queue(kind: QueueKind): Queue {
@@ -72,12 +79,19 @@ export class Dispatcher {
 
   async enqueue(job: CallJob, kind: QueueKind): Promise<void> {
     await this.subscribed;
-    await this.queues[kind].add(job.tool, job, {
-      jobId: job.id,
-      // Kept briefly so a call's outcome is readable while the worker writes its record.
-      removeOnComplete: { age: 30, count: 20_000 },
-      removeOnFail: { age: 3600 },
-    });
+    try {
+      await this.queues[kind].add(job.tool, job, {
+        jobId: job.id,
+        // Kept briefly so a call's outcome is readable while the worker writes its record.
+        removeOnComplete: { age: 30, count: 20_000 },
+        removeOnFail: { age: 3600 },
+      });
+    } catch (err) {
+      // Not accepted, so no outcome will come: end the wait registered for it rather than
+      // leave its timers polling Redis until the tool's timeout (every call of an outage).
+      this.cancel(job.id);
+      throw err;
+    }
   }
 
   /**
@@ -88,24 +102,28 @@ export class Dispatcher {
     return new Promise((resolve) => {
       const started = Date.now();
       let poll: NodeJS.Timeout | undefined;
+      let done = false;
+      // Settles once; its timers stop with it, also a poll whose lookup was still in flight.
       const waiter: Waiter = (outcome) => {
+        if (done) return;
+        done = true;
         clearTimeout(timer);
         clearTimeout(poll);
+        this.drop(id, waiter);
         resolve(outcome);
       };
-      const timer = setTimeout(() => {
-        clearTimeout(poll);
-        this.drop(id, waiter);
-        resolve(undefined);
-      }, timeoutMs);
+      const timer = setTimeout(() => waiter(undefined), timeoutMs);
       const check = (delay: number) => {
         poll = setTimeout(() => {
           this.lookup(id).then(
             (record) => {
+              if (done) return;
               if (record?.outcome) this.settle(id, record.outcome);
               else if (Date.now() - started < timeoutMs) check(Math.min(delay * 2, POLL_MAX_MS));
             },
-            () => check(Math.min(delay * 2, POLL_MAX_MS)),
+            () => {
+              if (!done) check(Math.min(delay * 2, POLL_MAX_MS));
+            },
           );
         }, delay);
       };
@@ -119,9 +137,23 @@ export class Dispatcher {
   /** Waits for an already-accepted call (idempotent retries): checks its state first. */
   async waitFor(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
     const pending = this.expect(id, timeoutMs);
-    const record = await this.lookup(id);
+    let record: CallRecord | undefined;
+    try {
+      record = await this.lookup(id);
+    } catch (err) {
+      this.cancel(id); // the request fails (503): nobody is left to read the outcome
+      throw err;
+    }
     if (record?.outcome) this.settle(id, record.outcome);
     return pending;
+  }
+
+  /** Ends every wait for a call on this gateway, answering undefined (no outcome). */
+  private cancel(id: string): void {
+    const set = this.waiters.get(id);
+    if (!set) return;
+    this.waiters.delete(id);
+    for (const waiter of set) waiter(undefined);
   }
 
   /**

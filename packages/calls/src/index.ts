@@ -1,17 +1,17 @@
-export { Keys } from './keys.js';
+export { Keys, isCallId } from './keys.js';
 export { CallStore } from './store.js';
 export { Dispatcher, failedOutcome } from './dispatcher.js';
 export { Heartbeat, liveWorkers, workerAlive, WORKER_ALIVE_MS } from './heartbeat.js';
 export { createRedis, waitReady, isRedisDown } from './redis.js';
 export { Approvals } from './approvals.js';
 export { AuditLog } from './audit.js';
-export { ResultCache } from './cache.js';
+export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, percentile } from './stats.js';
 export { redact } from './redact.js';
 export type { Decision } from './approvals.js';
 export type { AuditEntry, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';
-export type { CallSummary, StatsReport, ToolStats } from './stats.js';
+export type { CallSummary, StatsReport, StatsView, ToolStats } from './stats.js';
 export type {
   CallError,
   CallJob,

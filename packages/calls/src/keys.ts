@@ -1,5 +1,16 @@
 import type { QueueKind } from './types.js';
 
+/** A call id as the gateway makes them (a v4 UUID, lower case). */
+const CALL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+/**
+ * True for strings that can be call ids. Ids from URLs are checked before they touch Redis:
+ * `events`, `meta` or `stalled-check` would otherwise name BullMQ's own keys (WRONGTYPE).
+ */
+export function isCallId(id: string): boolean {
+  return CALL_ID.test(id);
+}
+
 /** Every Redis key and queue name toolgate uses, under one configurable prefix. */
 export class Keys {
   constructor(readonly prefix: string) {}
@@ -55,5 +66,14 @@ export class Keys {
 
   stats(kind: 'tools' | 'recent' | 'slowest' | 'cache'): string {
     return `${this.prefix}:stats:${kind}`;
+  }
+
+  /** One client's own stats (what `/v1/stats` shows that client): the same keys, per client. */
+  clientStat(clientId: string, kind: 'tool' | 'durations', tool: string): string {
+    return `${this.prefix}:stats:client:${clientId}:${kind}:${tool}`;
+  }
+
+  clientStats(clientId: string, kind: 'tools' | 'recent' | 'slowest' | 'cache'): string {
+    return `${this.prefix}:stats:client:${clientId}:${kind}`;
   }
 }

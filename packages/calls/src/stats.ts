@@ -5,6 +5,29 @@ import type { CallOutcome } from './types.js';
 const SAMPLE_SIZE = 1000;
 const RECENT_SIZE = 100;
 const SLOWEST_SIZE = 50;
+/** Per-client duration samples are smaller: there is one per client and tool. */
+const CLIENT_SAMPLE_SIZE = 200;
+
+/** The keys one view of the stats lives under: everyone's (admins), or one client's. */
+interface StatKeys {
+  tools: string;
+  tool(name: string): string;
+  durations(name: string): string;
+  recent: string;
+  slowest: string;
+  cache: string;
+  sampleSize: number;
+}
+
+/** Which stats a report shows. */
+export interface StatsView {
+  /** Only this client's calls; everyone's when absent. */
+  client?: string;
+  /** Only tools this returns true for (the caller's scope). */
+  tools?: (name: string) => boolean;
+  /** Live cache keys; the report's cache keys/evictions (shared by all clients) only with it. */
+  cacheKeys?: number;
+}
 
 export interface ToolStats {
   tool: string;
@@ -33,12 +56,15 @@ export interface StatsReport {
   rankings: { mostCalled: string[]; highestErrorRate: string[]; slowestP95: string[] };
   slowestCalls: CallSummary[];
   recent: CallSummary[];
-  cache: { hits: number; misses: number; hitRate: number; keys: number; evictions: number };
+  /** keys and evictions count the whole shared cache: in admin reports only. */
+  cache: { hits: number; misses: number; hitRate: number; keys?: number; evictions?: number };
 }
 
 /**
  * Call statistics in Redis, so they survive restarts and add up across workers: counters per
- * tool, a sample of recent durations per tool (for p95), recent calls, slowest calls.
+ * tool, a sample of recent durations per tool (for p95), recent calls, slowest calls. Each
+ * call counts twice, in everyone's stats and in its client's own, so a client's report never
+ * reads another client's calls; both are bounded (clients come from the config, lists capped).
  */
 export class Stats {
   constructor(
@@ -53,7 +79,7 @@ export class Stats {
 
   /**
    * Adds many finished calls in a few commands: counters summed per tool, list and sorted-set
-   * pushes in one command each, trimmed once.
+   * pushes in one command each, trimmed once; then the same per client.
    */
   addBatch(
     multi: ChainableCommander,
@@ -61,6 +87,47 @@ export class Stats {
   ): void {
     if (calls.length === 0) return;
     const at = new Date().toISOString();
+    this.write(multi, this.statKeys(), calls, at);
+    const byClient = new Map<string, { outcome: CallOutcome; clientId: string }[]>();
+    for (const call of calls) {
+      let list = byClient.get(call.clientId);
+      if (!list) byClient.set(call.clientId, (list = []));
+      list.push(call);
+    }
+    for (const [clientId, list] of byClient) {
+      this.write(multi, this.statKeys(clientId), list, at);
+    }
+  }
+
+  private statKeys(clientId?: string): StatKeys {
+    const k = this.keys;
+    return clientId === undefined
+      ? {
+          tools: k.stats('tools'),
+          tool: (name) => k.stat('tool', name),
+          durations: (name) => k.stat('durations', name),
+          recent: k.stats('recent'),
+          slowest: k.stats('slowest'),
+          cache: k.stats('cache'),
+          sampleSize: SAMPLE_SIZE,
+        }
+      : {
+          tools: k.clientStats(clientId, 'tools'),
+          tool: (name) => k.clientStat(clientId, 'tool', name),
+          durations: (name) => k.clientStat(clientId, 'durations', name),
+          recent: k.clientStats(clientId, 'recent'),
+          slowest: k.clientStats(clientId, 'slowest'),
+          cache: k.clientStats(clientId, 'cache'),
+          sampleSize: CLIENT_SAMPLE_SIZE,
+        };
+  }
+
+  private write(
+    multi: ChainableCommander,
+    keys: StatKeys,
+    calls: readonly { outcome: CallOutcome; clientId: string }[],
+    at: string,
+  ): void {
     const perTool = new Map<
       string,
       {
@@ -101,37 +168,46 @@ export class Stats {
       recent.push(text);
       slowest.push(outcome.durationMs, text);
     }
-    multi.sadd(this.keys.stats('tools'), ...perTool.keys());
+    multi.sadd(keys.tools, ...perTool.keys());
     for (const [tool, t] of perTool) {
-      const toolKey = this.keys.stat('tool', tool);
+      const toolKey = keys.tool(tool);
       multi.hincrby(toolKey, 'calls', t.calls).hincrbyfloat(toolKey, 'totalMs', t.totalMs);
       if (t.ok) multi.hincrby(toolKey, 'ok', t.ok);
       if (t.errors) multi.hincrby(toolKey, 'errors', t.errors);
       if (t.cached) multi.hincrby(toolKey, 'cached', t.cached);
-      const durations = this.keys.stat('durations', tool);
-      multi.lpush(durations, ...t.durations).ltrim(durations, 0, SAMPLE_SIZE - 1);
+      const durations = keys.durations(tool);
+      multi.lpush(durations, ...t.durations).ltrim(durations, 0, keys.sampleSize - 1);
     }
     multi
-      .lpush(this.keys.stats('recent'), ...recent)
-      .ltrim(this.keys.stats('recent'), 0, RECENT_SIZE - 1)
-      .zadd(this.keys.stats('slowest'), ...slowest)
-      .zremrangebyrank(this.keys.stats('slowest'), 0, -(SLOWEST_SIZE + 1));
+      .lpush(keys.recent, ...recent)
+      .ltrim(keys.recent, 0, RECENT_SIZE - 1)
+      .zadd(keys.slowest, ...slowest)
+      .zremrangebyrank(keys.slowest, 0, -(SLOWEST_SIZE + 1));
   }
 
-  countCache(multi: ChainableCommander, field: 'hits' | 'misses' | 'evictions', by = 1): void {
+  /** Counts a cache hit or miss (also in the client's own stats when given) or evictions. */
+  countCache(
+    multi: ChainableCommander,
+    field: 'hits' | 'misses' | 'evictions',
+    by = 1,
+    clientId?: string,
+  ): void {
     multi.hincrby(this.keys.stats('cache'), field, by);
+    if (clientId !== undefined) multi.hincrby(this.keys.clientStats(clientId, 'cache'), field, by);
   }
 
-  async report(cacheKeys: number): Promise<StatsReport> {
-    const names = (await this.redis.smembers(this.keys.stats('tools'))).sort();
+  async report(view: StatsView = {}): Promise<StatsReport> {
+    const keys = this.statKeys(view.client);
+    const visible = view.tools ?? (() => true);
+    const names = (await this.redis.smembers(keys.tools)).filter(visible).sort();
     const multi = this.redis.multi();
     for (const name of names) {
-      multi.hgetall(this.keys.stat('tool', name)).lrange(this.keys.stat('durations', name), 0, -1);
+      multi.hgetall(keys.tool(name)).lrange(keys.durations(name), 0, -1);
     }
     multi
-      .lrange(this.keys.stats('recent'), 0, -1)
-      .zrevrange(this.keys.stats('slowest'), 0, SLOWEST_SIZE - 1)
-      .hgetall(this.keys.stats('cache'));
+      .lrange(keys.recent, 0, -1)
+      .zrevrange(keys.slowest, 0, SLOWEST_SIZE - 1)
+      .hgetall(keys.cache);
     const replies = ((await multi.exec()) ?? []).map(([err, value]) => {
       if (err) throw err;
       return value;
@@ -153,8 +229,10 @@ export class Stats {
       };
     });
     const base = names.length * 2;
-    const recent = (replies[base] as string[]).map((s) => JSON.parse(s) as CallSummary);
-    const slowestCalls = (replies[base + 1] as string[]).map((s) => JSON.parse(s) as CallSummary);
+    const summaries = (list: string[]) =>
+      list.map((s) => JSON.parse(s) as CallSummary).filter((c) => visible(c.tool));
+    const recent = summaries(replies[base] as string[]);
+    const slowestCalls = summaries(replies[base + 1] as string[]);
     const cache = replies[base + 2] as Record<string, string>;
     const hits = Number(cache.hits ?? 0);
     const misses = Number(cache.misses ?? 0);
@@ -177,8 +255,9 @@ export class Stats {
         hits,
         misses,
         hitRate: hits + misses ? round(hits / (hits + misses), 4) : 0,
-        keys: cacheKeys,
-        evictions: Number(cache.evictions ?? 0),
+        ...(view.cacheKeys === undefined
+          ? {}
+          : { keys: view.cacheKeys, evictions: Number(cache.evictions ?? 0) }),
       },
     };
   }

@@ -20,24 +20,34 @@ export class CallStore {
   }
 
   /**
-   * Claims an idempotency key for a call. Returns the id of the call that already holds the
-   * key, or undefined when this call now holds it.
+   * Claims an idempotency key for a call, bound to the request's fingerprint (tool + canonical
+   * arguments, see `canonicalDigest`): one SET NX of `<callId>:<fingerprint>`. Returns the call
+   * that already holds the key, and whether it was made by the same request, or undefined when
+   * this call now holds the key.
    */
   async claimIdempotencyKey(
     clientId: string,
     key: string,
     callId: string,
-  ): Promise<string | undefined> {
+    fingerprint: string,
+  ): Promise<{ id: string; sameRequest: boolean } | undefined> {
     const redisKey = this.keys.idempotency(clientId, key);
-    const set = await this.redis.set(redisKey, callId, 'EX', this.ttlSeconds, 'NX');
+    const value = `${callId}:${fingerprint}`;
+    const set = await this.redis.set(redisKey, value, 'EX', this.ttlSeconds, 'NX');
     if (set === 'OK') return undefined;
     const holder = await this.redis.get(redisKey);
-    return holder ?? undefined;
+    // Expired between the two commands: nobody holds it now, so claim it again.
+    if (holder === null) return this.claimIdempotencyKey(clientId, key, callId, fingerprint);
+    const at = holder.indexOf(':');
+    // A key written before fingerprints were stored holds a bare call id: it cannot be checked.
+    if (at < 0) return { id: holder, sameRequest: true };
+    return { id: holder.slice(0, at), sameRequest: holder.slice(at + 1) === fingerprint };
   }
 
   /** Frees a key this call claimed but never used (the call was not accepted). */
   async releaseIdempotencyKey(clientId: string, key: string, callId: string): Promise<void> {
     const redisKey = this.keys.idempotency(clientId, key);
-    if ((await this.redis.get(redisKey)) === callId) await this.redis.del(redisKey);
+    const holder = await this.redis.get(redisKey);
+    if (holder?.startsWith(`${callId}:`)) await this.redis.del(redisKey);
   }
 }

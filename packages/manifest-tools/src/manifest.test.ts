@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { RunResult } from '@toolgate/sandbox';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadManifestTools, parseManifest, readResult } from './index.js';
+import { loadManifestTools, manifestTool, parseManifest, readResult } from './index.js';
 
 const base = {
   name: 'echo_args',
@@ -59,6 +59,15 @@ const ok = (over: Partial<RunResult>): RunResult => ({
   driver: 'bwrap',
   warm: false,
   ...over,
+});
+
+describe('manifestTool', () => {
+  it('caches per client when the tool reads the caller workspace', () => {
+    const tool = (extra: object) =>
+      manifestTool({ manifest: parseManifest({ ...base, ...extra }), dir: '.', files: [] });
+    expect(tool({ cacheTtlSeconds: 60 }).cacheScope).toBe('global');
+    expect(tool({ cacheTtlSeconds: 60, workspace: true }).cacheScope).toBe('client');
+  });
 });
 
 describe('readResult', () => {

@@ -38,7 +38,7 @@ export const ManifestSchema = Type.Object(
     timeoutSeconds: Type.Integer({ minimum: 1, maximum: MAX_TIMEOUT_SECONDS, default: 30 }),
     /** Network access for the program; the sandbox config must also allow it. */
     network: Type.Boolean({ default: false }),
-    /** Mount the calling client's workspace at /workspace (read-write). */
+    /** Mount the calling client's workspace at /workspace (read-write); cached per client. */
     workspace: Type.Boolean({ default: false }),
     /** json: stdout must be JSON; text: stdout as a string; auto: JSON when it parses. */
     output: Type.Union([Type.Literal('auto'), Type.Literal('json'), Type.Literal('text')], {

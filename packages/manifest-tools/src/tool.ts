@@ -52,6 +52,9 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
     // starting and removing the sandbox.
     timeoutMs: (m.timeoutSeconds + 30) * 1000,
     cacheTtlSeconds: m.cacheTtlSeconds,
+    // A tool that reads the client's workspace answers from that client's files: a result
+    // cached for one client must never answer another.
+    cacheScope: m.workspace ? 'client' : 'global',
     idempotent: m.idempotent,
     handler: async (args: unknown, ctx: ToolContext) => {
       const { sandbox, workspaces } = ctx.services as {
@@ -132,4 +135,3 @@ function parseJson(text: string): unknown {
     return undefined;
   }
 }
-

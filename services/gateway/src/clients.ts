@@ -36,6 +36,11 @@ export class Clients {
     return this.byHash.size;
   }
 
+  /** The configured client ids. */
+  get ids(): ReadonlySet<string> {
+    return new Set([...this.byHash.values()].map((e) => e.client.id));
+  }
+
   authenticate(key: string): Client | undefined {
     const hex = sha256(key);
     const entry = this.byHash.get(hex);

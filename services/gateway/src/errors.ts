@@ -1,12 +1,13 @@
 import type { ValidationIssue } from '@toolgate/registry';
 
-/** Stable error codes of the HTTP API (SPEC §3). */
+/** Stable error codes of the HTTP API (docs/http-api.md). */
 export type ApiErrorCode =
   | 'unauthorized'
   | 'forbidden'
   | 'unknown_tool'
   | 'not_found'
   | 'conflict'
+  | 'idempotency_mismatch'
   | 'invalid_json'
   | 'invalid_request'
   | 'invalid_arguments'
@@ -22,6 +23,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   unknown_tool: 404,
   not_found: 404,
   conflict: 409,
+  idempotency_mismatch: 422,
   invalid_json: 400,
   invalid_request: 400,
   invalid_arguments: 400,

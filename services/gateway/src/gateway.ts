@@ -173,7 +173,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(toolCallRoutes(pipeline));
   app.use(mcpRoutes({ registry, pipeline }));
   app.use(callRoutes(pipeline));
-  app.use(statsRoutes(redis, stats, cache));
+  app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
   app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics }));
   app.use(notFound);
   app.use(errorHandler(log));

@@ -57,6 +57,10 @@ export function errorHandler(log: { error: (obj: object, msg: string) => void })
 
 function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
+  // The router's decodeURIComponent of a path parameter (`/v1/calls/%ff`).
+  if (err instanceof URIError) {
+    return new ApiError('invalid_request', 'the URL path is not valid percent-encoded UTF-8');
+  }
   const type = (err as { type?: string } | null)?.type;
   switch (type) {
     case 'entity.too.large':

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import {
+  canonicalDigest,
+  isCallId,
   isRedisDown,
   liveWorkers,
   type Approvals,
@@ -164,8 +166,23 @@ export class CallPipeline {
       }
       const id = randomUUID();
       if (req.idempotencyKey) {
-        const holder = await this.o.store.claimIdempotencyKey(client.id, req.idempotencyKey, id);
-        if (holder) return this.existing(holder, req.wait, tool.timeoutMs);
+        // Bound to the request: the same key with another tool or other arguments is refused
+        // rather than answered with another call's result (docs/http-api.md, idempotency).
+        const fingerprint = canonicalDigest({ tool: tool.name, args });
+        const holder = await this.o.store.claimIdempotencyKey(
+          client.id,
+          req.idempotencyKey,
+          id,
+          fingerprint,
+        );
+        if (holder && !holder.sameRequest) {
+          throw new ApiError(
+            'idempotency_mismatch',
+            'this idempotency key was already used for a different request (another tool or other arguments); use a new key',
+            { details: { callId: holder.id } },
+          );
+        }
+        if (holder) return this.existing(holder.id, req.wait, tool.timeoutMs);
       }
       const kind: QueueKind = tool.sandbox ? 'sandbox' : 'fast';
       const job: CallJob = {
@@ -207,6 +224,7 @@ export class CallPipeline {
 
   /** The current state of a call the client may see (its own; admins see all). */
   async get(client: Client, id: string): Promise<CallRecord> {
+    if (!isCallId(id)) throw new ApiError('not_found', `no call with id "${id}"`);
     return guardRedis(async () => {
       const record = await this.o.dispatcher.lookup(id);
       if (!record || (record.clientId !== client.id && !client.admin)) {
@@ -257,7 +275,7 @@ export class CallPipeline {
       .multi()
       .set(this.o.keys.call(outcome.id), JSON.stringify(record), 'EX', this.o.store.ttlSeconds);
     this.o.stats.addTo(multi, outcome, client.id);
-    if (outcome.cached) this.o.stats.countCache(multi, 'hits');
+    if (outcome.cached) this.o.stats.countCache(multi, 'hits', 1, client.id);
     const status = outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`;
     this.o.audit.addTo(
       multi,

@@ -105,7 +105,7 @@ export class Recorder {
       );
       const tool = registry.get(call.tool);
       if (tool && tool.cacheTtlSeconds > 0) {
-        stats.countCache(pipeline, 'misses');
+        stats.countCache(pipeline, 'misses', 1, call.clientId);
         metrics.cacheLookups.inc({ tool: call.tool, result: 'miss' });
       }
     }

@@ -21,6 +21,7 @@ export const anthropic: Dialect = {
     if (uses.length === 0) return undefined;
     return uses.map((b, i): BridgeCall => ({
       callId: str(b.id) || `toolu_${i}`,
+      modelId: str(b.id) !== '',
       name: str(b.name),
       args: isRecord(b.input)
         ? { ok: true, value: b.input }

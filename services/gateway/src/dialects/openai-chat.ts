@@ -18,8 +18,10 @@ export const openaiChat: Dialect = {
     if (!Array.isArray(message.tool_calls)) return undefined;
     return message.tool_calls.map((tc, i): BridgeCall => {
       const fn = isRecord(tc) && isRecord(tc.function) ? tc.function : {};
+      const id = isRecord(tc) ? str(tc.id) : '';
       return {
-        callId: isRecord(tc) ? str(tc.id) || `call_${i}` : `call_${i}`,
+        callId: id || `call_${i}`,
+        modelId: id !== '',
         name: str(fn.name),
         args: parseArguments(fn.arguments),
       };

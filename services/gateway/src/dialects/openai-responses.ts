@@ -21,11 +21,15 @@ export const openaiResponses: Dialect = {
       unknown
     >[];
     if (calls.length === 0) return undefined;
-    return calls.map((item, i): BridgeCall => ({
-      callId: str(item.call_id) || str(item.id) || `call_${i}`,
-      name: str(item.name),
-      args: parseArguments(item.arguments),
-    }));
+    return calls.map((item, i): BridgeCall => {
+      const id = str(item.call_id) || str(item.id);
+      return {
+        callId: id || `call_${i}`,
+        modelId: id !== '',
+        name: str(item.name),
+        args: parseArguments(item.arguments),
+      };
+    });
   },
   format(slots) {
     return {

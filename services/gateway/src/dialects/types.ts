@@ -3,8 +3,16 @@ import type { ApiError } from '../errors.js';
 
 /** One tool call as a model produced it, in any dialect. */
 export interface BridgeCall {
-  /** The dialect's tool call id; also the call's idempotency key. */
+  /**
+   * The tool call id echoed back to the model: the model's own, or a positional one
+   * (`call_0`, `toolu_0`) when it sent none.
+   */
   callId: string;
+  /**
+   * Whether `callId` came from the model. Only then is it the call's idempotency key: a
+   * positional id means nothing outside this request (every conversation has a `call_0`).
+   */
+  modelId: boolean;
   name: string;
   /** Parsed arguments, or why they could not be parsed. */
   args: { ok: true; value: unknown } | { ok: false; message: string };

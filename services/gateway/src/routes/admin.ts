@@ -1,5 +1,5 @@
 import type { Approvals, AuditLog, AuditQuery } from '@toolgate/calls';
-import { redact } from '@toolgate/calls';
+import { isCallId, redact } from '@toolgate/calls';
 import { Router, type Request } from 'express';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
@@ -53,6 +53,7 @@ export function adminRoutes(deps: {
     const { id, decision } = req.params as { id: string; decision: string };
     if (decision !== 'approve' && decision !== 'reject')
       throw new ApiError('not_found', `no route POST ${req.path}`);
+    if (!isCallId(id)) throw new ApiError('not_found', `no call with id "${id}"`);
     const body = objectBody(req);
     const reason = body.reason;
     if (reason !== undefined && (typeof reason !== 'string' || reason.length > 1000)) {

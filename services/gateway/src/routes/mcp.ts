@@ -1,5 +1,5 @@
 /**
- * POST /mcp: MCP Streamable HTTP, stateless (SPEC §3), with the official SDK. Each request gets
+ * POST /mcp: MCP Streamable HTTP, stateless (docs/http-api.md), with the official SDK. Each request gets
  * its own MCP server bound to the authenticated client: tools/list shows that client's tools,
  * tools/call goes through the same CallPipeline as every other dialect (validation, policy,
  * approvals, cache, queue, sandbox).
@@ -42,6 +42,7 @@ const TOOL_LEVEL_ERRORS = new Set([
   'payload_too_large',
   'rate_limited',
   'loop_limit',
+  'idempotency_mismatch',
 ]);
 
 export function mcpRoutes({ registry, pipeline, version = '0.1.0' }: McpDeps): Router {

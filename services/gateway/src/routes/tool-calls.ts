@@ -60,7 +60,9 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
             tool: call.name,
             args: call.args.value,
             wait: true,
-            idempotencyKey: `tool-call:${call.callId}`,
+            // The model's tool call id makes a re-sent message a retry; a call without one
+            // runs as a new call (no key), never as whatever another `call_0` ran.
+            ...(call.modelId ? { idempotencyKey: `tool-call:${call.callId}` } : {}),
             ...(conversationId ? { conversationId } : {}),
           });
           return { call, response };

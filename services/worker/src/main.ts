@@ -1,4 +1,4 @@
-import { createRedis } from '@toolgate/calls';
+import { Keys, createRedis } from '@toolgate/calls';
 import { runService } from '@toolgate/lifecycle';
 import { loadToolRegistry } from '@toolgate/plugins';
 import type { ToolServices } from '@toolgate/registry';
@@ -25,7 +25,7 @@ runService('toolgate-worker', async (config, logger) => {
     ...sandboxServices,
     http: createHttpServices(config.policy.http),
     shellPolicy: config.policy.shell,
-    memory: createMemoryStore(memoryRedis, { prefix: config.redis.prefix }),
+    memory: createMemoryStore(memoryRedis, { keys: new Keys(config.redis.prefix) }),
     toolCatalog: createToolCatalog(registry, config.clients),
   } as ToolServices;
   const worker = createWorker({

@@ -6,8 +6,8 @@ const MARK_BYTES = Buffer.byteLength(MARK);
 
 /**
  * The copy of an outcome that may be stored: its `result` and `error` together fit in
- * `maxBytes` of JSON. Over that, the longest strings (stdout, stderr, a body) are cut from
- * the end first, so the stored copy keeps its shape; when that is not enough (a huge array
+ * `maxBytes` of JSON. Over that, the longest strings (stdout, stderr, a body) are cut at
+ * their end to a common length, so the stored copy keeps its shape; when that is not enough (a huge array
  * of small values), the result becomes a text preview of its JSON. Either way the copy says
  * so in `resultTruncated`. Outcomes within the cap are returned as they are.
  */
@@ -29,9 +29,9 @@ function payloadBytes(o: Pick<CallOutcome, 'result' | 'error'>): number {
 }
 
 /**
- * Cuts strings, longest first, until at least `over` bytes of JSON are gone. Removing n UTF-16
- * units from a string removes at least n bytes of its JSON, so the count below is a lower
- * bound and one pass suffices whenever the strings are long enough.
+ * Cuts the longest strings down to one common length, the longest that removes at least
+ * `over` bytes of JSON, so stdout and stderr both keep their beginnings. Removing n UTF-16
+ * units from a string removes at least n bytes of its JSON, so the count is a lower bound.
  */
 function cutLongestStrings(root: object, over: number): void {
   const leaves: { parent: Record<string, unknown>; key: string; value: string }[] = [];
@@ -45,15 +45,21 @@ function cutLongestStrings(root: object, over: number): void {
       else if (typeof value === 'object' && value !== null) stack.push(value);
     }
   }
-  leaves.sort((a, b) => b.value.length - a.value.length);
-  let left = over;
+  const saved = (level: number) =>
+    leaves.reduce((sum, { value }) => sum + Math.max(0, value.length - level - MARK_BYTES), 0);
+  // The highest level that saves enough (saved() falls as the level rises); 0 if none does.
+  let low = 0;
+  let high = leaves.reduce((m, { value }) => Math.max(m, value.length), 0);
+  while (low < high) {
+    const mid = Math.ceil((low + high) / 2);
+    if (saved(mid) >= over) low = mid;
+    else high = mid - 1;
+  }
   for (const { parent, key, value } of leaves) {
-    if (left <= 0 || value.length <= MARK.length) break;
-    let keep = Math.max(0, value.length - left - MARK_BYTES);
+    if (value.length - low - MARK_BYTES <= 0) continue;
     // Never split a surrogate pair.
-    if (keep > 0 && isHighSurrogate(value.charCodeAt(keep - 1))) keep--;
+    const keep = low > 0 && isHighSurrogate(value.charCodeAt(low - 1)) ? low - 1 : low;
     parent[key] = value.slice(0, keep) + MARK;
-    left -= value.length - keep - MARK_BYTES;
   }
 }
 

@@ -67,6 +67,8 @@ async function privateRedis(): Promise<Redis | undefined> {
   if (!started) return undefined;
   child = proc;
   const client = new Redis(port, '127.0.0.1', { retryStrategy: (n) => (n > 50 ? null : 50) });
+  // The first attempts may come before the server listens; failures surface as failed commands.
+  client.on('error', () => undefined);
   await client.ping();
   return client;
 }
@@ -377,5 +379,34 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
     expect(strays).toEqual([]);
     expect(found.some((k) => k.startsWith(`${prefix}:rate:`))).toBe(true);
     expect(found.some((k) => k.startsWith(`${prefix}:loop:`))).toBe(true);
+  });
+});
+
+describe('when Redis is full (maxmemory with noeviction, as docs/redis-keys.md advises)', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    // Needs the private instance: filling the run's shared Redis would fail other files.
+    if (!child) throw new Error('this test needs redis-server on PATH');
+    const port = (redis.options as { port: number }).port;
+    stack = await startStack({
+      config: {
+        redis: { url: `redis://127.0.0.1:${port}`, prefix: `full${randomUUID().slice(0, 6)}` },
+      },
+    });
+  });
+  afterAll(async () => {
+    await redis.config('SET', 'maxmemory', '0');
+    await stack?.close();
+  });
+
+  it('a call is refused with 503 unavailable and Retry-After, not a 500', async () => {
+    const ok = await stack.call('/tools/calculator/execute', { json: { expression: '1+1' } });
+    expect(ok.status).toBe(200);
+    await redis.config('SET', 'maxmemory-policy', 'noeviction');
+    await redis.config('SET', 'maxmemory', '1');
+    const full = await stack.call('/tools/calculator/execute', { json: { expression: '2+2' } });
+    expect(full.status).toBe(503);
+    expect(full.headers.get('retry-after')).toBeTruthy();
+    expect(((await full.json()) as { error: { code: string } }).error.code).toBe('unavailable');
   });
 });

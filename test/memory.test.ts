@@ -1,5 +1,6 @@
 /** memory_* and find_tools through the whole stack: HTTP → queue → worker → Redis. */
 import { randomUUID } from 'node:crypto';
+import { Keys } from '@toolgate/calls';
 import type { ToolServices } from '@toolgate/registry';
 import { createToolRegistry } from '@toolgate/tools';
 import { createMemoryStore, memoryTools } from '@toolgate/tools/memory';
@@ -26,7 +27,7 @@ beforeAll(async () => {
   redis = new Redis(url);
   // As services/worker/src/main.ts is to wire them (the sandbox is not needed here).
   const services: Partial<ToolServices> = {
-    memory: createMemoryStore(redis, { prefix }),
+    memory: createMemoryStore(redis, { keys: new Keys(prefix) }),
     toolCatalog: createToolCatalog(createToolRegistry(extra), clients),
   };
   stack = await startStack({

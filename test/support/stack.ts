@@ -3,7 +3,7 @@ import { parseConfig, type Config } from '@toolgate/config';
 import { createGateway, type Gateway } from '@toolgate/gateway';
 import { createLogger } from '@toolgate/log';
 import type { AnyToolSpec, ToolServices } from '@toolgate/registry';
-import { createRedis } from '@toolgate/calls';
+import { Keys, createRedis } from '@toolgate/calls';
 import {
   createHttpServices,
   createMemoryStore,
@@ -77,7 +77,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
           services: {
             http: createHttpServices(config.policy.http),
             shellPolicy: config.policy.shell,
-            memory: createMemoryStore(memoryRedis, { prefix: config.redis.prefix }),
+            memory: createMemoryStore(memoryRedis, { keys: new Keys(config.redis.prefix) }),
             toolCatalog: createToolCatalog(registry, config.clients),
             ...options.services,
           } as ToolServices,

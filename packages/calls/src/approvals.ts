@@ -30,11 +30,9 @@ export class Approvals {
       job,
       expiresAt,
     };
-    await this.redis
-      .multi()
-      .set(this.keys.call(job.id), JSON.stringify(record), 'EX', this.store.ttlSeconds)
-      .zadd(this.keys.approvals, expiresAt, job.id)
-      .exec();
+    const multi = this.redis.multi();
+    this.store.addTo(multi, record);
+    await multi.zadd(this.keys.approvals, expiresAt, job.id).exec();
     return record;
   }
 

@@ -23,12 +23,15 @@ export interface Cacheable {
 /**
  * Results of cacheable tools in Redis, per-tool TTL. Key = tool + canonical arguments
  * (+ client for tools that touch client data). An index sorted by expiry gives the live key
- * count and the number of entries that expired (evictions).
+ * count and the number of entries that expired (evictions). Results over `maxResultBytes` of
+ * JSON are not cached: a hit must answer with the whole result, never a cut copy.
  */
 export class ResultCache {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
+    /** calls.maxResultBytes: the largest entry kept. */
+    readonly maxResultBytes: number,
   ) {}
 
   key(tool: Cacheable, args: unknown, clientId: string): string {
@@ -48,18 +51,22 @@ export class ResultCache {
     return text === null ? undefined : (JSON.parse(text) as { result: unknown });
   }
 
+  /** Adds the entry's write to a MULTI/pipeline; false when the result is too large to cache. */
   addTo(
     multi: ChainableCommander,
     tool: Cacheable,
     args: unknown,
     clientId: string,
     result: unknown,
-  ): void {
-    if (tool.cacheTtlSeconds <= 0) return;
+  ): boolean {
+    if (tool.cacheTtlSeconds <= 0) return false;
+    const entry = JSON.stringify({ result });
+    if (Buffer.byteLength(entry) > this.maxResultBytes) return false;
     const key = this.key(tool, args, clientId);
     multi
-      .set(key, JSON.stringify({ result }), 'EX', tool.cacheTtlSeconds)
+      .set(key, entry, 'EX', tool.cacheTtlSeconds)
       .zadd(this.keys.cacheIndex, Date.now() + tool.cacheTtlSeconds * 1000, key);
+    return true;
   }
 
   /** Drops expired entries from the index; returns how many expired since the last sweep. */

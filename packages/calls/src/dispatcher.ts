@@ -9,6 +9,17 @@ const KINDS: QueueKind[] = ['fast', 'sandbox'];
 /** Fallback checks of a waited-for call (a reply lost in a reconnect, a job BullMQ failed). */
 const POLL_FIRST_MS = 1000;
 const POLL_MAX_MS = 5000;
+/**
+ * Finished jobs BullMQ keeps. A completed job only bridges the few milliseconds until the
+ * worker's batched record write lands (its return value is a marker, not the outcome);
+ * a failed job is the only trace of its call (no record is written), so it stays an hour.
+ * Both are counted as well as aged, so a burst cannot pile up job hashes (each holds its
+ * call's arguments, up to `server.bodyLimitBytes`).
+ */
+export const KEEP_COMPLETED = { age: 30, count: 1000 };
+export const KEEP_FAILED = { age: 3600, count: 1000 };
+/** How long `lookup` waits once for the record of a job that just completed. */
+const RECORD_GRACE_MS = 25;
 
 /** Settles one wait: with the outcome, or undefined (timed out, cancelled). */
 type Waiter = (outcome: CallOutcome | undefined) => void;
@@ -82,9 +93,8 @@ export class Dispatcher {
     try {
       await this.queues[kind].add(job.tool, job, {
         jobId: job.id,
-        // Kept briefly so a call's outcome is readable while the worker writes its record.
-        removeOnComplete: { age: 30, count: 20_000 },
-        removeOnFail: { age: 3600 },
+        removeOnComplete: KEEP_COMPLETED,
+        removeOnFail: KEEP_FAILED,
       });
     } catch (err) {
       // Not accepted, so no outcome will come: end the wait registered for it rather than
@@ -158,7 +168,8 @@ export class Dispatcher {
 
   /**
    * A call's current record. In-flight calls live only as BullMQ jobs (the gateway writes
-   * nothing else on the hot path); the worker writes the record when the call ends.
+   * nothing else on the hot path); the worker writes the record when the call ends, and the
+   * record is the only stored copy of the outcome.
    */
   async lookup(id: string): Promise<CallRecord | undefined> {
     const record = await this.store.get(id);
@@ -184,13 +195,12 @@ export class Dispatcher {
           outcome: failedOutcome(id, data.tool, job.failedReason),
         };
       if (state === 'completed') {
-        const recorded = await this.store.get(id);
-        if (recorded) return recorded;
-        // The job may have completed after it was read: read its return value again.
-        const value = job.returnvalue ?? (await this.queues[kind].getJob(id))?.returnvalue;
-        if (value === null || value === undefined) break;
-        const outcome = parseOutcome(value);
-        return { ...base, status: outcome.status, outcome };
+        // The worker's record write is batched (≤ 10 ms behind the completion): wait for it
+        // once; still missing, the call reads as running and the next read finds it.
+        const recorded =
+          (await this.store.get(id)) ??
+          (await new Promise((r) => setTimeout(r, RECORD_GRACE_MS)).then(() => this.store.get(id)));
+        return recorded ?? { ...base, status: 'running' };
       }
       return { ...base, status: 'queued' };
     }

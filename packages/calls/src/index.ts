@@ -1,5 +1,6 @@
 export { Keys, isCallId } from './keys.js';
-export { CallStore } from './store.js';
+export { CallStore, finishedRecord } from './store.js';
+export { capOutcome } from './result-cap.js';
 export { Dispatcher, failedOutcome } from './dispatcher.js';
 export { Heartbeat, liveWorkers, workerAlive, WORKER_ALIVE_MS } from './heartbeat.js';
 export { createRedis, waitReady, isRedisDown } from './redis.js';
@@ -13,6 +14,7 @@ export type { AuditEntry, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';
 export type { CallSummary, StatsReport, StatsView, ToolStats } from './stats.js';
 export type {
+  CallDone,
   CallError,
   CallJob,
   CallOutcome,

@@ -11,7 +11,11 @@ export function isCallId(id: string): boolean {
   return CALL_ID.test(id);
 }
 
-/** Every Redis key and queue name toolgate uses, under one configurable prefix. */
+/**
+ * Every Redis key, channel and queue name toolgate uses, under one configurable prefix. No
+ * other module builds a key name: each takes its key or prefix from here, so the families
+ * listed in docs/redis-keys.md (owner, size bound, lifetime) are all the families there are.
+ */
 export class Keys {
   constructor(readonly prefix: string) {}
 
@@ -76,4 +80,29 @@ export class Keys {
   clientStats(clientId: string, kind: 'tools' | 'recent' | 'slowest' | 'cache'): string {
     return `${this.prefix}:stats:client:${clientId}:${kind}`;
   }
+
+  /**
+   * rate-limiter-flexible's key prefix for clients allowed `perMinute` calls a minute; it
+   * appends `:<clientId>`. One limiter per rate, so a changed rate starts a fresh count.
+   */
+  ratePrefix(perMinute: number): string {
+    return `${this.prefix}:rate:${perMinute}`;
+  }
+
+  /** rate-limiter-flexible's key prefix for the loop guard; it appends `:<clientId>:<conversationId>`. */
+  get loopGuardPrefix(): string {
+    return `${this.prefix}:loop`;
+  }
+
+  /**
+   * A client's memory (a hash of entries) and its version counter. The hash tag keeps both in
+   * one Redis Cluster slot: the memory scripts touch both.
+   */
+  memory(clientId: string): { entries: string; version: string } {
+    const entries = `${this.prefix}:memory:{${clientId}}`;
+    return { entries, version: `${entries}:v` };
+  }
+
+  // Per-client audit streams and per-client in-flight counters are added here by the
+  // audit and fairness changes (see docs/redis-keys.md).
 }

@@ -47,11 +47,14 @@ export async function waitReady(redis: Redis, timeoutMs = 10_000): Promise<void>
   });
 }
 
-/** True for errors that mean "Redis is unreachable right now" rather than a bug. */
+/**
+ * True for errors that mean "Redis cannot take this right now" rather than a bug: unreachable,
+ * loading, read-only, or full (OOM under `maxmemory` with `noeviction`, see docs/redis-keys.md).
+ */
 export function isRedisDown(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const text = `${err.name} ${err.message}`;
-  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|enableOfflineQueue|Connection is closed|MaxRetriesPerRequest|Stream isn't writeable|LOADING|CLUSTERDOWN|READONLY/i.test(
+  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|enableOfflineQueue|Connection is closed|MaxRetriesPerRequest|Stream isn't writeable|LOADING|CLUSTERDOWN|READONLY|^\S+ OOM /i.test(
     text,
   );
 }

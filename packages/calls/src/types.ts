@@ -17,6 +17,19 @@ export interface CallOutcome {
   error?: CallError;
   durationMs: number;
   cached: boolean;
+  /**
+   * Only on stored copies (GET /v1/calls/{id}, idempotent retries): the result and error were
+   * cut to `calls.maxResultBytes` of JSON. The synchronous answer carried them whole.
+   */
+  resultTruncated?: { originalBytes: number; maxBytes: number };
+}
+
+/**
+ * What a worker returns as a BullMQ job's return value: a marker, never the outcome, so the
+ * job hash holds no copy of the result (the call record is the one stored copy).
+ */
+export interface CallDone {
+  status: 'ok' | 'error';
 }
 
 /** The payload of a BullMQ job: one tool call. The job id is the call id. */

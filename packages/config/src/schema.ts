@@ -87,6 +87,12 @@ export const ConfigSchema = Type.Object(
       {
         /** How long a call's state and result stay readable at GET /v1/calls/{id}. */
         ttlSeconds: Type.Integer({ minimum: 60, default: 86_400 }),
+        /**
+         * Largest result (with its error) stored per call, in bytes of JSON: the call record
+         * keeps a cut copy flagged `resultTruncated`, and larger results are not cached. The
+         * synchronous answer still carries the whole result.
+         */
+        maxResultBytes: Type.Integer({ minimum: 1024, default: 262_144 }),
       },
       closed,
     ),
@@ -108,7 +114,11 @@ export const ConfigSchema = Type.Object(
          * tools). Split them to scale each pool on its own; a worker without `sandbox` never
          * starts a sandbox driver.
          */
-        queues: Type.Array(StringEnum(['fast', 'sandbox'], 'fast'), { minItems: 1, uniqueItems: true, default: ['fast', 'sandbox'] }),
+        queues: Type.Array(StringEnum(['fast', 'sandbox'], 'fast'), {
+          minItems: 1,
+          uniqueItems: true,
+          default: ['fast', 'sandbox'],
+        }),
         /**
          * A worker that dies mid-call (kill -9, host lost) has its calls settled within this
          * time: retried where the tool is idempotent, else `worker_lost`. BullMQ's job lock is

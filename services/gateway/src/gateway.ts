@@ -50,7 +50,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const keys = new Keys(config.redis.prefix);
   const redis = createRedis(config.redis.url, 'command');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
-  const store = new CallStore(redis, keys, config.calls.ttlSeconds);
+  const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
   const dispatcher = new Dispatcher(redis, createRedis(config.redis.url, 'blocking'), keys, store);
   const { clients, dev } = resolveClients(config);
   const metrics = createMetrics();
@@ -58,13 +58,10 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const requiresApproval = (tool: Tool) => tool.requiresApproval || approvalTools.has(tool.name);
   const approvals = new Approvals(redis, keys, store, config.policy.approval.ttlSeconds);
   const audit = new AuditLog(redis, keys, config.audit.maxEntries);
-  const cache = new ResultCache(redis, keys);
+  const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
   const stats = new Stats(redis, keys);
-  const limits = new CallLimits(
-    redis,
-    config.redis.prefix,
-    config.policy.loopGuard,
-    (kind, client) => metrics.limited.inc({ kind, client: client.id }),
+  const limits = new CallLimits(redis, keys, config.policy.loopGuard, (kind, client) =>
+    metrics.limited.inc({ kind, client: client.id }),
   );
   const pipeline = new CallPipeline({
     redis,

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import {
   canonicalDigest,
   isCallId,
+  finishedRecord,
   isRedisDown,
   liveWorkers,
   type Approvals,
@@ -262,18 +263,9 @@ export class CallPipeline {
       cached: false,
       ...result,
     };
-    const record: CallRecord = {
-      id: outcome.id,
-      tool: tool.name,
-      clientId: client.id,
-      status: outcome.status,
-      queue: 'fast',
-      createdAt: Date.now(),
-      outcome,
-    };
-    const multi = this.o.redis
-      .multi()
-      .set(this.o.keys.call(outcome.id), JSON.stringify(record), 'EX', this.o.store.ttlSeconds);
+    const call = { id: outcome.id, tool: tool.name, clientId: client.id, acceptedAt: Date.now() };
+    const multi = this.o.redis.multi();
+    this.o.store.addTo(multi, finishedRecord(call, 'fast', outcome));
     this.o.stats.addTo(multi, outcome, client.id);
     if (outcome.cached) this.o.stats.countCache(multi, 'hits', 1, client.id);
     const status = outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`;

@@ -30,7 +30,7 @@ runService('toolgate-worker', async (config, logger) => {
     ...sandboxServices,
     http: createHttpServices(config.policy.http),
     shellPolicy: config.policy.shell,
-    memory: createMemoryStore(memoryRedis, { prefix: config.redis.prefix }),
+    memory: createMemoryStore(memoryRedis, { keys: new Keys(config.redis.prefix) }),
     toolCatalog: createToolCatalog(registry, config.clients),
   } as ToolServices;
   const worker = createWorker({

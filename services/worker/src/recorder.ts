@@ -1,11 +1,11 @@
-import type {
-  AuditLog,
-  CallJob,
-  CallOutcome,
-  CallRecord,
-  Keys,
-  QueueKind,
-  Stats,
+import {
+  finishedRecord,
+  type AuditLog,
+  type CallJob,
+  type CallOutcome,
+  type CallStore,
+  type QueueKind,
+  type Stats,
 } from '@toolgate/calls';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry } from '@toolgate/registry';
@@ -24,7 +24,7 @@ interface Finished {
 /**
  * Writes what a finished call leaves behind — its record, audit entry, stats —
  * in batches: one Redis pipeline per MAX_DELAY_MS or MAX_BATCH calls. Off the caller's path
- * (the outcome travels with the job's completion), and a fraction of the commands and
+ * (the waiting gateway has the outcome from the worker's reply message), and a fraction of the commands and
  * syscalls of one transaction per call.
  */
 export class Recorder {
@@ -35,13 +35,12 @@ export class Recorder {
   constructor(
     private readonly o: {
       redis: Redis;
-      keys: Keys;
+      store: CallStore;
       registry: ToolRegistry;
       audit: AuditLog;
       stats: Stats;
       metrics: WorkerMetrics;
       log: Logger;
-      ttlSeconds: number;
     },
   ) {}
 
@@ -72,24 +71,10 @@ export class Recorder {
   }
 
   private async write(batch: Finished[]): Promise<void> {
-    const { redis, keys, registry, audit, stats, metrics, ttlSeconds } = this.o;
+    const { redis, store, registry, audit, stats, metrics } = this.o;
     const pipeline = redis.pipeline();
     for (const { call, kind, outcome } of batch) {
-      const record: CallRecord = {
-        id: call.id,
-        tool: call.tool,
-        clientId: call.clientId,
-        status: outcome.status,
-        queue: kind,
-        createdAt: call.acceptedAt,
-        outcome,
-        ...(call.approvedBy
-          ? {
-              approval: { decision: 'approved', by: call.approvedBy, at: new Date().toISOString() },
-            }
-          : {}),
-      };
-      pipeline.set(keys.call(call.id), JSON.stringify(record), 'EX', ttlSeconds);
+      store.addTo(pipeline, finishedRecord(call, kind, outcome));
       audit.addTo(
         pipeline,
         audit.entry({

@@ -4,12 +4,14 @@ import { randomUUID } from 'node:crypto';
 import { Worker, type Job } from 'bullmq';
 import {
   AuditLog,
+  CallStore,
   Heartbeat,
   Keys,
   ResultCache,
   Stats,
   createRedis,
   waitReady,
+  type CallDone,
   type CallJob,
   type CallOutcome,
   type QueueKind,
@@ -72,7 +74,8 @@ export function createWorker({
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
   const audit = new AuditLog(redis, keys, config.audit.maxEntries);
   const stats = new Stats(redis, keys);
-  const cache = new ResultCache(redis, keys);
+  const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
+  const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
   const heartbeat = new Heartbeat(redis, keys, id, (dead) => {
     log.warn({ workers: dead }, 'worker heartbeat stopped');
     onLostCalls?.();
@@ -81,13 +84,12 @@ export function createWorker({
   const workers: Worker[] = [];
   const recorder = new Recorder({
     redis,
-    keys,
+    store,
     registry,
     audit,
     stats,
     metrics,
     log,
-    ttlSeconds: config.calls.ttlSeconds,
   });
   let metricsServer: Server | undefined;
 
@@ -146,11 +148,12 @@ export function createWorker({
             );
         }
       }
-      // The outcome travels back with the job's completion; the record, audit entry and stats
-      // are written in batches alongside. Completed jobs stay readable for a few seconds, so
-      // GET /v1/calls never misses the gap.
+      // The record (the one stored copy, capped at calls.maxResultBytes), audit entry and
+      // stats are written in batches alongside; until the record lands, GET /v1/calls reads
+      // the completed job as running.
       recorder.add({ call, kind, outcome });
-      // The waiting gateway gets the outcome now; the job's completion event follows anyway.
+      // The waiting gateway gets the whole outcome now: a message, not storage, bounded by
+      // the tools' own output limits.
       if (call.replyTo) redis.publish(call.replyTo, JSON.stringify(outcome)).catch(() => undefined);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
@@ -169,9 +172,10 @@ export function createWorker({
     async start() {
       await waitReady(redis);
       for (const kind of queues) {
-        const worker = new Worker<CallJob, CallOutcome>(
+        const worker = new Worker<CallJob, CallDone>(
           keys.queue(kind),
-          (job) => processCall(job, kind),
+          // The job's return value is a marker: the job hash keeps no copy of the result.
+          (job) => processCall(job, kind).then(({ status }) => ({ status })),
           {
             connection: createRedis(config.redis.url, 'blocking'),
             prefix: keys.bullPrefix,

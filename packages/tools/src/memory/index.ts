@@ -8,7 +8,7 @@ export const memoryTools: AnyToolSpec[] = [memorySave, memorySearch, memoryDelet
 
 /**
  * The `memory` service for ToolContext.services. Give it a `command` connection
- * (createRedis(url, 'command')) and config.redis.prefix.
+ * (createRedis(url, 'command')) and the `Keys` of @toolgate/calls.
  */
 export function createMemoryStore(redis: Redis, options: MemoryStoreOptions): MemoryStore {
   return new MemoryStore(redis, options);
@@ -16,4 +16,10 @@ export function createMemoryStore(redis: Redis, options: MemoryStoreOptions): Me
 
 export { MemoryStore, DEFAULT_MEMORY_LIMITS } from './store.js';
 export { memorySave, memorySearch, memoryDelete, MAX_SEARCH_RESULTS } from './tools.js';
-export type { MemoryEntry, MemoryMatch, MemoryLimits, MemoryStoreOptions } from './store.js';
+export type {
+  MemoryEntry,
+  MemoryKeys,
+  MemoryMatch,
+  MemoryLimits,
+  MemoryStoreOptions,
+} from './store.js';

@@ -3,20 +3,32 @@ import type { ToolContext } from '@toolgate/registry';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
-import { MemoryStore, createMemoryStore, memoryDelete, memorySave, memorySearch } from './index.js';
+import {
+  MemoryStore,
+  createMemoryStore,
+  memoryDelete,
+  memorySave,
+  memorySearch,
+  type MemoryKeys,
+} from './index.js';
 
 let redis: Redis;
 let prefix: string;
 let store: MemoryStore;
+let keys: MemoryKeys;
 
 beforeAll(() => {
   redis = new Redis(inject('redisUrl'));
   prefix = `mem${randomUUID().slice(0, 8)}`;
-  store = createMemoryStore(redis, { prefix, maxEntries: 5, maxTextLength: 200 });
+  // Keys (@toolgate/calls) builds these in the services; this package does not depend on it.
+  keys = {
+    memory: (c) => ({ entries: `${prefix}:memory:{${c}}`, version: `${prefix}:memory:{${c}}:v` }),
+  };
+  store = createMemoryStore(redis, { keys, maxEntries: 5, maxTextLength: 200 });
 });
 afterAll(async () => {
-  const keys = await redis.keys(`${prefix}:*`);
-  if (keys.length) await redis.del(...keys);
+  const left = await redis.keys(`${prefix}:*`);
+  if (left.length) await redis.del(...left);
   redis.disconnect();
 });
 
@@ -67,7 +79,7 @@ describe('memory tools', () => {
     );
     const fresh = new Redis(inject('redisUrl'));
     try {
-      const restarted = new MemoryStore(fresh, { prefix });
+      const restarted = new MemoryStore(fresh, { keys });
       const found = await restarted.search('dave', 'wifi binder');
       expect(found[0]?.text).toBe('the office wifi password is in the blue binder');
     } finally {
@@ -76,7 +88,7 @@ describe('memory tools', () => {
   });
 
   it('another process saving is seen at the next search (version check, no stale index)', async () => {
-    const other = new MemoryStore(redis, { prefix });
+    const other = new MemoryStore(redis, { keys });
     expect(await store.search('erin', 'kiwi')).toEqual([]);
     await other.save('erin', 'erin grows kiwi fruit');
     expect((await store.search('erin', 'kiwi'))[0]?.text).toBe('erin grows kiwi fruit');

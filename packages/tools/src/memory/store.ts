@@ -39,9 +39,16 @@ export const DEFAULT_MEMORY_LIMITS: MemoryLimits = {
   maxTagLength: 40,
 };
 
+/**
+ * Where a client's memory lives: `Keys` from @toolgate/calls, which owns every key name
+ * (passed in, so this package does not depend on the queue package).
+ */
+export interface MemoryKeys {
+  memory(clientId: string): { entries: string; version: string };
+}
+
 export interface MemoryStoreOptions extends Partial<MemoryLimits> {
-  /** Key prefix shared with the rest of toolgate (config.redis.prefix). */
-  prefix: string;
+  keys: MemoryKeys;
   /** Clients whose index this process keeps in memory (least recently searched dropped). */
   cachedClients?: number;
 }
@@ -72,7 +79,7 @@ const SEARCH: SearchOptions = {
 
 export class MemoryStore {
   readonly limits: MemoryLimits;
-  private readonly prefix: string;
+  private readonly keyNames: MemoryKeys;
   private readonly cachedClients: number;
   /** clientId → index at a version; Map order is recency of use. */
   private readonly indexes = new Map<string, { version: string; index: Index }>();
@@ -81,7 +88,7 @@ export class MemoryStore {
     private readonly redis: Redis,
     options: MemoryStoreOptions,
   ) {
-    this.prefix = options.prefix;
+    this.keyNames = options.keys;
     this.cachedClients = options.cachedClients ?? 256;
     this.limits = {
       maxEntries: options.maxEntries ?? DEFAULT_MEMORY_LIMITS.maxEntries,
@@ -91,10 +98,9 @@ export class MemoryStore {
     };
   }
 
-  /** The hash tag keeps a client's two keys in one Redis Cluster slot (the scripts touch both). */
   private keys(clientId: string): [entries: string, version: string] {
-    const base = `${this.prefix}:memory:{${clientId}}`;
-    return [base, `${base}:v`];
+    const { entries, version } = this.keyNames.memory(clientId);
+    return [entries, version];
   }
 
   async save(

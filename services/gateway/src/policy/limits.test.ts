@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { createRedis } from '@toolgate/calls';
+import { Keys, createRedis } from '@toolgate/calls';
 import { ToolScope } from '@toolgate/registry';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -40,7 +40,7 @@ describe('rate limit slices', () => {
 
   it('take one Redis reservation per slice, shared by concurrent calls', async () => {
     const prefix = `lim-${randomUUID()}`;
-    const limits = new CallLimits(redis, prefix, LOOP);
+    const limits = new CallLimits(redis, new Keys(prefix), LOOP);
     const c = client(1000); // slices of 10
     const results = await Promise.all(Array.from({ length: 50 }, () => allowed(limits, c)));
     expect(results.every(Boolean)).toBe(true);
@@ -50,8 +50,8 @@ describe('rate limit slices', () => {
 
   it('never let two gateways together pass the budget, and waste at most a slice each', async () => {
     const prefix = `lim-${randomUUID()}`;
-    const a = new CallLimits(redis, prefix, LOOP);
-    const b = new CallLimits(redis, prefix, LOOP);
+    const a = new CallLimits(redis, new Keys(prefix), LOOP);
+    const b = new CallLimits(redis, new Keys(prefix), LOOP);
     const c = client(1000);
     let passed = 0;
     for (let i = 0; i < 1200; i++) if (await allowed(i % 3 === 0 ? a : b, c)) passed++;
@@ -63,7 +63,7 @@ describe('rate limit slices', () => {
   });
 
   it('count a small budget exactly', async () => {
-    const limits = new CallLimits(redis, `lim-${randomUUID()}`, LOOP);
+    const limits = new CallLimits(redis, new Keys(`lim-${randomUUID()}`), LOOP);
     const c = client(5);
     const results: boolean[] = [];
     for (let i = 0; i < 7; i++) results.push(await allowed(limits, c));

@@ -1,3 +1,4 @@
+import type { Keys } from '@toolgate/calls';
 import type { Redis } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Client } from '../clients.js';
@@ -39,13 +40,13 @@ export class CallLimits {
 
   constructor(
     private readonly redis: Redis,
-    private readonly prefix: string,
+    private readonly keys: Keys,
     private readonly loopGuard: { maxCalls: number; windowSeconds: number },
     private readonly onLimited: (kind: 'rate' | 'loop', client: Client) => void = () => undefined,
   ) {
     this.loop = new RateLimiterRedis({
       storeClient: redis,
-      keyPrefix: `${prefix}:loop`,
+      keyPrefix: keys.loopGuardPrefix,
       points: loopGuard.maxCalls,
       duration: loopGuard.windowSeconds,
     });
@@ -137,7 +138,7 @@ export class CallLimits {
     if (!limiter) {
       limiter = new RateLimiterRedis({
         storeClient: this.redis,
-        keyPrefix: `${this.prefix}:rate:${perMinute}`,
+        keyPrefix: this.keys.ratePrefix(perMinute),
         points: perMinute,
         duration: 60,
       });

@@ -18,6 +18,10 @@ export function callRoutes(pipeline: CallPipeline): Router {
               : { error: record.outcome.error }),
             durationMs: record.outcome.durationMs,
             cached: record.outcome.cached,
+            // The stored copy was cut to calls.maxResultBytes; the synchronous answer was whole.
+            ...(record.outcome.resultTruncated
+              ? { resultTruncated: record.outcome.resultTruncated }
+              : {}),
           }
         : {}),
     });

@@ -366,6 +366,8 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
       /^cache-index$/,
       /^stats:(tools|recent|slowest|cache)$/,
       /^stats:(tool|durations):[^:]+$/,
+      /^stats:client:[^:]+:(tools|recent|slowest|cache)$/,
+      /^stats:client:[^:]+:(tool|durations):[^:]+$/,
       /^rate:\d+:[^:]+$/,
       /^loop:[^:]+:.+$/,
       /^memory:\{[^}]+\}(:v)?$/,

@@ -41,6 +41,52 @@ async function eventually(check: () => Promise<boolean>, timeoutMs = 5000): Prom
   }
 }
 
+/**
+ * Calls each syscall Docker's default profile closes to an unprivileged container, straight
+ * through ctypes (no helper binaries needed), and prints {name: errno name or "allowed"}.
+ * ptrace is tried on a sibling: two children of this process, the second attaching to the first.
+ */
+const ESCAPE_PROBE = String.raw`
+import ctypes, errno, json, os, platform, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {'x86_64': dict(keyctl=250, add_key=248, request_key=249, bpf=321, userfaultfd=323,
+                     perf_event_open=298, mount=165, unshare=272, setns=308),
+      'aarch64': dict(keyctl=219, add_key=217, request_key=218, bpf=280, userfaultfd=282,
+                      perf_event_open=241, mount=40, unshare=97, setns=268)}[platform.machine()]
+out = {}
+def call(name, nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    out[name] = 'allowed' if r >= 0 else errno.errorcode.get(ctypes.get_errno(), '?')
+call('keyctl', NR['keyctl'], 0, -3, 1)  # KEYCTL_GET_KEYRING_ID of the session keyring, create
+call('add_key', NR['add_key'], b'user', b'tg', b'x', 1, -2)
+call('request_key', NR['request_key'], b'user', b'tg', None, 0)
+call('bpf', NR['bpf'], 0, ctypes.create_string_buffer(128), 72)  # BPF_MAP_CREATE
+call('userfaultfd', NR['userfaultfd'], 0o2000000 | 1)  # O_CLOEXEC | UFFD_USER_MODE_ONLY
+attr = bytearray(128)
+struct.pack_into('IIQ', attr, 0, 1, 128, 1)  # PERF_TYPE_SOFTWARE, size, PERF_COUNT_SW_TASK_CLOCK
+struct.pack_into('Q', attr, 40, 1 | 1 << 5 | 1 << 6)  # disabled, exclude_kernel, exclude_hv
+call('perf_event_open', NR['perf_event_open'], ctypes.create_string_buffer(bytes(attr), 128), 0, -1, -1, 0)
+call('mount', NR['mount'], b'none', b'/tmp', b'tmpfs', 0, None)
+call('unshare_user', NR['unshare'], 0x10000000)  # CLONE_NEWUSER
+call('unshare_net', NR['unshare'], 0x40000000)  # CLONE_NEWNET
+call('setns', NR['setns'], os.open('/proc/self/ns/net', os.O_RDONLY), 0)
+victim = os.fork()
+if victim == 0:
+    time.sleep(10)
+    os._exit(0)
+r, w = os.pipe()
+tracer = os.fork()
+if tracer == 0:
+    res = libc.ptrace(16, victim, None, None)  # PTRACE_ATTACH
+    os.write(w, ('allowed' if res == 0 else errno.errorcode.get(ctypes.get_errno(), '?')).encode())
+    os._exit(0)
+os.waitpid(tracer, 0)
+out['ptrace_sibling'] = os.read(r, 100).decode()
+os.kill(victim, 9)
+print(json.dumps(out, sort_keys=True))
+`;
+
 describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
   const skip = reasons[driver] !== undefined;
   let dir: string;
@@ -246,6 +292,52 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
         fileWrite.handler({ path: 'etclink/new-file', content: 'pwned' }, ctx()),
       ).rejects.toMatchObject({ code: 'invalid_path' });
       expect(await readFile('/etc/passwd', 'utf8')).toBe(hostPasswd);
+    },
+  );
+
+  it.skipIf(skip)(
+    'refuses the kernel surface Docker closes: keys, bpf, perf, userfaultfd, mount, namespaces, ptrace',
+    async () => {
+      const r = await python(ESCAPE_PROBE);
+      expect(r.exitCode, r.stderr).toBe(0);
+      // EPERM from the seccomp policy both drivers load — the old bwrap setup allowed keyctl,
+      // add_key, userfaultfd, perf_event_open, unshare and ptrace, and bpf failed with EINVAL.
+      expect(JSON.parse(r.stdout)).toEqual({
+        add_key: 'EPERM',
+        bpf: 'EPERM',
+        keyctl: 'EPERM',
+        mount: 'EPERM',
+        perf_event_open: 'EPERM',
+        ptrace_sibling: 'EPERM',
+        request_key: 'EPERM',
+        setns: 'EPERM',
+        unshare_net: 'EPERM',
+        unshare_user: 'EPERM',
+        userfaultfd: 'EPERM',
+      });
+    },
+  );
+
+  it.skipIf(skip)(
+    'gives no way to a new user namespace, a mount or a /proc/sys write from the shell',
+    async () => {
+      const r = await shell(
+        [
+          'unshare -Urn true',
+          'unshare -Urm mount -t tmpfs none /tmp',
+          'mount -t tmpfs none /tmp',
+          'echo sandbox2 > /proc/sys/kernel/hostname',
+          'unshare -Urn sh -c "echo 1 > /proc/sys/net/ipv4/ip_forward"',
+        ]
+          .map((c) => `${c} 2>/dev/null; echo "$?"`)
+          .join('\n'),
+      );
+      const codes = r.stdout.trim().split('\n');
+      expect(codes).toHaveLength(5);
+      // Every one fails (the old bwrap setup let the unshare ones succeed).
+      for (const code of codes) expect(code).not.toBe('0');
+      const host = await shell('cat /proc/sys/kernel/hostname');
+      expect(host.stdout).toBe('sandbox\n');
     },
   );
 

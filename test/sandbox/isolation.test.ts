@@ -15,6 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSandbox, createWorkspaces, type Sandbox, type Workspaces } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { fileList, fileRead, fileWrite, runPython, runShell } from '@toolgate/tools';
+// The in-sandbox half of the file tools, run on its own (not part of the package's API).
+import { FILE_OPS } from '../../packages/tools/src/sandboxed/file-ops.js';
 
 const exec = promisify(execFile);
 const drivers = ['docker', 'bwrap'] as const;
@@ -338,6 +340,60 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
       for (const code of codes) expect(code).not.toBe('0');
       const host = await shell('cat /proc/sys/kernel/hostname');
       expect(host.stdout).toBe('sandbox\n');
+    },
+  );
+
+  it.skipIf(skip)(
+    'answers a planted symlink out the same whether or not its target exists (no oracle)',
+    async () => {
+      await fileWrite.handler({ path: 'secret-bob.txt', content: 'bob only' }, ctx('bob'));
+      const bob = workspaces.pathFor('bob');
+      const targets = [
+        '/etc/passwd',
+        `/nonexistent-${driver}-${Date.now()}`,
+        `${bob}/secret-bob.txt`,
+        `${bob}/no-such-file.txt`,
+        '../bob/secret-bob.txt',
+        '../bob/no-such-file.txt',
+      ];
+      const answers: string[] = [];
+      const inSandbox: string[] = [];
+      const workspace = await workspaces.ensure('alice');
+      for (const target of targets) {
+        await shell(`ln -sfn '${target}' link`);
+        for (const call of [
+          () => fileRead.handler({ path: 'link' }, ctx()),
+          () => fileRead.handler({ path: 'link/below' }, ctx()),
+          () => fileWrite.handler({ path: 'link', content: 'x' }, ctx()),
+        ]) {
+          answers.push(
+            await call().then(
+              () => 'succeeded',
+              (err: { code: string; message: string }) => `${err.code}: ${err.message}`,
+            ),
+          );
+        }
+        // The in-sandbox half on its own (as after a link swapped in behind the host check).
+        const r = await sandbox.run({
+          image: 'python',
+          argv: ['python3', '-c', FILE_OPS],
+          stdin: JSON.stringify({ op: 'read', path: 'link', maxBytes: 100 }),
+          workspace,
+        });
+        inSandbox.push(r.stdout);
+      }
+      const link = 'invalid_path: "link" leads outside the workspace through a symbolic link';
+      const below =
+        'invalid_path: "link/below" leads outside the workspace through a symbolic link';
+      expect(answers).toEqual(targets.flatMap(() => [link, below, link]));
+      // Byte for byte the same answer for every target, and the host half's message.
+      expect(new Set(inSandbox).size).toBe(1);
+      expect(JSON.parse(inSandbox[0]!)).toEqual({
+        ok: false,
+        code: 'invalid_path',
+        message: '"link" leads outside the workspace through a symbolic link',
+      });
+      await shell('rm -f link');
     },
   );
 

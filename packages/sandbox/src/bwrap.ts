@@ -83,6 +83,8 @@ export class BwrapDriver implements SandboxDriver {
   private asRoot = process.getuid?.() === 0;
   /** The compiled filter, loaded once at start; undefined only when configured off. */
   private seccomp: Buffer | undefined;
+  /** bwrap ≥ 0.8.0 has --disable-userns; older ones rely on the filter alone for that. */
+  private disableUserns = true;
 
   constructor(
     private readonly config: SandboxConfig,
@@ -121,6 +123,16 @@ export class BwrapDriver implements SandboxDriver {
       this.log.warn(
         {},
         'sandbox.bwrap.seccomp is false: bwrap sandboxes run without a seccomp filter (keyctl, bpf, perf_event_open, ptrace reachable)',
+      );
+    }
+    const version = await bwrapVersion();
+    this.disableUserns = version !== undefined && compareVersions(version, [0, 8, 0]) >= 0;
+    if (!this.disableUserns) {
+      this.log.warn(
+        { version: version?.join('.') ?? 'unknown' },
+        this.seccomp
+          ? 'bwrap older than 0.8.0 has no --disable-userns: only the seccomp filter refuses new user namespaces'
+          : 'bwrap older than 0.8.0 and no seccomp filter: sandboxes can create user namespaces',
       );
     }
     this.cgroups = await detectCgroups();
@@ -200,8 +212,7 @@ export class BwrapDriver implements SandboxDriver {
       // A user namespace of its own in which no further one can be made (bwrap sets
       // user.max_user_namespaces to 1 inside): no `unshare -U` route to namespace-root
       // capabilities and the kernel code they reach. The seccomp filter refuses it as well.
-      '--unshare-user',
-      '--disable-userns',
+      ...(this.disableUserns ? ['--unshare-user', '--disable-userns'] : []),
       '--die-with-parent',
       '--new-session',
       '--ro-bind',
@@ -448,6 +459,25 @@ export class BwrapDriver implements SandboxDriver {
     for (const kill of this.children) kill();
     for (const l of this.launchers.splice(0)) this.discard(l);
   }
+}
+
+/** "bubblewrap 0.8.0" → [0, 8, 0]; undefined when it cannot be told. */
+async function bwrapVersion(): Promise<number[] | undefined> {
+  try {
+    const { stdout } = await promisify(execFile)('bwrap', ['--version'], { timeout: 5000 });
+    const m = /(\d+)\.(\d+)(?:\.(\d+))?/.exec(stdout);
+    return m ? [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)] : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function compareVersions(a: number[], b: number[]): number {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
 }
 
 /** The image's ENV, written into the rootfs by the build script (a Docker image keeps it outside). */

@@ -2,7 +2,9 @@
 # Builds the sandbox images with no container registry: a Debian base from debootstrap
 # (`docker import`), then deploy/sandbox/{common,python,shell} with `docker build` (apt inside
 # the build reaches Debian's mirror). Exports each image's root filesystem to
-# deploy/sandbox/.build/rootfs/<name> for the bwrap driver.
+# deploy/sandbox/.build/rootfs/<name> for the bwrap driver, and compiles the seccomp policy
+# (packages/sandbox/seccomp/profile.json) into deploy/sandbox/.build/seccomp/sandbox.bpf, the
+# filter the bwrap driver loads (Debian's python3-seccomp, inside an image build).
 #
 # Idempotent: an image whose `toolgate.hash` label matches the hash of its build inputs is
 # kept, and so is a rootfs whose stamp matches. Force a rebuild with FORCE=1.
@@ -76,14 +78,15 @@ EOF
 fi
 
 build_image() {
-  local name=$1 tag=$2 parent_tag=$3 parent_hash=$4 hash
-  hash=$(context_hash "$src/$name" "$parent_hash")
+  local name=$1 tag=$2 parent_tag=$3 parent_hash=$4 context hash
+  context=${5:-$src/$name}
+  hash=$(context_hash "$context" "$parent_hash")
   if [ "$force" != 1 ] && [ "$(label_of "$tag")" = "$hash" ]; then
     log "$tag up to date ($hash)"
   else
     log "docker build $tag ($hash)"
     mkdir -p "$build_dir"
-    docker build --label "toolgate.hash=$hash" --build-arg "BASE=$parent_tag" -t "$tag" "$src/$name" \
+    docker build --label "toolgate.hash=$hash" --build-arg "BASE=$parent_tag" -t "$tag" "$context" \
       >"$build_dir/build-$name.log" 2>&1 \
       || { tail -n 30 "$build_dir/build-$name.log" >&2; die "docker build of $tag failed (log: $build_dir/build-$name.log)"; }
     log "$tag built"
@@ -93,12 +96,37 @@ build_image() {
 
 # 2. Images.
 common_hash=$(build_image common "$common_tag" "$base_tag" "$base_hash")
+
+# 3. The seccomp filter for bwrap: compiled in an image build, then copied out. The context is
+# deploy/sandbox/seccomp plus the policy, which lives with the driver code that also hands it
+# to Docker.
+seccomp_ctx="$build_dir/seccomp-context"
+rm -rf "$seccomp_ctx"
+mkdir -p "$seccomp_ctx" "$build_dir/seccomp"
+cp "$src/seccomp/Dockerfile" "$src/seccomp/compile.py" "$seccomp_ctx/"
+cp "$repo/packages/sandbox/seccomp/profile.json" "$seccomp_ctx/profile.json"
+seccomp_tag="toolgate/sandbox-seccomp:local"
+seccomp_hash=$(build_image seccomp "$seccomp_tag" "$common_tag" "$common_hash" "$seccomp_ctx")
+bpf="$build_dir/seccomp/sandbox.bpf"
+if [ "$force" != 1 ] && [ -s "$bpf" ] && [ "$(cat "$bpf.hash" 2>/dev/null)" = "$seccomp_hash" ]; then
+  log "seccomp filter $bpf up to date"
+else
+  cid=$(docker create --label toolgate.export=1 "$seccomp_tag")
+  docker cp "$cid:/seccomp.bpf" "$bpf.tmp.$$" >/dev/null
+  docker rm -f "$cid" >/dev/null
+  [ -s "$bpf.tmp.$$" ] || die "seccomp filter came out empty"
+  mv "$bpf.tmp.$$" "$bpf"
+  echo "$seccomp_hash" >"$bpf.hash"
+  log "seccomp filter $bpf ready ($(($(stat -c %s "$bpf") / 8)) BPF instructions)"
+fi
+rm -rf "$seccomp_ctx"
+
 mkdir -p "$build_dir/rootfs"
 for name in $images; do
   tag="toolgate/sandbox-$name:local"
   hash=$(build_image "$name" "$tag" "$common_tag" "$common_hash")
 
-  # 3. Root filesystem for bwrap, swapped in atomically.
+  # 4. Root filesystem for bwrap, swapped in atomically.
   dest="$build_dir/rootfs/$name"
   stamp="$build_dir/rootfs/$name.hash"
   stamp_value="$hash export-v2"

@@ -15,6 +15,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSandbox, createWorkspaces, type Sandbox, type Workspaces } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { fileList, fileRead, fileWrite, runPython, runShell } from '@toolgate/tools';
+// The in-sandbox half of the file tools, run on its own (not part of the package's API).
+import { FILE_OPS } from '../../packages/tools/src/sandboxed/file-ops.js';
 
 const exec = promisify(execFile);
 const drivers = ['docker', 'bwrap'] as const;
@@ -40,6 +42,52 @@ async function eventually(check: () => Promise<boolean>, timeoutMs = 5000): Prom
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/**
+ * Calls each syscall Docker's default profile closes to an unprivileged container, straight
+ * through ctypes (no helper binaries needed), and prints {name: errno name or "allowed"}.
+ * ptrace is tried on a sibling: two children of this process, the second attaching to the first.
+ */
+const ESCAPE_PROBE = String.raw`
+import ctypes, errno, json, os, platform, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {'x86_64': dict(keyctl=250, add_key=248, request_key=249, bpf=321, userfaultfd=323,
+                     perf_event_open=298, mount=165, unshare=272, setns=308),
+      'aarch64': dict(keyctl=219, add_key=217, request_key=218, bpf=280, userfaultfd=282,
+                      perf_event_open=241, mount=40, unshare=97, setns=268)}[platform.machine()]
+out = {}
+def call(name, nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    out[name] = 'allowed' if r >= 0 else errno.errorcode.get(ctypes.get_errno(), '?')
+call('keyctl', NR['keyctl'], 0, -3, 1)  # KEYCTL_GET_KEYRING_ID of the session keyring, create
+call('add_key', NR['add_key'], b'user', b'tg', b'x', 1, -2)
+call('request_key', NR['request_key'], b'user', b'tg', None, 0)
+call('bpf', NR['bpf'], 0, ctypes.create_string_buffer(128), 72)  # BPF_MAP_CREATE
+call('userfaultfd', NR['userfaultfd'], 0o2000000 | 1)  # O_CLOEXEC | UFFD_USER_MODE_ONLY
+attr = bytearray(128)
+struct.pack_into('IIQ', attr, 0, 1, 128, 1)  # PERF_TYPE_SOFTWARE, size, PERF_COUNT_SW_TASK_CLOCK
+struct.pack_into('Q', attr, 40, 1 | 1 << 5 | 1 << 6)  # disabled, exclude_kernel, exclude_hv
+call('perf_event_open', NR['perf_event_open'], ctypes.create_string_buffer(bytes(attr), 128), 0, -1, -1, 0)
+call('mount', NR['mount'], b'none', b'/tmp', b'tmpfs', 0, None)
+call('unshare_user', NR['unshare'], 0x10000000)  # CLONE_NEWUSER
+call('unshare_net', NR['unshare'], 0x40000000)  # CLONE_NEWNET
+call('setns', NR['setns'], os.open('/proc/self/ns/net', os.O_RDONLY), 0)
+victim = os.fork()
+if victim == 0:
+    time.sleep(10)
+    os._exit(0)
+r, w = os.pipe()
+tracer = os.fork()
+if tracer == 0:
+    res = libc.ptrace(16, victim, None, None)  # PTRACE_ATTACH
+    os.write(w, ('allowed' if res == 0 else errno.errorcode.get(ctypes.get_errno(), '?')).encode())
+    os._exit(0)
+os.waitpid(tracer, 0)
+out['ptrace_sibling'] = os.read(r, 100).decode()
+os.kill(victim, 9)
+print(json.dumps(out, sort_keys=True))
+`;
 
 describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
   const skip = reasons[driver] !== undefined;
@@ -246,6 +294,126 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
         fileWrite.handler({ path: 'etclink/new-file', content: 'pwned' }, ctx()),
       ).rejects.toMatchObject({ code: 'invalid_path' });
       expect(await readFile('/etc/passwd', 'utf8')).toBe(hostPasswd);
+    },
+  );
+
+  it.skipIf(skip)(
+    'refuses the kernel surface Docker closes: keys, bpf, perf, userfaultfd, mount, namespaces, ptrace',
+    async () => {
+      const r = await python(ESCAPE_PROBE);
+      expect(r.exitCode, r.stderr).toBe(0);
+      // EPERM from the seccomp policy both drivers load — the old bwrap setup allowed keyctl,
+      // add_key, userfaultfd, perf_event_open, unshare and ptrace, and bpf failed with EINVAL.
+      expect(JSON.parse(r.stdout)).toEqual({
+        add_key: 'EPERM',
+        bpf: 'EPERM',
+        keyctl: 'EPERM',
+        mount: 'EPERM',
+        perf_event_open: 'EPERM',
+        ptrace_sibling: 'EPERM',
+        request_key: 'EPERM',
+        setns: 'EPERM',
+        unshare_net: 'EPERM',
+        unshare_user: 'EPERM',
+        userfaultfd: 'EPERM',
+      });
+    },
+  );
+
+  // The machine code is x86_64's; the ABI question does not arise elsewhere in the same form.
+  it.skipIf(skip || process.arch !== 'x64')(
+    'kills a syscall made through the 32-bit ABI (no filter bypass)',
+    async () => {
+      // `mov eax, 20 (i386 getpid); int 0x80; ret`, run from an executable page.
+      const r = await python(
+        [
+          'import ctypes, mmap',
+          'buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)',
+          'buf.write(bytes.fromhex("b814000000cd80c3"))',
+          'f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))',
+          'print("i386 getpid", f(), flush=True)',
+        ].join('\n'),
+      );
+      // SIGSYS (128 + 31): Docker's own default profile lets i386 syscalls through.
+      expect(r.stdout).not.toContain('i386 getpid');
+      expect(r.exitCode).toBe(159);
+    },
+  );
+
+  it.skipIf(skip)(
+    'gives no way to a new user namespace, a mount or a /proc/sys write from the shell',
+    async () => {
+      const r = await shell(
+        [
+          'unshare -Urn true',
+          'unshare -Urm mount -t tmpfs none /tmp',
+          'mount -t tmpfs none /tmp',
+          'echo sandbox2 > /proc/sys/kernel/hostname',
+          'unshare -Urn sh -c "echo 1 > /proc/sys/net/ipv4/ip_forward"',
+        ]
+          .map((c) => `${c} 2>/dev/null; echo "$?"`)
+          .join('\n'),
+      );
+      const codes = r.stdout.trim().split('\n');
+      expect(codes).toHaveLength(5);
+      // Every one fails (the old bwrap setup let the unshare ones succeed).
+      for (const code of codes) expect(code).not.toBe('0');
+      const host = await shell('cat /proc/sys/kernel/hostname');
+      expect(host.stdout).toBe('sandbox\n');
+    },
+  );
+
+  it.skipIf(skip)(
+    'answers a planted symlink out the same whether or not its target exists (no oracle)',
+    async () => {
+      await fileWrite.handler({ path: 'secret-bob.txt', content: 'bob only' }, ctx('bob'));
+      const bob = workspaces.pathFor('bob');
+      const targets = [
+        '/etc/passwd',
+        `/nonexistent-${driver}-${Date.now()}`,
+        `${bob}/secret-bob.txt`,
+        `${bob}/no-such-file.txt`,
+        '../bob/secret-bob.txt',
+        '../bob/no-such-file.txt',
+      ];
+      const answers: string[] = [];
+      const inSandbox: string[] = [];
+      const workspace = await workspaces.ensure('alice');
+      for (const target of targets) {
+        await shell(`ln -sfn '${target}' link`);
+        for (const call of [
+          () => fileRead.handler({ path: 'link' }, ctx()),
+          () => fileRead.handler({ path: 'link/below' }, ctx()),
+          () => fileWrite.handler({ path: 'link', content: 'x' }, ctx()),
+        ]) {
+          answers.push(
+            await call().then(
+              () => 'succeeded',
+              (err: { code: string; message: string }) => `${err.code}: ${err.message}`,
+            ),
+          );
+        }
+        // The in-sandbox half on its own (as after a link swapped in behind the host check).
+        const r = await sandbox.run({
+          image: 'python',
+          argv: ['python3', '-c', FILE_OPS],
+          stdin: JSON.stringify({ op: 'read', path: 'link', maxBytes: 100 }),
+          workspace,
+        });
+        inSandbox.push(r.stdout);
+      }
+      const link = 'invalid_path: "link" leads outside the workspace through a symbolic link';
+      const below =
+        'invalid_path: "link/below" leads outside the workspace through a symbolic link';
+      expect(answers).toEqual(targets.flatMap(() => [link, below, link]));
+      // Byte for byte the same answer for every target, and the host half's message.
+      expect(new Set(inSandbox).size).toBe(1);
+      expect(JSON.parse(inSandbox[0]!)).toEqual({
+        ok: false,
+        code: 'invalid_path',
+        message: '"link" leads outside the workspace through a symbolic link',
+      });
+      await shell('rm -f link');
     },
   );
 

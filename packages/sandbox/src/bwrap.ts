@@ -2,7 +2,8 @@
  * bubblewrap driver, for hosts without a Docker engine: the same image rootfs (exported by
  * scripts/sandbox/build-images.sh) mounted read-only, every namespace unshared (no network),
  * a per-call cgroup for memory/pids/CPU (rlimits when cgroups are out of reach), the sandbox
- * uid, and a clean environment. bwrap itself starts fast; what a small pool of pre-started
+ * uid, a clean environment, no nested user namespaces, and the seccomp filter the docker driver
+ * also applies (seccomp.ts). bwrap itself starts fast; what a small pool of pre-started
  * launchers takes off the call path is joining the call's cgroup.
  */
 import { spawn, execFile, type ChildProcessByStdio } from 'node:child_process';
@@ -17,6 +18,7 @@ import { CallCgroup, detectCgroups, removeStaleCgroups, type CgroupMode } from '
 import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { CappedOutput } from './output.js';
+import { loadSeccompFilter } from './seccomp.js';
 import { prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
   DriverOptions,
@@ -30,6 +32,8 @@ import type {
 import { SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT } from './workspaces.js';
 
 const MiB = 1024 * 1024;
+/** The launcher's fd carrying the seccomp BPF to bwrap (`--seccomp 4`); fd 3 is the status. */
+const SECCOMP_FD = 4;
 const BASE_ENV: Record<string, string> = {
   PATH: '/usr/local/bin:/usr/bin:/bin',
   HOME: '/tmp',
@@ -77,6 +81,10 @@ export class BwrapDriver implements SandboxDriver {
   private readonly launchers: Launcher[] = [];
   private filling = 0;
   private asRoot = process.getuid?.() === 0;
+  /** The compiled filter, loaded once at start; undefined only when configured off. */
+  private seccomp: Buffer | undefined;
+  /** bwrap ≥ 0.8.0 has --disable-userns; older ones rely on the filter alone for that. */
+  private disableUserns = true;
 
   constructor(
     private readonly config: SandboxConfig,
@@ -107,6 +115,24 @@ export class BwrapDriver implements SandboxDriver {
       throw new SandboxError(
         'driver_unavailable',
         'bubblewrap (bwrap) is not installed or cannot create namespaces here',
+      );
+    }
+    if (this.config.bwrap.seccomp) {
+      this.seccomp = await loadSeccompFilter(this.config.bwrap.seccompFilter);
+    } else {
+      this.log.warn(
+        {},
+        'sandbox.bwrap.seccomp is false: bwrap sandboxes run without a seccomp filter (keyctl, bpf, perf_event_open, ptrace reachable)',
+      );
+    }
+    const version = await bwrapVersion();
+    this.disableUserns = version !== undefined && compareVersions(version, [0, 8, 0]) >= 0;
+    if (!this.disableUserns) {
+      this.log.warn(
+        { version: version?.join('.') ?? 'unknown' },
+        this.seccomp
+          ? 'bwrap older than 0.8.0 has no --disable-userns: only the seccomp filter refuses new user namespaces'
+          : 'bwrap older than 0.8.0 and no seccomp filter: sandboxes can create user namespaces',
       );
     }
     this.cgroups = await detectCgroups();
@@ -183,6 +209,10 @@ export class BwrapDriver implements SandboxDriver {
     const env = { ...fs.env, ...BASE_ENV };
     const args = [
       '--unshare-all',
+      // A user namespace of its own in which no further one can be made (bwrap sets
+      // user.max_user_namespaces to 1 inside): no `unshare -U` route to namespace-root
+      // capabilities and the kernel code they reach. The seccomp filter refuses it as well.
+      ...(this.disableUserns ? ['--unshare-user', '--disable-userns'] : []),
       '--die-with-parent',
       '--new-session',
       '--ro-bind',
@@ -210,6 +240,8 @@ export class BwrapDriver implements SandboxDriver {
       '--json-status-fd',
       '3',
     ];
+    // Loaded last, just before the exec: the launcher wrote the BPF to this fd.
+    if (this.seccomp) args.push('--seccomp', String(SECCOMP_FD));
     if (req.workspace !== undefined)
       args.push('--bind', req.workspace, WORKSPACE_MOUNT, '--chdir', WORKSPACE_MOUNT);
     else args.push('--chdir', '/tmp');
@@ -242,7 +274,7 @@ export class BwrapDriver implements SandboxDriver {
       '--',
     ];
     const child = spawn('/bin/bash', argv, {
-      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+      stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
       env: { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' },
     });
@@ -256,6 +288,10 @@ export class BwrapDriver implements SandboxDriver {
       },
     );
     child.stdin.on('error', () => undefined);
+    // Small enough for the pipe's buffer; bwrap reads it to the end when the call starts.
+    const filterFd = child.stdio[SECCOMP_FD] as Writable;
+    filterFd.on('error', () => undefined);
+    filterFd.end(this.seccomp ?? Buffer.alloc(0));
     return { child, cgroup, status: () => status, closed, createdAt: Date.now() };
   }
 
@@ -423,6 +459,25 @@ export class BwrapDriver implements SandboxDriver {
     for (const kill of this.children) kill();
     for (const l of this.launchers.splice(0)) this.discard(l);
   }
+}
+
+/** "bubblewrap 0.8.0" → [0, 8, 0]; undefined when it cannot be told. */
+async function bwrapVersion(): Promise<number[] | undefined> {
+  try {
+    const { stdout } = await promisify(execFile)('bwrap', ['--version'], { timeout: 5000 });
+    const m = /(\d+)\.(\d+)(?:\.(\d+))?/.exec(stdout);
+    return m ? [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)] : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function compareVersions(a: number[], b: number[]): number {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
 }
 
 /** The image's ENV, written into the rootfs by the build script (a Docker image keeps it outside). */

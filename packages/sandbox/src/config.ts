@@ -128,6 +128,22 @@ export const SandboxConfigSchema = Type.Object(
       },
       { default: {} },
     ),
+    bwrap: Type.Object(
+      {
+        seccomp: Type.Boolean({
+          default: true,
+          description:
+            'Load the seccomp filter into bwrap sandboxes (docs/sandbox-hardening.md). false runs them without one: user namespaces stay disabled, but keyctl, bpf, perf_event_open, ptrace and the rest of the kernel surface Docker closes are open',
+        }),
+        seccompFilter: Type.String({
+          minLength: 1,
+          default: 'deploy/sandbox/.build/seccomp/sandbox.bpf',
+          description:
+            'The compiled filter (built by scripts/sandbox/build-images.sh); relative paths are resolved from the working directory',
+        }),
+      },
+      { default: {} },
+    ),
     allowNetwork: Type.Boolean({
       default: false,
       description: 'Whether a call may ask for network access at all (tools never do by default)',

@@ -13,6 +13,7 @@ import type { SandboxConfig } from './config.js';
 import { ExitMarkerScanner, encodeEnvelope, type ExitReport } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { SlotMounts } from './mounts.js';
+import { seccompProfileJson } from './seccomp.js';
 import { CappedOutput } from './output.js';
 import { EgressNetwork, reapEgressNetworks } from './egress.js';
 import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './run-request.js';
@@ -498,7 +499,8 @@ export class DockerDriver implements SandboxDriver {
           ReadonlyRootfs: true,
           Tmpfs: { '/tmp': `rw,nosuid,nodev,size=${limits.tmpfsMb}m,mode=1777` },
           CapDrop: ['ALL'],
-          SecurityOpt: ['no-new-privileges'],
+          // The policy the bwrap driver also loads: Docker's default minus ptrace and a few more.
+          SecurityOpt: ['no-new-privileges', `seccomp=${seccompProfileJson()}`],
           Memory: memory,
           MemorySwap: memory,
           NanoCpus: Math.round(limits.cpus * 1e9),

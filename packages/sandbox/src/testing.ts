@@ -13,6 +13,9 @@ import type { DriverName } from './types.js';
 /** The repository root (this file is packages/sandbox/src/testing.ts). */
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
+/** The compiled seccomp filter scripts/sandbox/build-images.sh writes. */
+export const SECCOMP_FILTER = path.join(REPO_ROOT, 'deploy/sandbox/.build/seccomp/sandbox.bpf');
+
 export function testSandboxConfig(
   driver: DriverName,
   dir: string,
@@ -30,6 +33,7 @@ export function testSandboxConfig(
     ...overrides,
     pool: { size: 1, ...overrides.pool },
     reaper: { intervalMs: 5_000, ...overrides.reaper },
+    bwrap: { seccompFilter: SECCOMP_FILTER, ...overrides.bwrap },
   });
 }
 
@@ -62,5 +66,12 @@ export async function whyDriverUnavailable(driver: DriverName): Promise<string |
       return `rootfs ${dir} not built (bash scripts/sandbox/build-images.sh)`;
     }
   }
+  if (
+    !(await access(SECCOMP_FILTER).then(
+      () => true,
+      () => false,
+    ))
+  )
+    return `seccomp filter ${SECCOMP_FILTER} not built (bash scripts/sandbox/build-images.sh)`;
   return undefined;
 }

@@ -73,4 +73,74 @@ describe('Workspaces', () => {
     });
     await expect(ws.resolve('bob', '../alice/x')).rejects.toMatchObject({ reason: 'escapes' });
   });
+  it('gives a link out one answer, whether or not its target exists, never resolving it', async () => {
+    const dir = await ws.ensure('carol');
+    const outside = await mkdtemp(path.join(tmpdir(), 'tg-ws-outside-'));
+    await writeFile(path.join(outside, 'exists.txt'), 'x');
+    // A loop outside: resolving it on the host would fail differently (ELOOP).
+    await symlink(path.join(outside, 'loop'), path.join(outside, 'loop'));
+    const answers: unknown[] = [];
+    for (const target of [
+      path.join(outside, 'exists.txt'),
+      path.join(outside, 'missing.txt'),
+      path.join(outside, 'loop/x'),
+      outside,
+      '../../../../../../etc/passwd',
+    ]) {
+      await rm(path.join(dir, 'link'), { force: true });
+      await symlink(target, path.join(dir, 'link'));
+      for (const requested of ['link', 'link/below'])
+        answers.push(
+          await ws.resolve('carol', requested).then(
+            (ok) => ok,
+            (err: WorkspacePathError) => ({
+              name: err.name,
+              reason: err.reason,
+              message: err.message,
+            }),
+          ),
+        );
+    }
+    const expected = (requested: string) => ({
+      name: 'WorkspacePathError',
+      reason: 'symlink_outside',
+      message: `"${requested}" leads outside the workspace through a symbolic link`,
+    });
+    expect(answers).toEqual(
+      Array.from({ length: 5 }, () => [expected('link'), expected('link/below')]).flat(),
+    );
+    await rm(outside, { recursive: true, force: true });
+  });
+
+  it('reads links the way the sandbox does: /workspace targets inside, loops refused', async () => {
+    const dir = await ws.ensure('dave');
+    await mkdir(path.join(dir, 'data'));
+    await writeFile(path.join(dir, 'data/a.csv'), 'x');
+    await symlink('/workspace/data/a.csv', path.join(dir, 'abs-inside'));
+    await symlink('data/../data/./a.csv', path.join(dir, 'rel-inside'));
+    await symlink('/workspace/../etc/passwd', path.join(dir, 'abs-climb'));
+    await symlink('/workspacefoo', path.join(dir, 'abs-prefix'));
+    await symlink('loop-b', path.join(dir, 'loop-a'));
+    await symlink('loop-a', path.join(dir, 'loop-b'));
+    await symlink('data/new-dir', path.join(dir, 'to-missing'));
+    const hostPath = path.join(dir, 'data/a.csv');
+    await expect(ws.resolve('dave', 'abs-inside')).resolves.toMatchObject({
+      hostPath,
+      exists: true,
+    });
+    await expect(ws.resolve('dave', 'rel-inside')).resolves.toMatchObject({
+      hostPath,
+      exists: true,
+    });
+    await expect(ws.resolve('dave', 'to-missing/f.txt')).resolves.toMatchObject({
+      hostPath: path.join(dir, 'data/new-dir/f.txt'),
+      exists: false,
+    });
+    for (const p of ['abs-climb', 'abs-prefix'])
+      await expect(ws.resolve('dave', p)).rejects.toMatchObject({ reason: 'symlink_outside' });
+    await expect(ws.resolve('dave', 'loop-a')).rejects.toMatchObject({
+      reason: 'invalid',
+      message: '"loop-a" has too many symbolic links',
+    });
+  });
 });

@@ -4,13 +4,15 @@
  * tools' path confinement (the in-sandbox half runs inside the container).
  */
 import { createHash } from 'node:crypto';
-import { chown, lstat, mkdir, realpath, chmod } from 'node:fs/promises';
+import { chown, lstat, mkdir, readlink, realpath, chmod } from 'node:fs/promises';
 import path from 'node:path';
 
 /** uid/gid of the `sandbox` user baked into the images (deploy/sandbox/common/Dockerfile). */
 export const SANDBOX_UID = 10001;
 export const SANDBOX_GID = 10001;
 export const WORKSPACE_MOUNT = '/workspace';
+/** Links followed in one path before giving up, as the kernel does (ELOOP at 40). */
+const MAX_LINKS = 40;
 
 export type PathErrorReason = 'absolute' | 'escapes' | 'symlink_outside' | 'invalid';
 
@@ -91,49 +93,65 @@ export class Workspaces {
    * Resolves a path a model gave (relative to /workspace) on the host and refuses absolute
    * paths, `..` escapes and symlinks that lead out of the workspace. The sandboxed operation
    * checks again inside the container, where nothing of the host but the workspace is visible.
+   *
+   * Symlinks are followed one component at a time and read the way the sandbox sees them (an
+   * absolute target under /workspace is the workspace): nothing outside the workspace is ever
+   * looked at, so a link out gets one answer whether or not its target exists — no oracle over
+   * the host's or other clients' file names.
    */
   async resolve(clientId: string, requested: string): Promise<ResolvedPath> {
     const relative = normalizeRelative(requested);
     const base = await realpath(await this.ensure(clientId));
-    const target = path.join(base, relative);
-    const inside = (p: string) => p === base || p.startsWith(base + path.sep);
-
-    // Walk up to the deepest part that exists and resolve it; what is below it cannot be a link.
-    let probe = target;
-    let missing = '';
-    for (;;) {
-      try {
-        const real = await realpath(probe);
-        const hostPath = missing ? path.join(real, missing) : real;
-        if (!inside(hostPath)) {
-          throw new WorkspacePathError(
-            'symlink_outside',
-            `"${requested}" leads outside the workspace through a symbolic link`,
-          );
-        }
-        return {
-          relative,
-          sandboxPath: relative ? `${WORKSPACE_MOUNT}/${relative}` : WORKSPACE_MOUNT,
-          hostPath,
-          exists: missing === '',
-        };
-      } catch (err) {
-        if (err instanceof WorkspacePathError) throw err;
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err;
-        // A dangling symlink would be followed by a write: refuse it rather than guess.
-        const st = await lstat(probe).catch(() => undefined);
-        if (st?.isSymbolicLink()) {
-          throw new WorkspacePathError(
-            'symlink_outside',
-            `"${requested}" goes through a symbolic link that points nowhere inside the workspace`,
-          );
-        }
-        if (probe === base) throw err;
-        missing = missing ? path.join(path.basename(probe), missing) : path.basename(probe);
-        probe = path.dirname(probe);
+    const outside = () =>
+      new WorkspacePathError(
+        'symlink_outside',
+        `"${relative}" leads outside the workspace through a symbolic link`,
+      );
+    const pending = relative ? relative.split('/') : [];
+    const resolved: string[] = [];
+    let exists = true;
+    let links = 0;
+    while (pending.length > 0) {
+      const part = pending.shift()!;
+      if (part === '' || part === '.') continue;
+      if (part === '..') {
+        // Only a link's target gets here (the request itself is normalized): it climbs out.
+        if (resolved.length === 0) throw outside();
+        resolved.pop();
+        continue;
+      }
+      if (!exists) {
+        resolved.push(part); // below a missing part nothing can be a link
+        continue;
+      }
+      const at = path.join(base, ...resolved, part);
+      const st = await lstat(at).catch((err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOENT' || err.code === 'ENOTDIR') return undefined;
+        throw err;
+      });
+      if (!st?.isSymbolicLink()) {
+        if (!st) exists = false;
+        resolved.push(part);
+        continue;
+      }
+      if (++links > MAX_LINKS)
+        throw new WorkspacePathError('invalid', `"${relative}" has too many symbolic links`);
+      const target = await readlink(at);
+      if (path.posix.isAbsolute(target)) {
+        if (target !== WORKSPACE_MOUNT && !target.startsWith(WORKSPACE_MOUNT + '/'))
+          throw outside();
+        resolved.length = 0;
+        pending.unshift(...target.slice(WORKSPACE_MOUNT.length).split('/'));
+      } else {
+        pending.unshift(...target.split('/'));
       }
     }
+    return {
+      relative,
+      sandboxPath: relative ? `${WORKSPACE_MOUNT}/${relative}` : WORKSPACE_MOUNT,
+      hostPath: path.join(base, ...resolved),
+      exists,
+    };
   }
 }
 

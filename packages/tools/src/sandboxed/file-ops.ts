@@ -1,9 +1,10 @@
 /**
  * The in-sandbox half of the file tools: a Python program run as `python3 -c FILE_OPS` with a
  * JSON request on stdin, answering one JSON line. It confines itself to /workspace again
- * (realpath, then O_NOFOLLOW on the resolved path), so a symlink swapped in after the host-side
- * check still cannot lead out — and inside the sandbox nothing of the host but the workspace
- * exists anyway.
+ * (symlinks followed one component at a time, any link leading out refused unread — the walk
+ * Workspaces.resolve does on the host, with the same message — then O_NOFOLLOW on the resolved
+ * path), so a symlink swapped in after the host-side check still cannot lead out, and a link out
+ * gets one answer whether or not its target exists.
  */
 export const FILE_OPS = String.raw`
 import base64, json, os, shutil, stat, sys
@@ -21,14 +22,44 @@ def fail(code, message):
 def inside(p):
     return p == ROOT or p.startswith(ROOT + '/')
 
+def through_link(rel):
+    fail('invalid_path', '"%s" leads outside the workspace through a symbolic link' % rel)
+
 def resolve(rel):
     p = os.path.normpath(os.path.join(ROOT, rel))
     if not inside(p):
-        fail('invalid_path', '%r leads outside the workspace' % rel)
-    real = os.path.realpath(p)
-    if not inside(real):
-        fail('invalid_path', '%r leads outside the workspace through a symbolic link' % rel)
-    return real
+        fail('invalid_path', '"%s" leads outside the workspace' % rel)
+    pending = os.path.relpath(p, ROOT).split('/')
+    done, links, exists = [], 0, True
+    while pending:
+        part = pending.pop(0)
+        if part in ('', '.'):
+            continue
+        if part == '..':
+            if not done:
+                through_link(rel)
+            done.pop()
+            continue
+        at = os.path.join(ROOT, *done, part)
+        st = None
+        if exists:
+            try:
+                st = os.lstat(at)
+            except (FileNotFoundError, NotADirectoryError):
+                exists = False
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > 40:
+                fail('invalid_path', '"%s" has too many symbolic links' % rel)
+            target = os.readlink(at)
+            if target.startswith('/'):
+                if not inside(target):
+                    through_link(rel)
+                done, target = [], target[len(ROOT):]
+            pending = target.split('/') + pending
+            continue
+        done.append(part)
+    return os.path.join(ROOT, *done)
 
 def show(real):
     return os.path.relpath(real, ROOT) if real != ROOT else '.'
@@ -78,7 +109,7 @@ try:
         except FileExistsError:
             fail('not_a_directory', 'a parent of %s is not a directory' % rel)
         if not inside(os.path.realpath(parent)):
-            fail('invalid_path', '%r leads outside the workspace through a symbolic link' % rel)
+            through_link(rel)
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if req.get('append') else os.O_TRUNC)
         try:
             fd = os.open(real, flags, 0o644)
@@ -113,10 +144,8 @@ try:
         # The last component is not followed: deleting a symlink removes the link itself.
         p = os.path.normpath(os.path.join(ROOT, rel))
         if p == ROOT or not inside(p):
-            fail('invalid_path', 'cannot delete %r' % (rel or '.'))
-        parent = os.path.realpath(os.path.dirname(p))
-        if not inside(parent):
-            fail('invalid_path', '%r leads outside the workspace through a symbolic link' % rel)
+            fail('invalid_path', 'cannot delete "%s"' % (rel or '.'))
+        parent = resolve(os.path.relpath(os.path.dirname(p), ROOT))
         target = os.path.join(parent, os.path.basename(p))
         try:
             st = os.lstat(target)

@@ -157,14 +157,15 @@ export class DockerDriver implements SandboxDriver {
         );
       }
     }
-    this.propagation = await this.mounts.setup();
+    // Heartbeat first: setup registers our slot directory, which a reaper must see as alive.
+    await this.heartbeat();
+    this.propagation = await this.mounts.setup(this.owner);
     if (!this.propagation) {
       this.log.warn(
         { stateDir: this.config.stateDir },
         'no shared mount for workspace slots; calls with a workspace start a container each',
       );
     }
-    await this.heartbeat();
     await this.reap();
     this.timer = setInterval(() => {
       void this.heartbeat()

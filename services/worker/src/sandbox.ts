@@ -1,7 +1,8 @@
+import { Keys, WorkspaceResets, createRedis } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolServices } from '@toolgate/registry';
-import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
+import { createSandbox, createWorkspaces, type Sandbox, type Workspaces } from '@toolgate/sandbox';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
 import type { WorkerMetrics } from './metrics.js';
 
@@ -14,7 +15,12 @@ export async function startSandbox(
   config: Config,
   logger: Logger,
   metrics: WorkerMetrics,
-): Promise<{ sandbox: Sandbox | undefined; services: Partial<ToolServices> }> {
+): Promise<{
+  sandbox: Sandbox | undefined;
+  /** Stops workspace retention and its Redis connection (after the sandbox is closed). */
+  stopWorkspaces?: () => void;
+  services: Partial<ToolServices>;
+}> {
   const log = logger.child({ component: 'sandbox' });
   let sandbox: Sandbox;
   try {
@@ -44,5 +50,38 @@ export async function startSandbox(
       },
     );
   log.info({ driver: sandbox.name, images: Object.keys(sandbox.config.images) }, 'sandbox ready');
-  return { sandbox, services: { sandbox, workspaces: createWorkspaces(sandbox.config) } };
+  const { workspaces, stop } = startWorkspaces(config, sandbox, logger);
+  return { sandbox, stopWorkspaces: stop, services: { sandbox, workspaces } };
+}
+
+/**
+ * Workspaces with each client's quota, admin resets read from Redis, and retention on the
+ * reaper's interval (the same on both drivers, so not inside either). close() stops it.
+ */
+function startWorkspaces(
+  config: Config,
+  sandbox: Sandbox,
+  logger: Logger,
+): { workspaces: Workspaces; stop: () => void } {
+  const sizes = new Map(
+    config.clients.flatMap((c) =>
+      c.limits.workspaceMb === undefined ? [] : [[c.id, c.limits.workspaceMb] as const],
+    ),
+  );
+  const redis = createRedis(config.redis.url, 'command');
+  const resets = new WorkspaceResets(redis, new Keys(config.redis.prefix));
+  const workspaces = createWorkspaces(sandbox.config, {
+    sizeMbFor: (clientId) => sizes.get(clientId),
+    resets,
+    logger: logger.child({ component: 'workspaces' }),
+  });
+  // Retention is in days: a pass a minute is plenty, whatever the container reaper does.
+  workspaces.startReaper(Math.max(sandbox.config.reaper.intervalMs, 60_000));
+  return {
+    workspaces,
+    stop: () => {
+      workspaces.close();
+      redis.disconnect();
+    },
+  };
 }

@@ -5,7 +5,17 @@
  * host unaffected — is checked end to end. Needs root and loop devices (skipped otherwise).
  */
 import { execFile } from 'node:child_process';
-import { chmod, mkdtemp, readdir, rm, stat, utimes } from 'node:fs/promises';
+import {
+  chmod,
+  mkdir,
+  mkdtemp,
+  readFile,
+  readdir,
+  rm,
+  stat,
+  utimes,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -47,8 +57,7 @@ describe.each(drivers)('workspace quota: %s driver', (driver) => {
     signal: new AbortController().signal,
     services: { sandbox, workspaces },
   });
-  const shell = (clientId: string, command: string) =>
-    runShell.handler({ command }, ctx(clientId));
+  const shell = (clientId: string, command: string) => runShell.handler({ command }, ctx(clientId));
 
   beforeAll(async () => {
     if (skip) return;
@@ -104,18 +113,21 @@ describe.each(drivers)('workspace quota: %s driver', (driver) => {
     expect(stopped).toBeLessThan(400);
   });
 
-  it.skipIf(skip)('the quota holds across calls: data persists, the total stays capped', async () => {
-    expect(await shell('dave', 'head -c 10M /dev/zero > a.bin')).toMatchObject({ exitCode: 0 });
-    const second = await shell('dave', 'head -c 10M /dev/zero > b.bin');
-    expect(second.exitCode).not.toBe(0);
-    expect(second.stderr).toMatch(/No space left on device/);
-    // The file tools see the same filesystem and the same limit.
-    const listed = await fileList.handler({}, ctx('dave'));
-    expect(listed.entries.find((e) => e.name === 'a.bin')?.size).toBe(10 * MiB);
-    await expect(
-      fileWrite.handler({ path: 'c.txt', content: 'x'.repeat(900_000) }, ctx('dave')),
-    ).rejects.toMatchObject({ code: 'no_space', message: 'the workspace is full' });
-  });
+  it.skipIf(skip)(
+    'the quota holds across calls: data persists, the total stays capped',
+    async () => {
+      expect(await shell('dave', 'head -c 10M /dev/zero > a.bin')).toMatchObject({ exitCode: 0 });
+      const second = await shell('dave', 'head -c 10M /dev/zero > b.bin');
+      expect(second.exitCode).not.toBe(0);
+      expect(second.stderr).toMatch(/No space left on device/);
+      // The file tools see the same filesystem and the same limit.
+      const listed = await fileList.handler({}, ctx('dave'));
+      expect(listed.entries.find((e) => e.name === 'a.bin')?.size).toBe(10 * MiB);
+      await expect(
+        fileWrite.handler({ path: 'c.txt', content: 'x'.repeat(900_000) }, ctx('dave')),
+      ).rejects.toMatchObject({ code: 'no_space', message: 'the workspace is full' });
+    },
+  );
 
   it.skipIf(skip)('a per-client size overrides the default', async () => {
     const r = await shell('roomy', 'head -c 30M /dev/zero > big.bin && stat -c %s big.bin');
@@ -124,7 +136,7 @@ describe.each(drivers)('workspace quota: %s driver', (driver) => {
 });
 
 describe.skipIf(noLoop !== undefined)('workspace retention', () => {
-  it('deletes workspaces unused past workspaceTtlDays, keeps fresh ones and busy ones', async () => {
+  it('deletes workspaces unused past workspaceTtlDays and keeps fresh ones', async () => {
     const dir = await mkdtemp(path.join(tmpdir(), 'tg-retention-'));
     const config = testSandboxConfig('bwrap', dir, {
       workspaceQuota: 'required',
@@ -152,6 +164,54 @@ describe.skipIf(noLoop !== undefined)('workspace retention', () => {
       expect(await readdir(again)).toEqual([]);
     } finally {
       await workspaces.unmountAll();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a workspace from before quotas keeps its files, moved into its new filesystem', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'tg-migrate-'));
+    const config = testSandboxConfig('bwrap', dir, {
+      workspaceQuota: 'required',
+      limits: { workspaceMb: 8, workspaceInodes: 128 },
+    });
+    const legacy = path.join(config.workspacesRoot, 'alice');
+    await mkdir(path.join(legacy, 'notes'), { recursive: true });
+    await writeFile(path.join(legacy, 'notes/a.txt'), 'kept');
+    const workspaces = createWorkspaces(config);
+    try {
+      const ws = await workspaces.ensure('alice');
+      expect(await readFile(path.join(ws, 'notes/a.txt'), 'utf8')).toBe('kept');
+      const { stdout } = await exec('findmnt', ['-n', '-o', 'SOURCE', ws]);
+      expect(stdout).toMatch(/\/dev\/loop/);
+      // The host copy is gone (not hidden under the mount, taking space).
+      await workspaces.unmountAll();
+      expect(await readdir(legacy)).toEqual([]);
+    } finally {
+      await workspaces.unmountAll();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a raised quota grows an existing workspace (online, or offline when unused), keeping its files', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'tg-grow-'));
+    const config = testSandboxConfig('bwrap', dir, {
+      workspaceQuota: 'required',
+      limits: { workspaceMb: 8, workspaceInodes: 128 },
+    });
+    const small = createWorkspaces(config);
+    const size = async (ws: string) =>
+      Number((await exec('df', ['--output=size', '-B1M', ws])).stdout.split('\n')[1]);
+    try {
+      const ws = await small.ensure('alice');
+      await writeFile(path.join(ws, 'a.txt'), 'kept');
+      expect(await size(ws)).toBeLessThanOrEqual(8);
+      // Another process (a restarted worker) with a larger quota for this client.
+      const larger = createWorkspaces(config, { sizeMbFor: () => 24 });
+      await larger.ensure('alice');
+      expect(await size(ws)).toBeGreaterThan(16);
+      expect(await readFile(path.join(ws, 'a.txt'), 'utf8')).toBe('kept');
+    } finally {
+      await small.unmountAll();
       await rm(dir, { recursive: true, force: true });
     }
   });

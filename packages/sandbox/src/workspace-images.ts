@@ -40,8 +40,7 @@ export class WorkspaceImages {
    * when the configured quota is larger than the image. Shrinking is not supported: a smaller
    * quota applies to workspaces created afterwards.
    */
-  async mount(dir: string, size: QuotaSize): Promise<void> {
-    let created = false;
+  async mount(dir: string, size: QuotaSize): Promise<{ growError?: string }> {
     await mkdir(this.imagesDir, { recursive: true, mode: 0o700 });
     const image = this.imageFor(dir);
     let device = await this.mountedDevice(dir);
@@ -50,27 +49,56 @@ export class WorkspaceImages {
         () => true,
         () => false,
       );
-      if (!exists) created = await this.create(dir, image, size);
-      await run('mount', ['-t', 'ext4', '-o', 'loop,nosuid,nodev', image, dir]);
+      if (exists) await mountImage(image, dir);
+      else await this.createAndMount(dir, image, size);
       device = await this.mountedDevice(dir);
-      // The model should see an empty workspace, not ext4's lost+found.
-      if (created) await rmdir(path.join(dir, 'lost+found')).catch(() => undefined);
     }
     const st = await stat(image);
-    if (device && st.size < size.mb * MiB) {
-      // Online: grow the file, tell the loop device, then the filesystem.
-      await run('truncate', ['-s', `${size.mb}M`, image]);
-      await run('losetup', ['-c', device]);
-      await run('resize2fs', [device]);
+    if (!device || st.size >= size.mb * MiB) return {};
+    try {
+      await this.grow(dir, image, device, size.mb);
+      return {};
+    } catch (err) {
+      // The workspace keeps working at its old size; the next worker start tries again.
+      if (!(await this.mountedDevice(dir))) await mountImage(image, dir);
+      return { growError: (err as Error).message };
     }
   }
 
-  /** Makes the image; true when the workspace was empty (a fresh filesystem). */
-  private async create(dir: string, image: string, size: QuotaSize): Promise<boolean> {
+  /**
+   * Online (grow the file, tell the loop device, then the filesystem); that needs
+   * CAP_SYS_RESOURCE. Without it, offline, but only when nothing else holds the image (no
+   * call or warm-pool slot still has it mounted): unmount, check, resize, mount again.
+   */
+  private async grow(dir: string, image: string, device: string, mb: number): Promise<void> {
+    await run('truncate', ['-s', `${mb}M`, image]);
+    await run('losetup', ['-c', device]);
+    try {
+      await run('resize2fs', [device]);
+      return;
+    } catch {
+      // Fall through to offline.
+    }
+    await run('umount', [dir]);
+    const { stdout } = await run('losetup', ['-j', image]);
+    if (stdout.trim() !== '') {
+      await mountImage(image, dir);
+      throw new Error('the image is in use elsewhere; it grows at a later start');
+    }
+    // e2fsck -p exits 1 when it fixed something, which is fine; resize2fs wants a checked fs.
+    await run('e2fsck', ['-f', '-p', image]).catch((err: { code?: number }) => {
+      if (err.code !== 1) throw err;
+    });
+    await run('resize2fs', [image]);
+    await mountImage(image, dir);
+  }
+
+  private async createAndMount(dir: string, image: string, size: QuotaSize): Promise<void> {
     const old = await readdir(dir).catch(() => []);
     await rm(image, { force: true });
-    await run('truncate', ['-s', `${size.mb}M`, image]);
+    let moved = false;
     try {
+      await run('truncate', ['-s', `${size.mb}M`, image]);
       await run('mkfs.ext4', [
         '-q',
         '-F',
@@ -85,13 +113,26 @@ export class WorkspaceImages {
         ...(old.length > 0 ? ['-d', dir] : []),
         image,
       ]);
+      if (old.length > 0) {
+        // The copy is in the image; the host copy would only take disk space hidden under the
+        // mount. Drop it only once a trial mount has shown this host can mount the image.
+        const trial = `${image}.mnt`;
+        await mkdir(trial, { recursive: true, mode: 0o700 });
+        await mountImage(image, trial);
+        await run('umount', [trial]);
+        await rmdir(trial).catch(() => undefined);
+        moved = true;
+        for (const name of old) await rm(path.join(dir, name), { recursive: true, force: true });
+      }
+      await mountImage(image, dir);
     } catch (err) {
-      await rm(image, { force: true });
+      // Nothing half-made stays behind: the next attempt (or the fallback) starts clean. Once
+      // the files have moved into the image it is their only copy, and the next attempt mounts it.
+      if (!moved) await rm(image, { force: true });
       throw err;
     }
-    // Copied into the image: the host copy would only take disk space under the mount.
-    for (const name of old) await rm(path.join(dir, name), { recursive: true, force: true });
-    return old.length === 0;
+    // The model should see an empty workspace, not ext4's lost+found.
+    if (old.length === 0) await rmdir(path.join(dir, 'lost+found')).catch(() => undefined);
   }
 
   /** Unmounts dir (lazily: a call still running keeps its view until it ends). */
@@ -103,4 +144,8 @@ export class WorkspaceImages {
   async removeImage(dir: string): Promise<void> {
     await rm(this.imageFor(dir), { force: true });
   }
+}
+
+function mountImage(image: string, dir: string): Promise<unknown> {
+  return run('mount', ['-t', 'ext4', '-o', 'loop,nosuid,nodev', image, dir]);
 }

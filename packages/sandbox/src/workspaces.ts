@@ -239,8 +239,13 @@ export class Workspaces {
 
   private async mountQuota(clientId: string, dir: string): Promise<void> {
     try {
-      await this.images.mount(await realpath(dir), this.sizeFor(clientId));
+      const { growError } = await this.images.mount(await realpath(dir), this.sizeFor(clientId));
       this.mountedOnce = true;
+      if (growError)
+        this.options.logger?.warn(
+          { client: clientId, err: growError },
+          'workspace quota raised but the filesystem could not grow yet; it keeps its old size',
+        );
     } catch (err) {
       const message = `workspace quota: could not mount a filesystem image on ${dir}: ${(err as Error).message}`;
       // auto: a host that cannot loop-mount at all (not root, no loop devices, no CAP_SYS_ADMIN)

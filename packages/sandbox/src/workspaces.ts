@@ -87,8 +87,8 @@ export interface WorkspaceOptions {
 interface Marker {
   client: string;
   created: number;
-  /** The reset generation it was made under. */
-  generation: number;
+  /** The reset generation it was made under; null: unknown then (Redis unreachable). */
+  generation: number | null;
 }
 
 const DAY_MS = 86_400_000;
@@ -155,16 +155,20 @@ export class Workspaces {
    */
   async ensure(clientId: string): Promise<string> {
     const dir = this.pathFor(clientId);
-    // Redis down: no reset is known; a pending one applies at the next call that can read it.
+    // Redis unreachable: the generation is unknown (undefined) and no reset is applied now.
     const generation = await Promise.resolve(this.options.resets?.generation(clientId) ?? 0).catch(
       (err: unknown) => {
-        this.options.logger?.debug({ err }, 'workspace reset generation unreadable');
-        return 0;
+        this.options.logger?.warn({ err }, 'workspace reset generation unreadable');
+        return undefined;
       },
     );
     // Checked once per process; a workspace deleted or unmounted behind our back is prepared again.
     const seen = this.known.get(dir);
-    if (seen !== undefined && seen >= generation && (await this.stillThere(dir))) {
+    if (
+      seen !== undefined &&
+      (generation === undefined || seen >= generation) &&
+      (await this.stillThere(dir))
+    ) {
       await this.touch(dir);
       return dir;
     }
@@ -201,7 +205,11 @@ export class Workspaces {
   }
 
   /** Under the host lock: reset if asked, create, mount, mark. */
-  private async prepare(clientId: string, dir: string, generation: number): Promise<void> {
+  private async prepare(
+    clientId: string,
+    dir: string,
+    generation: number | undefined,
+  ): Promise<void> {
     await mkdir(this.root, { recursive: true, mode: 0o711 });
     await mkdir(path.join(this.root, MARKERS), { recursive: true, mode: 0o700 });
     this.rootDev ??= (await stat(this.root)).dev;
@@ -210,8 +218,10 @@ export class Workspaces {
       () => true,
       () => false,
     );
-    // A workspace from before markers counts as generation 0.
-    if (exists && (marker?.generation ?? 0) < generation) {
+    // A workspace from before markers counts as generation 0. One made while the generation
+    // was unknown adopts the current one: wiping it would lose what was written meanwhile.
+    const madeUnder = marker ? marker.generation : 0;
+    if (exists && generation !== undefined && madeUnder !== null && madeUnder < generation) {
       this.options.logger?.info({ client: clientId, generation }, 'workspace reset by an admin');
       await this.removeDir(dir);
       marker = undefined;
@@ -228,13 +238,17 @@ export class Workspaces {
       await chown(dir, SANDBOX_UID, SANDBOX_GID);
       await chmod(dir, 0o700);
     }
-    if (!marker) {
-      marker = { client: clientId, created: Date.now(), generation };
+    if (!marker || (marker.generation === null && generation !== undefined)) {
+      marker = {
+        client: clientId,
+        created: marker?.created ?? Date.now(),
+        generation: generation ?? null,
+      };
       await writeFile(this.markerFile(dir), JSON.stringify(marker), { mode: 0o600 });
     } else {
       await this.touch(dir);
     }
-    this.known.set(dir, Math.max(marker.generation, generation));
+    this.known.set(dir, Math.max(marker.generation ?? 0, generation ?? 0));
   }
 
   private async mountQuota(clientId: string, dir: string): Promise<void> {
@@ -298,8 +312,9 @@ export class Workspaces {
             () => undefined,
           );
         if (used === undefined || now - used < busyMs) continue;
-        const generation = (await this.readMarker(dir))?.generation ?? 0;
-        if ((resets.get(name) ?? 0) > generation) {
+        const marker = await this.readMarker(dir);
+        const madeUnder = marker ? marker.generation : 0;
+        if (madeUnder !== null && (resets.get(name) ?? 0) > madeUnder) {
           await this.removeDir(dir);
           counts.reset++;
         } else if (ttlMs > 0 && now - used > ttlMs) {

@@ -80,8 +80,13 @@ export class WorkspaceImages {
       // Fall through to offline.
     }
     await run('umount', [dir]);
-    const { stdout } = await run('losetup', ['-j', image]);
-    if (stdout.trim() !== '') {
+    // The kernel detaches an autoclear loop device shortly after the last unmount, not at once.
+    let attached = true;
+    for (let i = 0; i < 40 && attached; i++) {
+      attached = (await run('losetup', ['-j', image])).stdout.trim() !== '';
+      if (attached) await new Promise((r) => setTimeout(r, 50));
+    }
+    if (attached) {
       await mountImage(image, dir);
       throw new Error('the image is in use elsewhere; it grows at a later start');
     }

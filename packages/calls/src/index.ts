@@ -9,6 +9,7 @@ export { AuditLog } from './audit.js';
 export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, percentile } from './stats.js';
 export { redact } from './redact.js';
+export { WorkspaceResets } from './workspace-resets.js';
 export type { Decision } from './approvals.js';
 export type { AuditEntry, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';

@@ -64,6 +64,11 @@ export class Keys {
     return `${this.prefix}:cache-index`;
   }
 
+  /** Hash client id → reset generation of its workspace (see WorkspaceResets). */
+  get workspaceResets(): string {
+    return `${this.prefix}:workspace-resets`;
+  }
+
   stat(kind: 'tool' | 'durations', tool: string): string {
     return `${this.prefix}:stats:${kind}:${tool}`;
   }

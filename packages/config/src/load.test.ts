@@ -45,6 +45,7 @@ server:
       tools: ['calculator', 'category:time'],
       rateLimit: { perMinute: 60 },
       admin: false,
+      limits: {},
     });
     expect(config.clients[0]).not.toHaveProperty('key');
     expect(config.clients[1]).toMatchObject({

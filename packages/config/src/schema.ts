@@ -18,6 +18,13 @@ const ClientSchema = Type.Object(
       { additionalProperties: false, default: {} },
     ),
     admin: Type.Boolean({ default: false }),
+    limits: Type.Object(
+      {
+        /** This client's workspace size, MiB; overrides sandbox.limits.workspaceMb. */
+        workspaceMb: Type.Optional(Type.Integer({ minimum: 8 })),
+      },
+      { additionalProperties: false, default: {} },
+    ),
   },
   { additionalProperties: false },
 );

@@ -35,6 +35,17 @@ export const SandboxLimitsSchema = Type.Object(
       description:
         'stdout and stderr are each cut at this many bytes; a call writing far past it is killed',
     }),
+    workspaceMb: Type.Integer({
+      minimum: 8,
+      default: 1024,
+      description:
+        "Size of each client's workspace, MiB (a filesystem image of its own; see docs/workspaces.md). Grows online when raised; a smaller value applies only to workspaces created afterwards",
+    }),
+    workspaceInodes: Type.Integer({
+      minimum: 64,
+      default: 65_536,
+      description: 'Files and directories a workspace may hold (inodes of its filesystem)',
+    }),
     timeoutMs: Type.Integer({
       minimum: 100,
       default: 30_000,
@@ -91,6 +102,19 @@ export const SandboxConfigSchema = Type.Object(
         'Host directory for the driver: workspace mount slots of the warm pool, heartbeats',
     }),
     limits: SandboxLimitsSchema,
+    workspaceQuota: Type.Union(
+      [Type.Literal('auto'), Type.Literal('required'), Type.Literal('off')],
+      {
+        default: 'auto',
+        description:
+          'How workspace quotas are enforced: each workspace is a loop-mounted ext4 image. auto = fall back to a plain directory (warning logged once) where this host cannot loop-mount; required = refuse workspace calls there; off = plain directories, no quota',
+      },
+    ),
+    workspaceTtlDays: Type.Number({
+      minimum: 0,
+      default: 30,
+      description: 'A workspace no call used for this many days is deleted; 0 = never',
+    }),
     pool: Type.Object(
       {
         size: Type.Integer({

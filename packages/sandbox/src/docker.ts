@@ -162,7 +162,9 @@ export class DockerDriver implements SandboxDriver {
         );
       }
     }
-    this.propagation = await this.mounts.setup();
+    // Heartbeat first: setup registers our slot directory, which a reaper must see as alive.
+    await this.heartbeat();
+    this.propagation = await this.mounts.setup(this.owner);
     if (this.config.allowNetwork) await this.startEgress();
     if (!this.propagation) {
       this.log.warn(
@@ -170,7 +172,6 @@ export class DockerDriver implements SandboxDriver {
         'no shared mount for workspace slots; calls with a workspace start a container each',
       );
     }
-    await this.heartbeat();
     await this.reap();
     this.timer = setInterval(() => {
       void this.heartbeat()

@@ -9,6 +9,8 @@ export type SandboxErrorCode =
   | 'start_failed'
   /** The caller's AbortSignal fired; the call was killed. */
   | 'aborted'
+  /** The client's workspace could not be prepared (quota required but not possible here). */
+  | 'workspace_unavailable'
   /** The driver is closed. */
   | 'closed';
 

@@ -7,7 +7,8 @@ import { BwrapDriver } from './bwrap.js';
 import { parseSandboxConfig, type SandboxConfig, type SandboxConfigInput } from './config.js';
 import { SandboxError } from './errors.js';
 import type { DriverName, DriverOptions, SandboxDriver } from './types.js';
-import { Workspaces } from './workspaces.js';
+import { hostLockFile } from './mounts.js';
+import { Workspaces, type WorkspaceOptions } from './workspaces.js';
 
 /** What tools and the worker hold: a started driver plus the config it runs with. */
 export interface Sandbox extends SandboxDriver {
@@ -61,9 +62,27 @@ export function dockerAnswers(socketPath: string, timeoutMs = 1500): Promise<boo
   });
 }
 
-/** The per-client workspaces under config.workspacesRoot. */
-export function createWorkspaces(config: Pick<SandboxConfig, 'workspacesRoot'>): Workspaces {
-  return new Workspaces(config.workspacesRoot);
+/**
+ * The per-client workspaces under config.workspacesRoot, with the configured quota and
+ * retention. `extra` adds what the config file does not hold: per-client sizes, admin resets
+ * (from Redis), a logger. Start retention with startReaper(); close() stops it.
+ */
+export function createWorkspaces(
+  config: Pick<
+    SandboxConfig,
+    'workspacesRoot' | 'stateDir' | 'limits' | 'workspaceQuota' | 'workspaceTtlDays'
+  >,
+  extra: Pick<WorkspaceOptions, 'sizeMbFor' | 'resets' | 'logger'> = {},
+): Workspaces {
+  return new Workspaces(config.workspacesRoot, {
+    quota: config.workspaceQuota,
+    size: { mb: config.limits.workspaceMb, inodes: config.limits.workspaceInodes },
+    lockFile: hostLockFile(config.stateDir),
+    ttlDays: config.workspaceTtlDays,
+    // The longest a call can run, plus its start and teardown.
+    busyMs: config.limits.maxTimeoutMs + 60_000,
+    ...extra,
+  });
 }
 
 export { BwrapDriver } from './bwrap.js';
@@ -96,4 +115,10 @@ export type {
   SandboxLogger,
   SandboxStats,
 } from './types.js';
-export type { PathErrorReason, ResolvedPath } from './workspaces.js';
+export type {
+  PathErrorReason,
+  ResolvedPath,
+  WorkspaceOptions,
+  WorkspaceResetSource,
+} from './workspaces.js';
+export type { QuotaSize } from './workspace-images.js';

@@ -9,11 +9,12 @@ import { execFile } from 'node:child_process';
 import { mkdir, readFile, readdir, rmdir } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { HostLock } from './host-lock.js';
 
 const run = promisify(execFile);
 
 /** Mount points from /proc/self/mountinfo, with their propagation tags. */
-async function mountTable(): Promise<{ target: string; shared: boolean }[]> {
+export async function mountTable(): Promise<{ target: string; shared: boolean; source: string }[]> {
   const text = await readFile('/proc/self/mountinfo', 'utf8');
   return text
     .split('\n')
@@ -25,6 +26,7 @@ async function mountTable(): Promise<{ target: string; shared: boolean }[]> {
       return {
         target: unescape(fields[4] ?? ''),
         shared: optional.some((f) => f.startsWith('shared:')),
+        source: unescape(fields[sep + 2] ?? ''),
       };
     });
 }
@@ -36,28 +38,55 @@ function unescape(s: string): string {
 
 export class SlotMounts {
   readonly slotsDir: string;
+  /** Every worker of the host (same stateDir) sets up and tears down under this lock. */
+  readonly lock: HostLock;
 
   constructor(stateDir: string) {
     this.slotsDir = path.join(path.resolve(stateDir), 'slots');
+    this.lock = new HostLock(hostLockFile(stateDir));
   }
 
   /**
-   * Makes <stateDir>/slots a shared mount so binds below it propagate into containers.
-   * Returns false (and the driver falls back to per-call containers for workspace calls)
-   * when that is impossible here, e.g. when not root.
+   * Makes <stateDir>/slots a shared mount so binds below it propagate into containers, and
+   * registers `owner` (its slot directory) in the same step so a worker leaving at that moment
+   * does not tear the mount down under it. Returns false (and the driver falls back to per-call
+   * containers for workspace calls) when that is impossible here, e.g. when not root.
+   *
+   * Under the host lock: two workers checking and binding at once would stack two mounts on
+   * slots, one of them private, and Docker then refuses every slot bind ("not a shared or slave
+   * mount"). A stack left by an older version or a crash is repaired here: anything but exactly
+   * one shared mount is unmounted and made again.
    */
-  async setup(): Promise<boolean> {
+  async setup(owner: string): Promise<boolean> {
     if (process.getuid?.() !== 0) return false;
     try {
-      await mkdir(this.slotsDir, { recursive: true, mode: 0o755 });
-      const table = await mountTable();
-      const own = table.filter((m) => m.target === this.slotsDir).at(-1);
-      if (!own) await run('mount', ['--bind', this.slotsDir, this.slotsDir]);
-      if (!own?.shared) await run('mount', ['--make-rshared', this.slotsDir]);
-      return true;
+      return await this.lock.with(async () => {
+        await mkdir(this.slotsDir, { recursive: true, mode: 0o755 });
+        let own = (await mountTable()).filter((m) => m.target === this.slotsDir);
+        if (own.length > 1 || (own.length === 1 && !own[0]!.shared)) {
+          // Broken: no slot in it can have worked, so nothing in use is lost by starting over.
+          for (let i = 0; i < own.length + 2 && own.length > 0; i++) {
+            await run('umount', ['-l', this.slotsDir]).catch(() => undefined);
+            own = (await mountTable()).filter((m) => m.target === this.slotsDir);
+          }
+          if (own.length > 0) return false;
+        }
+        if (own.length === 0) {
+          await run('mount', ['--bind', this.slotsDir, this.slotsDir]);
+          await run('mount', ['--make-rshared', this.slotsDir]);
+        }
+        await mkdir(this.ownerDir(owner), { recursive: true, mode: 0o755 });
+        return true;
+      });
     } catch {
       return false;
     }
+  }
+
+  /** Whether <stateDir>/slots is exactly one shared mount (what Docker needs). */
+  async healthy(): Promise<boolean> {
+    const own = (await mountTable()).filter((m) => m.target === this.slotsDir);
+    return own.length === 1 && own[0]!.shared;
   }
 
   ownerDir(owner: string): string {
@@ -99,8 +128,12 @@ export class SlotMounts {
 
   /** Undoes setup() when no worker has slots left (the last one out unmounts). */
   async teardownIfUnused(): Promise<void> {
-    if ((await this.owners()).length > 0) return;
-    await run('umount', ['-l', this.slotsDir]).catch(() => undefined);
+    await this.lock
+      .with(async () => {
+        if ((await this.owners()).length > 0) return;
+        await run('umount', ['-l', this.slotsDir]).catch(() => undefined);
+      })
+      .catch(() => undefined);
   }
 
   async removeOwner(owner: string): Promise<void> {
@@ -111,4 +144,9 @@ export class SlotMounts {
       await rmdir(path.join(dir, slot)).catch(() => undefined);
     await rmdir(dir).catch(() => undefined);
   }
+}
+
+/** The one lock file of a host's toolgate (per stateDir): slot setup and workspace mounts. */
+export function hostLockFile(stateDir: string): string {
+  return path.join(path.resolve(stateDir), 'host.lock');
 }

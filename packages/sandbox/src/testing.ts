@@ -30,6 +30,9 @@ export function testSandboxConfig(
       python: { docker: 'toolgate/sandbox-python:local', rootfs: rootfs('python') },
       shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
     },
+    // Quotas mount a filesystem per workspace, which `rm -r` of a test directory cannot undo:
+    // tests that want them ask (and call Workspaces.unmountAll before removing the directory).
+    workspaceQuota: 'off',
     ...overrides,
     pool: { size: 1, ...overrides.pool },
     reaper: { intervalMs: 5_000, ...overrides.reaper },

@@ -23,7 +23,9 @@ export interface RunRequest {
   /** Network access; refused unless the config sets allowNetwork. Default false. */
   network?: boolean;
   /** Per-call overrides of the configured limits. */
-  limits?: Partial<Omit<SandboxLimits, 'timeoutMs' | 'maxTimeoutMs'>>;
+  limits?: Partial<
+    Omit<SandboxLimits, 'timeoutMs' | 'maxTimeoutMs' | 'workspaceMb' | 'workspaceInodes'>
+  >;
   /** Aborting kills the call; run() then rejects with SandboxError code `aborted`. */
   signal?: AbortSignal;
   /** For labels and logs. */

@@ -1,4 +1,4 @@
-import { mkdtemp, mkdir, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdtemp, mkdir, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -142,5 +142,44 @@ describe('Workspaces', () => {
       reason: 'invalid',
       message: '"loop-a" has too many symbolic links',
     });
+  });
+});
+
+describe('Workspaces admin resets (plain directories)', () => {
+  let root: string;
+  beforeAll(async () => {
+    root = await mkdtemp(path.join(tmpdir(), 'tg-ws-reset-'));
+  });
+  afterAll(() => rm(root, { recursive: true, force: true }));
+
+  it('applies a newer reset generation once, and never wipes what was written while it was unreadable', async () => {
+    // The generation source stands in for Redis (WorkspaceResets in @toolgate/calls).
+    const gens = new Map<string, number>();
+    let down = false;
+    const ws = new Workspaces(root, {
+      resets: {
+        generation: async (c) => {
+          if (down) throw new Error('redis down');
+          return gens.get(c) ?? 0;
+        },
+        all: async () => new Map(gens),
+      },
+    });
+    const a = await ws.ensure('alice');
+    await writeFile(path.join(a, 'old.txt'), 'x');
+    gens.set('alice', 1);
+    expect(await readdir(await ws.ensure('alice'))).toEqual([]);
+    await writeFile(path.join(a, 'new.txt'), 'y');
+    expect(await readdir(await ws.ensure('alice'))).toEqual(['new.txt']);
+
+    down = true;
+    const b = await ws.ensure('bob');
+    await writeFile(path.join(b, 'during-outage.txt'), 'z');
+    down = false;
+    gens.set('bob', 4);
+    // Made while the generation was unknown: it adopts the current one instead of being wiped.
+    expect(await readdir(await ws.ensure('bob'))).toEqual(['during-outage.txt']);
+    gens.set('bob', 5);
+    expect(await readdir(await ws.ensure('bob'))).toEqual([]);
   });
 });

@@ -1,11 +1,30 @@
 /**
  * Per-client workspaces on the host: `<root>/<sanitized clientId>`, mounted read-write at
- * /workspace in that client's sandboxes and nowhere else. Also the host-side half of the file
- * tools' path confinement (the in-sandbox half runs inside the container).
+ * /workspace in that client's sandboxes and nowhere else. With quotas on, each is a filesystem
+ * image of its own mounted there (workspace-images.ts). Also retention (unused workspaces and
+ * admin resets are deleted) and the host-side half of the file tools' path confinement (the
+ * in-sandbox half runs inside the container).
  */
 import { createHash } from 'node:crypto';
-import { chown, lstat, mkdir, readlink, realpath, chmod } from 'node:fs/promises';
+import {
+  chown,
+  lstat,
+  mkdir,
+  readFile,
+  readlink,
+  readdir,
+  realpath,
+  chmod,
+  rm,
+  stat,
+  utimes,
+  writeFile,
+} from 'node:fs/promises';
 import path from 'node:path';
+import { SandboxError } from './errors.js';
+import { HostLock } from './host-lock.js';
+import type { SandboxLogger } from './types.js';
+import { WorkspaceImages, type QuotaSize } from './workspace-images.js';
 
 /** uid/gid of the `sandbox` user baked into the images (deploy/sandbox/common/Dockerfile). */
 export const SANDBOX_UID = 10001;
@@ -38,12 +57,74 @@ export interface ResolvedPath {
   exists: boolean;
 }
 
+/**
+ * Admin resets, as the worker reads them (from Redis; see @toolgate/calls WorkspaceResets):
+ * a generation per client that grows with each reset. A workspace made under an older
+ * generation is deleted before its next use. A counter rather than a time, so no two clocks
+ * have to agree.
+ */
+export interface WorkspaceResetSource {
+  generation(clientId: string): Promise<number>;
+  /** Every client with a reset, for the reaper. */
+  all(): Promise<Map<string, number>>;
+}
+
+export interface WorkspaceOptions {
+  /** off: plain directories. auto: quota where this host can loop-mount. required: or refuse. */
+  quota?: 'auto' | 'required' | 'off';
+  /** Default size of a workspace (sandbox.limits.workspaceMb / workspaceInodes). */
+  size?: QuotaSize;
+  /** Per-client size override, MiB (clients[].limits.workspaceMb). */
+  sizeMbFor?: (clientId: string) => number | undefined;
+  /** The host lock every mount change takes (the docker driver's slot setup shares it). */
+  lockFile?: string;
+  /** Delete workspaces unused this long; 0 or absent = keep. */
+  ttlDays?: number;
+  /** A workspace used this recently may have a call running in it: the reaper leaves it. */
+  busyMs?: number;
+  resets?: WorkspaceResetSource;
+  logger?: SandboxLogger;
+}
+
+/** What is kept about a workspace, outside it (the sandbox cannot write it). */
+interface Marker {
+  client: string;
+  created: number;
+  /** The reset generation it was made under; null: unknown then (Redis unreachable). */
+  generation: number | null;
+}
+
+const DAY_MS = 86_400_000;
+/** Host-side bookkeeping under the root; client directory names never start with a dot. */
+const IMAGES = '.images';
+const MARKERS = '.markers';
+
 export class Workspaces {
   readonly root: string;
-  private readonly known = new Set<string>();
+  private readonly options: WorkspaceOptions;
+  /** Prepared this process: directory → the generation it was made under. */
+  private readonly known = new Map<string, number>();
+  private readonly preparing = new Map<string, Promise<void>>();
+  private readonly images: WorkspaceImages;
+  private readonly lock: HostLock;
+  /** Quota mode after the first attempt (auto may fall back to 'off' once). */
+  private mode: 'auto' | 'required' | 'off';
+  private mountedOnce = false;
+  private rootDev: number | undefined;
+  private timer: NodeJS.Timeout | undefined;
 
-  constructor(root: string) {
+  constructor(root: string, options: WorkspaceOptions = {}) {
     this.root = path.resolve(root);
+    this.options = options;
+    this.mode = options.quota ?? 'off';
+    if (this.mode !== 'off' && !options.size) this.mode = 'off';
+    this.images = new WorkspaceImages(path.join(this.root, IMAGES));
+    this.lock = new HostLock(options.lockFile ?? path.join(this.root, '.lock'));
+  }
+
+  /** Whether workspaces are size-limited in this process (false after an `auto` fallback). */
+  get quotaEnforced(): boolean {
+    return this.mode !== 'off';
   }
 
   /**
@@ -61,32 +142,224 @@ export class Workspaces {
     return path.join(this.root, Workspaces.dirName(clientId));
   }
 
-  /** Creates the client's workspace if needed (owned by the sandbox user) and returns its path. */
+  private markerFile(dir: string): string {
+    return path.join(this.root, MARKERS, path.basename(dir));
+  }
+
+  private sizeFor(clientId: string): QuotaSize {
+    const base = this.options.size!;
+    return { mb: this.options.sizeMbFor?.(clientId) ?? base.mb, inodes: base.inodes };
+  }
+
+  /**
+   * Creates the client's workspace if needed (owned by the sandbox user; its own filesystem
+   * when quotas are on), applies a pending admin reset, marks it used, and returns its path.
+   * Call it for every call that uses the workspace: the mark is what retention goes by.
+   */
   async ensure(clientId: string): Promise<string> {
     const dir = this.pathFor(clientId);
-    // Checked once per process; a workspace deleted behind our back is recreated by the next miss.
-    if (this.known.has(dir)) {
-      const ok = await lstat(dir).then(
-        (st) => st.isDirectory(),
-        () => false,
-      );
-      if (ok) return dir;
-      this.known.delete(dir);
+    // Redis unreachable: the generation is unknown (undefined) and no reset is applied now.
+    const generation = await Promise.resolve(this.options.resets?.generation(clientId) ?? 0).catch(
+      (err: unknown) => {
+        this.options.logger?.warn({ err }, 'workspace reset generation unreadable');
+        return undefined;
+      },
+    );
+    // Checked once per process; a workspace deleted or unmounted behind our back is prepared again.
+    const seen = this.known.get(dir);
+    if (
+      seen !== undefined &&
+      (generation === undefined || seen >= generation) &&
+      (await this.stillThere(dir))
+    ) {
+      await this.touch(dir);
+      return dir;
     }
+    this.known.delete(dir);
+    let pending = this.preparing.get(dir);
+    if (!pending) {
+      pending = this.lock
+        .with(() => this.prepare(clientId, dir, generation))
+        .finally(() => this.preparing.delete(dir));
+      this.preparing.set(dir, pending);
+    }
+    await pending;
+    return dir;
+  }
+
+  /** The directory exists and, with quotas, still has a filesystem of its own mounted. */
+  private async stillThere(dir: string): Promise<boolean> {
+    const st = await lstat(dir).catch(() => undefined);
+    if (!st?.isDirectory()) return false;
+    return this.mode === 'off' || st.dev !== this.rootDev;
+  }
+
+  private async touch(dir: string): Promise<void> {
+    const now = new Date();
+    await utimes(this.markerFile(dir), now, now).catch(() => undefined);
+  }
+
+  private async readMarker(dir: string): Promise<Marker | undefined> {
+    try {
+      return JSON.parse(await readFile(this.markerFile(dir), 'utf8')) as Marker;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Under the host lock: reset if asked, create, mount, mark. */
+  private async prepare(
+    clientId: string,
+    dir: string,
+    generation: number | undefined,
+  ): Promise<void> {
     await mkdir(this.root, { recursive: true, mode: 0o711 });
+    await mkdir(path.join(this.root, MARKERS), { recursive: true, mode: 0o700 });
+    this.rootDev ??= (await stat(this.root)).dev;
+    let marker = await this.readMarker(dir);
+    const exists = await lstat(dir).then(
+      () => true,
+      () => false,
+    );
+    // A workspace from before markers counts as generation 0. One made while the generation
+    // was unknown adopts the current one: wiping it would lose what was written meanwhile.
+    const madeUnder = marker ? marker.generation : 0;
+    if (exists && generation !== undefined && madeUnder !== null && madeUnder < generation) {
+      this.options.logger?.info({ client: clientId, generation }, 'workspace reset by an admin');
+      await this.removeDir(dir);
+      marker = undefined;
+    }
     try {
       await mkdir(dir, { mode: 0o700 });
-      if (process.getuid?.() === 0) {
-        await chown(dir, SANDBOX_UID, SANDBOX_GID);
-        await chmod(dir, 0o700);
-      }
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const st = await lstat(dir);
     if (!st.isDirectory()) throw new Error(`workspace ${dir} is not a directory`);
-    this.known.add(dir);
-    return dir;
+    if (this.mode !== 'off') await this.mountQuota(clientId, dir);
+    if (process.getuid?.() === 0) {
+      await chown(dir, SANDBOX_UID, SANDBOX_GID);
+      await chmod(dir, 0o700);
+    }
+    if (!marker || (marker.generation === null && generation !== undefined)) {
+      marker = {
+        client: clientId,
+        created: marker?.created ?? Date.now(),
+        generation: generation ?? null,
+      };
+      await writeFile(this.markerFile(dir), JSON.stringify(marker), { mode: 0o600 });
+    } else {
+      await this.touch(dir);
+    }
+    this.known.set(dir, Math.max(marker.generation ?? 0, generation ?? 0));
+  }
+
+  private async mountQuota(clientId: string, dir: string): Promise<void> {
+    try {
+      const { growError } = await this.images.mount(await realpath(dir), this.sizeFor(clientId));
+      this.mountedOnce = true;
+      if (growError)
+        this.options.logger?.warn(
+          { client: clientId, err: growError },
+          'workspace quota raised but the filesystem could not grow yet; it keeps its old size',
+        );
+    } catch (err) {
+      const message = `workspace quota: could not mount a filesystem image on ${dir}: ${(err as Error).message}`;
+      // auto: a host that cannot loop-mount at all (not root, no loop devices, no CAP_SYS_ADMIN)
+      // runs with plain directories, said once. Once mounting has worked, a failure is real.
+      if (this.mode === 'auto' && !this.mountedOnce) {
+        this.mode = 'off';
+        this.options.logger?.warn(
+          { err, workspacesRoot: this.root },
+          'workspace quotas are OFF: this host cannot loop-mount filesystem images (sandbox.workspaceQuota: auto); workspaces are plain directories without a size limit',
+        );
+        return;
+      }
+      throw new SandboxError('workspace_unavailable', message, { cause: err });
+    }
+  }
+
+  /** Unmounts (lazily) and deletes a workspace: its filesystem image, directory and marker. */
+  private async removeDir(dir: string): Promise<void> {
+    const real = await realpath(dir).catch(() => dir);
+    await this.images.unmount(real);
+    await this.images.removeImage(real);
+    // After the unmount, what is left is the (normally empty) mount point; rm never follows links.
+    await rm(dir, { recursive: true, force: true });
+    await rm(this.markerFile(dir), { force: true });
+    this.known.delete(dir);
+  }
+
+  /**
+   * Retention, one pass: deletes workspaces unused for ttlDays, and those an admin reset since
+   * they were made. A workspace used within busyMs (a call may be running in it) is left for a
+   * later pass. Under the host lock, so no worker of the host mounts one while it goes.
+   */
+  async reap(now = Date.now()): Promise<{ expired: number; reset: number }> {
+    const counts = { expired: 0, reset: 0 };
+    const names = await readdir(this.root).catch(() => [] as string[]);
+    if (names.length === 0) return counts;
+    const resets = new Map<string, number>();
+    for (const [client, gen] of (await this.options.resets?.all()) ?? [])
+      resets.set(Workspaces.dirName(client), gen);
+    const ttlMs = (this.options.ttlDays ?? 0) * DAY_MS;
+    const busyMs = this.options.busyMs ?? 0;
+    await this.lock.with(async () => {
+      for (const name of names) {
+        if (name.startsWith('.')) continue;
+        const dir = path.join(this.root, name);
+        const used = await stat(this.markerFile(dir))
+          .catch(() => stat(dir))
+          .then(
+            (st) => st.mtimeMs,
+            () => undefined,
+          );
+        if (used === undefined || now - used < busyMs) continue;
+        const marker = await this.readMarker(dir);
+        const madeUnder = marker ? marker.generation : 0;
+        if (madeUnder !== null && (resets.get(name) ?? 0) > madeUnder) {
+          await this.removeDir(dir);
+          counts.reset++;
+        } else if (ttlMs > 0 && now - used > ttlMs) {
+          await this.removeDir(dir);
+          counts.expired++;
+        }
+      }
+    });
+    if (counts.expired + counts.reset > 0)
+      this.options.logger?.info(
+        counts,
+        'deleted workspaces (unused past workspaceTtlDays, or reset)',
+      );
+    return counts;
+  }
+
+  /** Unmounts every workspace filesystem under the root (tests; taking a host out of service). */
+  async unmountAll(): Promise<void> {
+    await this.lock.with(async () => {
+      for (const name of await readdir(this.root).catch(() => [] as string[])) {
+        if (name.startsWith('.')) continue;
+        const dir = path.join(this.root, name);
+        await this.images.unmount(await realpath(dir).catch(() => dir));
+        this.known.delete(dir);
+      }
+    });
+  }
+
+  /** Runs reap() every intervalMs (unref'd) until close(). */
+  startReaper(intervalMs: number): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => {
+      void this.reap().catch((err: unknown) =>
+        this.options.logger?.warn({ err }, 'workspace reaper failed'),
+      );
+    }, intervalMs);
+    this.timer.unref();
+  }
+
+  close(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
   }
 
   /**

@@ -66,6 +66,7 @@ export function resolveClients(config: Config): { clients: Clients; dev?: DevMod
     tools: ['*'],
     admin: true,
     rateLimit: { perMinute: 6000 },
+    limits: {},
   };
   return { clients: new Clients([dev]), dev: { key } };
 }

@@ -7,6 +7,7 @@ import {
   Keys,
   ResultCache,
   Stats,
+  WorkspaceResets,
   createRedis,
   liveWorkers,
 } from '@toolgate/calls';
@@ -21,7 +22,7 @@ import { checkShellCommand, shellPolicyError } from '@toolgate/tools';
 import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
-import { adminRoutes } from './routes/admin.js';
+import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
 import { callRoutes } from './routes/calls.js';
 import { executeRoutes } from './routes/execute.js';
 import { healthRoutes } from './routes/health.js';
@@ -172,6 +173,13 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(callRoutes(pipeline));
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
   app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics }));
+  app.use(
+    workspaceAdminRoutes({
+      redis,
+      resets: new WorkspaceResets(redis, keys),
+      clientIds: new Set(config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev']),
+    }),
+  );
   app.use(notFound);
   app.use(errorHandler(log));
 

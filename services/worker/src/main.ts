@@ -19,7 +19,11 @@ runService('toolgate-worker', async (config, logger) => {
   const id = newWorkerId();
   const memoryRedis = createRedis(config.redis.url, 'command');
   // A worker that does not consume the sandbox queue never starts a sandbox driver.
-  const { sandbox, services: sandboxServices } = config.worker.queues.includes('sandbox')
+  const {
+    sandbox,
+    stopWorkspaces,
+    services: sandboxServices,
+  } = config.worker.queues.includes('sandbox')
     ? await startSandbox(config, logger, metrics, {
         redis: memoryRedis,
         keys: new Keys(config.redis.prefix),
@@ -59,6 +63,7 @@ runService('toolgate-worker', async (config, logger) => {
     clearTimeout(timer);
     if (!drained) logger.warn({ drainMs: DRAIN_MS }, 'in-flight calls did not finish in time');
     await sandbox?.close();
+    stopWorkspaces?.();
     memoryRedis.disconnect();
   };
 });

@@ -1,4 +1,4 @@
-import { workerAlive, type Keys } from '@toolgate/calls';
+import { WorkspaceResets, workerAlive, type Keys } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolServices } from '@toolgate/registry';
@@ -9,6 +9,7 @@ import {
   type RunResult,
   type Sandbox,
   type SandboxStats,
+  type Workspaces,
 } from '@toolgate/sandbox';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { startEgressProxy } from '@toolgate/tools';
@@ -78,8 +79,13 @@ export async function startSandbox(
   config: Config,
   logger: Logger,
   metrics: WorkerMetrics,
-  heartbeats: { redis: Redis; keys: Keys; workerId: string },
-): Promise<{ sandbox: Sandbox | undefined; services: Partial<ToolServices> }> {
+  shared: { redis: Redis; keys: Keys; workerId: string },
+): Promise<{
+  sandbox: Sandbox | undefined;
+  /** Stops workspace retention (after the sandbox is closed). */
+  stopWorkspaces?: () => void;
+  services: Partial<ToolServices>;
+}> {
   const log = logger.child({ component: 'sandbox' });
   let sandbox: Sandbox;
   try {
@@ -87,9 +93,8 @@ export async function startSandbox(
       await createSandbox(config.sandbox, {
         logger: log,
         hooks: metrics.sandboxHooks(),
-        ownerId: heartbeats.workerId,
-        isOwnerAlive: (owner) =>
-          workerAlive(heartbeats.redis, heartbeats.keys, owner).catch(() => true),
+        ownerId: shared.workerId,
+        isOwnerAlive: (owner) => workerAlive(shared.redis, shared.keys, owner).catch(() => true),
         // Network-enabled sandboxes reach only what the http tools may (policy.http).
         startEgressProxy: (host) =>
           startEgressProxy({
@@ -105,5 +110,31 @@ export async function startSandbox(
   }
   metrics.setWarmSource(() => sandbox.stats().warm);
   log.info({ driver: sandbox.name, images: Object.keys(sandbox.config.images) }, 'sandbox ready');
-  return { sandbox, services: { sandbox, workspaces: createWorkspaces(sandbox.config) } };
+  const { workspaces, stop } = startWorkspaces(config, sandbox, logger, shared);
+  return { sandbox, stopWorkspaces: stop, services: { sandbox, workspaces } };
+}
+
+/**
+ * Workspaces with each client's quota, admin resets read from Redis, and retention on the
+ * reaper's interval (the same on both drivers, so not inside either). stop() ends retention.
+ */
+function startWorkspaces(
+  config: Config,
+  sandbox: Sandbox,
+  logger: Logger,
+  shared: { redis: Redis; keys: Keys },
+): { workspaces: Workspaces; stop: () => void } {
+  const sizes = new Map(
+    config.clients.flatMap((c) =>
+      c.limits.workspaceMb === undefined ? [] : [[c.id, c.limits.workspaceMb] as const],
+    ),
+  );
+  const workspaces = createWorkspaces(sandbox.config, {
+    sizeMbFor: (clientId) => sizes.get(clientId),
+    resets: new WorkspaceResets(shared.redis, shared.keys),
+    logger: logger.child({ component: 'workspaces' }),
+  });
+  // Retention is in days: a pass a minute is plenty, whatever the container reaper does.
+  workspaces.startReaper(Math.max(sandbox.config.reaper.intervalMs, 60_000));
+  return { workspaces, stop: () => workspaces.close() };
 }

@@ -1,4 +1,4 @@
-import type { Approvals, AuditLog, AuditQuery } from '@toolgate/calls';
+import type { Approvals, AuditLog, AuditQuery, WorkspaceResets } from '@toolgate/calls';
 import { isCallId, redact } from '@toolgate/calls';
 import { Router, type Request } from 'express';
 import { ApiError } from '../errors.js';
@@ -114,6 +114,29 @@ export function adminRoutes(deps: {
       ...(event ? { event: event as AuditQuery['event'] } : {}),
     };
     res.json(await guardRedis(() => audit.recent(query), redis));
+  });
+  return router;
+}
+
+/**
+ * Admin-only: DELETE /v1/workspaces/{client} schedules the deletion of a client's workspace on
+ * every worker host. The gateway touches no host files: it bumps the client's reset generation
+ * in Redis, and each worker deletes its copy before the client's next call there (or in its
+ * reaper pass). Hence 202 "scheduled": the next call of that client starts with an empty
+ * workspace; one already running finishes in the old one.
+ */
+export function workspaceAdminRoutes(deps: {
+  redis: Redis;
+  resets: WorkspaceResets;
+  clientIds: ReadonlySet<string>;
+}): Router {
+  const { redis, resets, clientIds } = deps;
+  const router = Router();
+  router.delete('/v1/workspaces/:client', requireAdmin, async (req, res) => {
+    const client = (req.params as { client: string }).client;
+    if (!clientIds.has(client)) throw new ApiError('not_found', `no client with id "${client}"`);
+    const generation = await guardRedis(() => resets.schedule(client), redis);
+    res.status(202).json({ client, status: 'scheduled', generation });
   });
   return router;
 }

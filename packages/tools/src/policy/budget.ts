@@ -9,6 +9,8 @@
 export interface BudgetLimits {
   /** Units of scanning work: characters lexed (re-lexed bodies count again), arguments examined. */
   steps: number;
+  /** Simple commands parsed (nested ones and `find -exec` commands included). */
+  commands: number;
   /** Fields produced by word expansion (source words, brace alternatives, split variables). */
   words: number;
   /** Characters produced by expansion: field text and variable values. */
@@ -17,10 +19,15 @@ export interface BudgetLimits {
   depth: number;
 }
 
+/**
+ * Sized from run_shell's 32 Ki-character command: a real command line uses a small fraction of
+ * each, and at these figures the worst input costs a few ms (docs/policy-budgets.md).
+ */
 export const DEFAULT_BUDGET: Readonly<BudgetLimits> = {
-  steps: 2_000_000,
-  words: 100_000,
-  chars: 1_000_000,
+  steps: 131_072,
+  commands: 2_000,
+  words: 20_000,
+  chars: 256_000,
   depth: 12,
 };
 
@@ -37,6 +44,7 @@ export class TooComplexError extends Error {
 
 export class Budget {
   private steps = 0;
+  private commands = 0;
   private words = 0;
   private chars = 0;
 
@@ -47,6 +55,16 @@ export class Budget {
     this.steps += n;
     if (this.steps > this.limits.steps) {
       throw new TooComplexError('steps', 'it needs too much work to check');
+    }
+  }
+
+  /** Charges one simple command. */
+  command(): void {
+    if (++this.commands > this.limits.commands) {
+      throw new TooComplexError(
+        'commands',
+        `it runs more than ${this.limits.commands} simple commands`,
+      );
     }
   }
 
@@ -70,9 +88,7 @@ export class Budget {
 
   /** Would `count` more fields of `chars` characters still fit? (Checked before building them.) */
   fits(count: number, chars: number): boolean {
-    return (
-      this.words + count <= this.limits.words && this.chars + chars <= this.limits.chars
-    );
+    return this.words + count <= this.limits.words && this.chars + chars <= this.limits.chars;
   }
 
   /** Throws when `depth` levels of nesting are more than allowed. */

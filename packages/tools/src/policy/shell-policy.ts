@@ -81,7 +81,8 @@ interface Arg {
   dynamic: boolean;
 }
 
-const MAX_COMMAND_CHARS = 100_000;
+/** run_shell's own limit (its schema's maxLength): the check never needs to read more. */
+const MAX_COMMAND_CHARS = 32_768;
 /** Fork bombs are short: function bodies are examined this far, so the check stays linear. */
 const MAX_FUNCTION_BODY_CHARS = 512;
 const MAX_SCRIPT_DEPTH = 8;
@@ -561,6 +562,7 @@ class Checker {
         }
       }
       for (const extra of u.extra ?? []) {
+        this.budget.command();
         const d = this.argv(extra, undefined, depth);
         if (d) return d;
       }

@@ -68,7 +68,7 @@ export function parseShell(source: string, budget: Budget = new Budget()): Simpl
   budget.step(source.length);
   const lexer = new Lexer(source, 0, budget);
   const tokens = lexer.lex('top');
-  return parseTokens(tokens);
+  return parseTokens(tokens, budget);
 }
 
 class Lexer {
@@ -241,7 +241,7 @@ class Lexer {
     const inner = new Lexer(this.src, this.depth + 1, this.budget, this.i);
     const tokens = inner.lex('paren');
     this.i = inner.position;
-    return parseTokens(tokens);
+    return parseTokens(tokens, this.budget);
   }
 
   private skipBalanced(from: number, open: string, close: string): number {
@@ -357,7 +357,7 @@ class Lexer {
     this.i = i + 1;
     this.budget.step(body.length);
     const inner = new Lexer(body, this.depth + 1, this.budget);
-    return parseTokens(inner.lex('top'));
+    return parseTokens(inner.lex('top'), this.budget);
   }
 
   private dollar(quoted: boolean): void {
@@ -490,7 +490,7 @@ function wordCommands(word: Word | undefined): SimpleCommand[] {
   return word.parts.flatMap((p) => (p.kind === 'sub' ? p.commands : []));
 }
 
-function parseTokens(tokens: Token[]): SimpleCommand[] {
+function parseTokens(tokens: Token[], budget: Budget): SimpleCommand[] {
   const out: SimpleCommand[] = [];
   let cur = emptyCommand(false);
   /** Words that are data, not a command (for/case headers, [[ ]]): only their substitutions run. */
@@ -505,7 +505,10 @@ function parseTokens(tokens: Token[]): SimpleCommand[] {
       pushAll(out, wordCommands(r.target));
       pushAll(out, r.heredocCommands);
     }
-    if (cur.words.length > 0 || cur.assignments.length > 0) out.push(cur);
+    if (cur.words.length > 0 || cur.assignments.length > 0) {
+      budget.command();
+      out.push(cur);
+    }
     cur = emptyCommand(piped);
   };
 

@@ -787,7 +787,38 @@ function braces(text: string, budget: Budget): string[] {
     }
     return results;
   };
-  return expandSegments(parse(0, text.length)).filter((t) => t !== '');
+  const segments = parse(0, text.length);
+  // The product's size is known from the parse: a bomb is refused before one word is built.
+  const { count, chars } = productSize(segments);
+  if (!budget.fits(count, chars)) budget.produce(count, chars);
+  return expandSegments(segments).filter((t) => t !== '');
+}
+
+/** How many words a parsed word expands to and their total length, without building them. */
+function productSize(segments: BraceSegment[]): { count: number; chars: number } {
+  let count = 1;
+  let chars = 0;
+  for (const segment of segments) {
+    let c = 0;
+    let h = 0;
+    if (typeof segment === 'string') {
+      c = 1;
+      h = segment.length;
+    } else if ('sequence' in segment) {
+      c = segment.sequence.length;
+      for (const v of segment.sequence) h += v.length;
+    } else {
+      for (const alternative of segment.alternatives) {
+        const size = productSize(alternative);
+        c += size.count;
+        h += size.chars;
+      }
+    }
+    // Each of the `count` words so far is followed by each of the `c` choices.
+    chars = chars * c + h * count;
+    count *= c;
+  }
+  return { count, chars };
 }
 
 /** `{x..y[..step]}` with integers or single letters → its values (counted first); else undefined. */

@@ -111,3 +111,29 @@ describe('policy bombs on run_shell', () => {
     expect(Math.max(...bombs.health)).toBeLessThan(50 + Math.max(...control.health));
   });
 });
+
+describe('hostile JSON shapes', () => {
+  it('a 1 MB body of object keys is refused before it is parsed', async () => {
+    const keys = Object.fromEntries(Array.from({ length: 85_000 }, (_, i) => [`k${i}`, 0]));
+    const body = JSON.stringify({ expression: '1', ...keys }).slice(0, 1_000_000 - 1) + '}';
+    expect(body.length).toBeLessThanOrEqual(1_000_000);
+    const res = await stack.call('/tools/calculator/execute', { json: body });
+    expect(res.status).toBe(400);
+    // The key count is only known to the scan of the raw bytes, before JSON.parse.
+    expect((await res.json()).error).toMatchObject({
+      code: 'invalid_json',
+      message: expect.stringMatching(/more than \d+ object keys/),
+    });
+  });
+
+  it('a call with thousands of unknown arguments gets a short list of issues', async () => {
+    const keys = Object.fromEntries(Array.from({ length: 3_000 }, (_, i) => [`k${i}`, 0]));
+    const res = await stack.call('/tools/calculator/execute', {
+      json: { expression: '1', ...keys },
+    });
+    expect(res.status).toBe(400);
+    const { error } = await res.json();
+    expect(error.code).toBe('invalid_arguments');
+    expect(error.details.length).toBeLessThanOrEqual(20);
+  });
+});

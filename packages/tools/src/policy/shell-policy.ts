@@ -737,6 +737,9 @@ function braces(text: string, budget: Budget): string[] {
   const parse = (from: number, to: number): BraceSegment[] => {
     const out: BraceSegment[] = [];
     let literal = from;
+    // Groups of two or more choices in a row multiply: 2^groups words at least, so a long row
+    // of them is refused while parsing, before the rest of the word is read.
+    let doublings = 0;
     for (let i = from; i < to; i++) {
       if (text[i] !== '{') continue;
       const close = match.get(i);
@@ -756,6 +759,12 @@ function braces(text: string, budget: Budget): string[] {
         if (sequence) segment = { sequence };
       }
       if (!segment) continue; // not an expansion: the brace stays literal text
+      if (
+        typeof segment !== 'string' &&
+        ('alternatives' in segment || segment.sequence.length > 1)
+      ) {
+        if (2 ** ++doublings > budget.limits.words) budget.produce(2 ** doublings, 0);
+      }
       if (i > literal) out.push(text.slice(literal, i));
       out.push(segment);
       i = close;

@@ -87,28 +87,37 @@ describe('policy bombs on run_shell', () => {
     await phase(bomb, BOMBS.length);
     await phase(plain, BOMBS.length);
 
-    // The same traffic with an ordinary denied command: what this machine and the pipeline cost
-    // anyway (a loaded 2-core CI box alone can delay a /healthz by tens of ms).
-    const control = await phase(plain, 3 * BOMBS.length);
-    for (const a of control.answers) {
-      expect(a.body).toMatchObject({ status: 'error', error: { details: { rule: 'rm_root' } } });
-    }
-    const bombs = await phase(bomb, 3 * BOMBS.length);
+    // Rounds of the same traffic with an ordinary denied command and with bombs, alternating.
+    // A cost of the bombs shows in every bomb round; a stall of the machine (other processes,
+    // GC — a loaded 2-core CI box delays single requests by 100 ms and more) shows in one.
+    const quiet: number[] = [];
+    const loud: number[] = [];
+    for (let round = 0; round < 3; round++) {
+      const control = await phase(plain, 2 * BOMBS.length);
+      for (const a of control.answers) {
+        expect(a.body).toMatchObject({ status: 'error', error: { details: { rule: 'rm_root' } } });
+      }
+      quiet.push(Math.max(...control.health));
 
-    expect(bombs.answers).toHaveLength(4 * 3 * BOMBS.length);
-    for (const a of bombs.answers) {
-      expect(a.status).toBe(200);
-      expect(a.body).toMatchObject({
-        tool: 'run_shell',
-        status: 'error',
-        error: { code: 'policy_denied', details: { rule: 'too_complex' } },
-      });
-      expect(a.ms).toBeLessThan(500);
+      const bombs = await phase(bomb, 2 * BOMBS.length);
+      expect(bombs.answers).toHaveLength(4 * 2 * BOMBS.length);
+      for (const a of bombs.answers) {
+        expect(a.status).toBe(200);
+        expect(a.body).toMatchObject({
+          tool: 'run_shell',
+          status: 'error',
+          error: { code: 'policy_denied', details: { rule: 'too_complex' } },
+        });
+        expect(a.ms).toBeLessThan(500);
+      }
+      expect(bombs.health.length).toBeGreaterThan(10);
+      loud.push(Math.max(...bombs.health));
     }
-    // Every /healthz during the bombs answers within 50 ms of the slowest one with ordinary
+    // In a round of bombs every /healthz answers within 50 ms of the slowest one with ordinary
     // commands (before the budget, one 26-pair brace bomb held the event loop for 26 s).
-    expect(bombs.health.length).toBeGreaterThan(10);
-    expect(Math.max(...bombs.health)).toBeLessThan(50 + Math.max(...control.health));
+    expect(Math.min(...loud), `bomb rounds ${loud}, ordinary rounds ${quiet}`).toBeLessThan(
+      50 + Math.max(...quiet),
+    );
   });
 });
 

@@ -43,6 +43,8 @@ describe.skipIf(reason !== undefined)('a worker killed mid-call', () => {
           shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
         },
         pool: { size: 1 },
+        // Workspace images stay mounted across worker restarts; this test is not about them.
+        workspaceQuota: 'off',
       },
     };
     const file = join(dir, 'toolgate.json');

@@ -4,6 +4,7 @@ import { ToolRegistry, RegistryError } from './registry.js';
 import { ToolScope } from './scope.js';
 import { toAnthropic, toNative, toOpenAI } from './dialects.js';
 import { defineTool } from './tool.js';
+import { MAX_ISSUES } from './schema.js';
 
 const weather = defineTool({
   name: 'get_weather',
@@ -61,6 +62,16 @@ describe('ToolRegistry.validate', () => {
     expect(result.ok).toBe(false);
     if (!result.ok)
       expect(result.issues.map((i) => i.keyword).sort()).toEqual(['required', 'type']);
+  });
+
+  it('reports at most MAX_ISSUES issues, however many keys are wrong', () => {
+    const args = Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`k${i}`, i]));
+    const result = registry().validate('add_numbers', args);
+    expect(result.ok).toBe(false);
+    if (!result.ok) {
+      expect(result.issues).toHaveLength(MAX_ISSUES);
+      expect(result.issues[0]).toMatchObject({ keyword: expect.any(String) });
+    }
   });
 
   it('drops null for optional fields (what OpenAI strict mode sends) but not for required ones', () => {

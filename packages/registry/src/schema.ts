@@ -29,8 +29,14 @@ export interface ValidationIssue {
   params: Record<string, unknown>;
 }
 
+/**
+ * Issues reported per call. With allErrors, 10 000 unknown keys are 10 000 issues — a 1.3 MB
+ * error body built and sent for one request; the first few say what is wrong.
+ */
+export const MAX_ISSUES = 20;
+
 export function formatErrors(errors: ErrorObject[] | null | undefined): ValidationIssue[] {
-  return (errors ?? []).map((e) => ({
+  return (errors ?? []).slice(0, MAX_ISSUES).map((e) => ({
     path: e.instancePath || '/',
     message: e.message ?? 'is invalid',
     keyword: e.keyword,

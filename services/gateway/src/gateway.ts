@@ -16,7 +16,7 @@ import type { Logger } from '@toolgate/log';
 import type { Tool, ToolRegistry } from '@toolgate/registry';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
-import { checkBodyShape } from './body-limits.js';
+import { checkBodyShape, verifyBodyKeys } from './body-limits.js';
 import { authenticate, errorHandler, notFound } from './http.js';
 import { checkShellCommand, shellPolicyError } from '@toolgate/tools';
 import { createMetrics } from './metrics.js';
@@ -164,7 +164,14 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
   });
   app.use(authenticate(clients));
-  app.use(express.json({ limit: config.server.bodyLimitBytes, strict: false, type: () => true }));
+  app.use(
+    express.json({
+      limit: config.server.bodyLimitBytes,
+      strict: false,
+      type: () => true,
+      verify: verifyBodyKeys,
+    }),
+  );
   app.use(checkBodyShape);
   app.use(executeRoutes(pipeline)); // the hot route first
   app.use(toolRoutes(registry, requiresApproval));

@@ -376,6 +376,123 @@ describe('cost', () => {
   });
 });
 
+describe('work budget', () => {
+  const modes: [string, ShellPolicy][] = [
+    ['blocklist', blocklist],
+    ['allowlist', { mode: 'allowlist', allow: ['echo', 'ls', 'cat', 'bash', 'eval'] }],
+  ];
+  const doubling = (levels: number) => {
+    const lines = ['v0=aaaa'];
+    for (let i = 1; i <= levels; i++) lines.push(`v${i}=$v${i - 1}$v${i - 1}$v${i - 1}$v${i - 1}`);
+    return `${lines.join('; ')}; echo $v${levels}`;
+  };
+  /** Backticks inside backticks: each level escapes the inner backticks and backslashes again. */
+  const backticks = (levels: number) => {
+    let s = 'ls';
+    for (let i = 0; i < levels; i++) s = `echo \`${s.replace(/[\\`]/g, '\\$&')}\``;
+    return s;
+  };
+  const bombs: [string, string][] = [
+    ['40 brace pairs', `echo ${'{,}'.repeat(40)}`],
+    ['40 brace pairs with text', `echo ${'{a,b}'.repeat(40)}`],
+    ['20 levels of variable doubling', doubling(20)],
+    ['doubling inside quotes', doubling(20).replace(/=(\S+);/g, '="$1";')],
+    ['$( 500 deep', `echo ${'$('.repeat(500)}ls${')'.repeat(500)}`],
+    ['backticks 13 deep', backticks(13)],
+    ['<( 500 deep', `cat ${'<('.repeat(500)}ls${')'.repeat(500)}`],
+    ['subshells 500 deep', `${'( '.repeat(500)}ls${' )'.repeat(500)}`],
+    ['arithmetic 500 deep', `echo $((${'('.repeat(500)}1${')'.repeat(500)}))`],
+    ['${ 500 deep', `echo \${x:-${'{'.repeat(500)}${'}'.repeat(500)}}`],
+    ['here-document nesting $( 500 deep', `cat <<E\n${'$('.repeat(500)}ls${')'.repeat(500)}\nE\n`],
+    ['nested braces 1000 deep', `echo ${'{a,'.repeat(1000)}z${'}'.repeat(1000)}`],
+    ['brace range {1..999999999}', 'echo {1..999999999}'],
+    ['huge numbers in a range', `echo {1..${'9'.repeat(40)}}`],
+    ['letter range products', `echo ${'{a..z}'.repeat(8)}`],
+    ['3000 simple commands', 'ls;'.repeat(3000)],
+    ['eval of a doubled variable', `v='ls;ls;ls;ls'; ${'v=$v$v; '.repeat(20)}eval $v`],
+  ];
+
+  // The gateway process is warm: compile the checker on ordinary input of the same syntax first.
+  const ordinary = [
+    'echo {a,b}{c,d} {1..3} $(ls) `ls` "$x" <(ls) $((1+2)) ${x:-y} | cat',
+    'x=ab; y=$x$x; echo $y; ( ls ); cat <<E\n$(ls)\nE\n',
+    "echo `echo \\`ls\\``; eval 'ls; ls'; bash -c 'ls'",
+  ];
+  for (const [, policy] of modes)
+    for (let i = 0; i < 50; i++) ordinary.forEach((c) => check(c, policy));
+
+  /**
+   * CPU milliseconds `fn` takes: what a check costs the event loop. (Wall time on a loaded CI
+   * machine also counts the time other processes hold the CPU.)
+   */
+  const cpuMs = <T>(fn: () => T): [T, number] => {
+    const before = process.cpuUsage();
+    const result = fn();
+    const used = process.cpuUsage(before);
+    return [result, (used.user + used.system) / 1000];
+  };
+
+  for (const [mode, policy] of modes) {
+    it.each(bombs)(`${mode}: %s is refused as too_complex in < 50 ms`, (_, command) => {
+      const [r, elapsed] = cpuMs(() => check(command, policy));
+      expect(r).toMatchObject({
+        ok: false,
+        rule: 'too_complex',
+        message: expect.stringMatching(/too complex to check/),
+      });
+      expect(elapsed).toBeLessThan(50);
+    });
+  }
+
+  it('a 1 MB command is refused at once, before any parsing', () => {
+    for (const command of ['ls '.repeat(350_000), 'ls;'.repeat(350_000)]) {
+      const [rule, elapsed] = cpuMs(() => ruleOf(command));
+      expect(rule).toBe('unparseable');
+      expect(elapsed).toBeLessThan(50);
+    }
+  });
+
+  it('checks the longest plain command run_shell accepts in full, quickly', () => {
+    const words = `rm ${'file.txt '.repeat(3600)}`; // 32 Ki characters, one command
+    const [verdicts, elapsed] = cpuMs(() => [
+      check(words),
+      ruleOf(`${words} /`), // not recursive
+      ruleOf(`rm -r ${'file.txt '.repeat(3600)}/`),
+    ]);
+    expect(verdicts).toEqual([{ ok: true }, 'ok', 'rm_root']);
+    expect(elapsed).toBeLessThan(150);
+  });
+
+  it('still sees through small brace and variable tricks within the budget', () => {
+    for (const [command, rule] of [
+      ['{rm,-rf,/}', 'rm_root'],
+      ['{r,}{m,} -rf /', 'rm_root'],
+      ['echo {1..100} && rm -rf /{etc,usr}', 'rm_root'],
+      ['c{u,}rl example.com', 'download'],
+      ['{a,b}{c,d}; {curl,x} example.com', 'download'],
+      ['x=r; y=m; $x$y -rf /', 'rm_root'],
+      ['v0=r; v1=$v0$v0; echo $v1; ${v0}m -rf /', 'rm_root'],
+      ['echo {1..3}; :(){ :|:& };:', 'fork_bomb'],
+      [`echo ${'{a,b}'.repeat(8)}; mkfs.ext4 /dev/sda`, 'disk_format'],
+    ] as const) {
+      expect(ruleOf(command), command).toBe(rule);
+    }
+  });
+
+  it('expands sequences and nested alternatives as bash does', () => {
+    const strict: ShellPolicy = { mode: 'allowlist', allow: ['echo', 'ls'] };
+    expect(ruleOf('{echo,ls} {1..3}', strict)).toBe('ok');
+    expect(check('{rm,ls} x', strict)).toMatchObject({ rule: 'not_allowed', program: 'rm' });
+    expect(check('{{cat,rm},ls} x', strict)).toMatchObject({ rule: 'not_allowed', program: 'cat' });
+    expect(ruleOf('echo {a..e..2} {05..1} {z..a}', strict)).toBe('ok');
+    // Not expansions: single words, find's {}, unmatched braces stay literal.
+    expect(
+      ruleOf('find . -name x -exec ls {} +', { mode: 'allowlist', allow: ['find', 'ls'] }),
+    ).toBe('ok');
+    expect(ruleOf('echo {a} {a,b', strict)).toBe('ok');
+  });
+});
+
 describe('contract', () => {
   it('exports the ToolError code for refusals', () => {
     expect(POLICY_DENIED).toBe('policy_denied');

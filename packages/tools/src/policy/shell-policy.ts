@@ -16,8 +16,13 @@
  * - `allowlist` mode: additionally every program — including the ones a wrapper runs — must be
  *   listed in `policy.allow`; programs whose name is computed at run time, and assignments to
  *   PATH, LD_PRELOAD and the like, are denied.
+ *
+ * The check runs on the gateway's event loop, so its cost is bounded whatever the input's shape
+ * (docs/policy-budgets.md): brace products, variable growth, nesting and scanning are charged to
+ * a Budget as they are produced, and a command that would pass it is refused as `too_complex`.
  */
 import path from 'node:path';
+import { Budget, DEFAULT_BUDGET, TooComplexError, type BudgetLimits } from './budget.js';
 import {
   parseShell,
   plainText,
@@ -52,7 +57,8 @@ export type ShellRule =
   | 'not_allowed'
   | 'dynamic_program'
   | 'env_override'
-  | 'unparseable';
+  | 'unparseable'
+  | 'too_complex';
 
 export type ShellCheckResult =
   | { ok: true }
@@ -75,11 +81,13 @@ interface Arg {
   dynamic: boolean;
 }
 
-const MAX_COMMAND_CHARS = 100_000;
+/** run_shell's own limit (its schema's maxLength): the check never needs to read more. */
+const MAX_COMMAND_CHARS = 32_768;
 /** Fork bombs are short: function bodies are examined this far, so the check stays linear. */
 const MAX_FUNCTION_BODY_CHARS = 512;
 const MAX_SCRIPT_DEPTH = 8;
-const MAX_BRACE_FIELDS = 256;
+/** Longest `{x..y}` operand text looked at: longer contents cannot be a sequence we count. */
+const MAX_SEQUENCE_CHARS = 64;
 /** The sandbox's working directory: relative `..` paths are resolved from here. */
 const WORKDIR = '/workspace';
 
@@ -157,9 +165,23 @@ const DECLARATIONS = new Set(['export', 'declare', 'local', 'readonly', 'typeset
 const DANGEROUS_VARIABLES =
   /^(?:PATH|LD_[A-Z_]+|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|IFS|BASH_FUNC_.*)$/;
 
-export function checkShellCommand(command: string, policy: ShellPolicy): ShellCheckResult {
-  const checker = new Checker(policy);
-  return checker.script(command, 0) ?? { ok: true };
+export function checkShellCommand(
+  command: string,
+  policy: ShellPolicy,
+  limits: Readonly<BudgetLimits> = DEFAULT_BUDGET,
+): ShellCheckResult {
+  const checker = new Checker(policy, new Budget(limits));
+  try {
+    return checker.script(command, 0) ?? { ok: true };
+  } catch (err) {
+    if (err instanceof TooComplexError) {
+      return deny(
+        'too_complex',
+        `the command is too complex to check: ${err.message}; write it out plainly or split it into simpler commands`,
+      );
+    }
+    throw err;
+  }
 }
 
 function deny(
@@ -201,7 +223,8 @@ function isRootish(arg: Arg): boolean {
   if (p === '') return false;
   if (p.startsWith('~')) {
     const rest = p.replace(/^~[^/]*/, '');
-    return rest === '' || /^\/+(?:\.?\/*|\*|\.\*)?$/.test(rest);
+    // (Not `\/+\.?\/*`: two slash runs side by side backtrack quadratically on `~////…x`.)
+    return rest === '' || /^\/+(?:\.\/*|\*|\.\*)?$/.test(rest);
   }
   if (!p.startsWith('/')) {
     if (!p.startsWith('..')) return false;
@@ -417,9 +440,10 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
 
 /** The argument of `-c CMD` / `--command=CMD` / `--command CMD` among parsed options. */
 function commandOption(args: Arg[], options: string[]): Arg | undefined {
+  const parsed = new Set(options);
   for (let i = 1; i < args.length; i++) {
     const t = args[i]!.text;
-    if (!options.includes(t)) continue;
+    if (!parsed.has(t)) continue;
     if (t.startsWith('--command=')) return { text: t.slice(10), dynamic: args[i]!.dynamic };
     if (t === '--command' || /^-[^-]*c$/.test(t)) return args[i + 1];
   }
@@ -430,7 +454,10 @@ class Checker {
   private readonly allow: Set<string> | undefined;
   private readonly env = new Map<string, string | undefined>();
 
-  constructor(policy: ShellPolicy) {
+  constructor(
+    policy: ShellPolicy,
+    private readonly budget: Budget,
+  ) {
     this.allow = policy.mode === 'allowlist' ? new Set(policy.allow) : undefined;
   }
 
@@ -441,11 +468,11 @@ class Checker {
     if (source.length > MAX_COMMAND_CHARS) {
       return deny('unparseable', `the command is longer than ${MAX_COMMAND_CHARS} characters`);
     }
-    const raw = rawChecks(source);
+    const raw = rawChecks(source, this.budget);
     if (raw) return raw;
     let commands: SimpleCommand[];
     try {
-      commands = parseShell(source);
+      commands = parseShell(source, this.budget);
     } catch (err) {
       if (!(err instanceof ShellSyntaxError)) throw err;
       return deny(
@@ -461,6 +488,7 @@ class Checker {
   }
 
   private command(cmd: SimpleCommand, depth: number): Denial | undefined {
+    this.budget.step(1 + cmd.words.length + cmd.assignments.length + cmd.redirects.length);
     // Assignments: a standalone one sets a variable later commands may use as a program name.
     for (const a of cmd.assignments) {
       if (this.allow && DANGEROUS_VARIABLES.test(a.name)) {
@@ -513,6 +541,8 @@ class Checker {
   private argv(argv: Arg[], cmd: SimpleCommand | undefined, depth: number): Denial | undefined {
     let current: Arg[] = argv;
     for (let hops = 0; hops < 16 && current.length > 0; hops++) {
+      // Each hop scans the arguments a few times (rules, options, the wrapper's slice).
+      this.budget.step(current.length);
       const first = current[0]!;
       const program = baseName(first.text);
       const allowed = this.allowed(first, current);
@@ -532,6 +562,7 @@ class Checker {
         }
       }
       for (const extra of u.extra ?? []) {
+        this.budget.command();
         const d = this.argv(extra, undefined, depth);
         if (d) return d;
       }
@@ -604,19 +635,30 @@ class Checker {
     );
   }
 
-  /** Quote removal and the expansions that can be known: variables set earlier, $IFS, braces. */
+  /**
+   * Quote removal and the expansions that can be known: variables set earlier, $IFS, braces.
+   * Every field and every character produced is charged to the budget before it is built.
+   */
   private expand(word: Word): Arg[] {
+    const budget = this.budget;
     const fields: { text: string; dynamic: boolean; plain: boolean }[] = [];
     let cur = { text: '', dynamic: false, plain: true };
     let started = false;
     const split = () => {
-      if (started) fields.push(cur);
+      if (started) {
+        budget.produce(1, 0);
+        fields.push(cur);
+      }
       cur = { text: '', dynamic: false, plain: true };
       started = false;
     };
+    const append = (text: string) => {
+      budget.produce(0, text.length);
+      cur.text += text;
+    };
     for (const p of word.parts) {
       if (p.kind === 'lit') {
-        cur.text += p.text;
+        append(p.text);
         started = true;
         if (p.quoted) cur.plain = false;
       } else if (p.kind === 'var') {
@@ -630,11 +672,12 @@ class Checker {
           cur.plain = false;
           started = true;
         } else if (p.quoted) {
-          cur.text += known;
+          append(known);
           cur.plain = false;
           started = true;
         } else {
           // Unquoted: the value is split into fields.
+          budget.produce(0, known.length);
           const pieces = known.split(/[ \t\n]+/);
           pieces.forEach((piece, i) => {
             if (i > 0) split();
@@ -651,26 +694,164 @@ class Checker {
       }
     }
     split();
-    return fields.flatMap((f) =>
-      f.plain
-        ? braces(f.text).map((text) => ({ text, dynamic: false }))
-        : [{ text: f.text, dynamic: f.dynamic }],
-    );
+    const out: Arg[] = [];
+    for (const f of fields) {
+      if (!f.plain) out.push({ text: f.text, dynamic: f.dynamic });
+      else for (const text of braces(f.text, budget)) out.push({ text, dynamic: false });
+    }
+    return out;
   }
 }
 
-/** Unquoted brace expansion: `{rm,-rf,/}` → rm -rf /; `/{etc,usr}` → /etc /usr. */
-function braces(text: string): string[] {
-  const m = /^(.*?)\{([^{}]*,[^{}]*)\}(.*)$/s.exec(text);
-  if (!m) return [text];
-  const out: string[] = [];
-  for (const alt of m[2]!.split(',')) {
-    for (const rest of braces(m[3]!)) {
-      out.push(`${m[1]}${alt}${rest}`);
-      if (out.length >= MAX_BRACE_FIELDS) return out;
+/** A word split at its brace expressions: literal text, or alternatives (each itself a word). */
+type BraceSegment = string | { alternatives: BraceSegment[][] } | { sequence: string[] };
+
+/**
+ * Unquoted brace expansion as bash does it: `{rm,-rf,/}` → rm -rf /; `/{etc,usr}` → /etc /usr;
+ * `{a,{b,c}}` → a b c; `{1..3}`, `{a..e..2}` sequences. Empty results are dropped.
+ *
+ * The word is parsed once (braces matched with a stack, so the parse is linear) and the product
+ * is built left to right; before each step the size of the next list is computed and charged, so
+ * `{,}{,}{,}…` or `{1..999999999}` is refused before anything large is built.
+ */
+function braces(text: string, budget: Budget): string[] {
+  if (!text.includes('{')) return [text];
+  // match[i]: index of the } closing the { at i (or -1); commas[i]: its top-level commas.
+  const match = new Map<number, number>();
+  const commas = new Map<number, number[]>();
+  const stack: number[] = [];
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '{') {
+      stack.push(i);
+      budget.nest(stack.length, 'brace expansion');
+    } else if (c === '}' && stack.length > 0) {
+      match.set(stack.pop()!, i);
+    } else if (c === ',' && stack.length > 0) {
+      const open = stack.at(-1)!;
+      const list = commas.get(open);
+      if (list) list.push(i);
+      else commas.set(open, [i]);
     }
   }
-  return out.filter((t) => t !== '');
+  const parse = (from: number, to: number): BraceSegment[] => {
+    const out: BraceSegment[] = [];
+    let literal = from;
+    // Groups of two or more choices in a row multiply: 2^groups words at least, so a long row
+    // of them is refused while parsing, before the rest of the word is read.
+    let doublings = 0;
+    for (let i = from; i < to; i++) {
+      if (text[i] !== '{') continue;
+      const close = match.get(i);
+      if (close === undefined || close >= to) continue;
+      const cuts = commas.get(i);
+      let segment: BraceSegment | undefined;
+      if (cuts) {
+        const alternatives: BraceSegment[][] = [];
+        let a = i + 1;
+        for (const cut of [...cuts, close]) {
+          alternatives.push(parse(a, cut));
+          a = cut + 1;
+        }
+        segment = { alternatives };
+      } else if (close - i - 1 <= MAX_SEQUENCE_CHARS) {
+        const sequence = braceSequence(text.slice(i + 1, close), budget);
+        if (sequence) segment = { sequence };
+      }
+      if (!segment) continue; // not an expansion: the brace stays literal text
+      if (
+        typeof segment !== 'string' &&
+        ('alternatives' in segment || segment.sequence.length > 1)
+      ) {
+        if (2 ** ++doublings > budget.limits.words) budget.produce(2 ** doublings, 0);
+      }
+      if (i > literal) out.push(text.slice(literal, i));
+      out.push(segment);
+      i = close;
+      literal = close + 1;
+    }
+    if (to > literal) out.push(text.slice(literal, to));
+    return out;
+  };
+  const expandSegments = (segments: BraceSegment[]): string[] => {
+    let results = [''];
+    let chars = 0;
+    for (const segment of segments) {
+      const choices =
+        typeof segment === 'string'
+          ? [segment]
+          : 'sequence' in segment
+            ? segment.sequence
+            : segment.alternatives.flatMap(expandSegments);
+      let choiceChars = 0;
+      for (const c of choices) choiceChars += c.length;
+      // Charged before it is built: the next list's size and length.
+      const count = results.length * choices.length;
+      const nextChars = chars * choices.length + choiceChars * results.length;
+      budget.produce(count, nextChars);
+      const next: string[] = [];
+      for (const r of results) for (const c of choices) next.push(r + c);
+      results = next;
+      chars = nextChars;
+    }
+    return results;
+  };
+  const segments = parse(0, text.length);
+  // The product's size is known from the parse: a bomb is refused before one word is built.
+  const { count, chars } = productSize(segments);
+  if (!budget.fits(count, chars)) budget.produce(count, chars);
+  return expandSegments(segments).filter((t) => t !== '');
+}
+
+/** How many words a parsed word expands to and their total length, without building them. */
+function productSize(segments: BraceSegment[]): { count: number; chars: number } {
+  let count = 1;
+  let chars = 0;
+  for (const segment of segments) {
+    let c = 0;
+    let h = 0;
+    if (typeof segment === 'string') {
+      c = 1;
+      h = segment.length;
+    } else if ('sequence' in segment) {
+      c = segment.sequence.length;
+      for (const v of segment.sequence) h += v.length;
+    } else {
+      for (const alternative of segment.alternatives) {
+        const size = productSize(alternative);
+        c += size.count;
+        h += size.chars;
+      }
+    }
+    // Each of the `count` words so far is followed by each of the `c` choices.
+    chars = chars * c + h * count;
+    count *= c;
+  }
+  return { count, chars };
+}
+
+/** `{x..y[..step]}` with integers or single letters → its values (counted first); else undefined. */
+function braceSequence(inside: string, budget: Budget): string[] | undefined {
+  const numeric = /^(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?$/.exec(inside);
+  const alpha = numeric ? null : /^([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?$/.exec(inside);
+  const m = numeric ?? alpha;
+  if (!m) return undefined;
+  const from = numeric ? Number(m[1]) : m[1]!.charCodeAt(0);
+  const to = numeric ? Number(m[2]) : m[2]!.charCodeAt(0);
+  const step = Math.abs(Number(m[3] ?? 1)) || 1;
+  const count = Math.floor(Math.abs(to - from) / step) + 1;
+  const width = numeric ? Math.max(m[1]!.length, m[2]!.length) : 1;
+  // Refused before one value is made: {1..999999999} is a billion words.
+  if (!Number.isSafeInteger(count) || !budget.fits(count, count * width)) {
+    throw new TooComplexError('words', `{${inside}} expands to too many words`);
+  }
+  const padded = numeric && /^-?0\d/.test(m[1]!) ? width : 0;
+  const out: string[] = [];
+  const dir = to >= from ? step : -step;
+  for (let k = 0, v = from; k < count; k++, v += dir) {
+    out.push(numeric ? String(v).padStart(padded, '0') : String.fromCharCode(v));
+  }
+  return out;
 }
 
 function escapeRegExp(s: string): string {
@@ -678,13 +859,14 @@ function escapeRegExp(s: string): string {
 }
 
 /** Checks on the text itself: fork bombs and /dev/tcp reverse shells survive any quoting. */
-function rawChecks(source: string): Denial | undefined {
+function rawChecks(source: string, budget: Budget): Denial | undefined {
   if (/\/dev\/(?:tcp|udp)\//.test(source)) {
     return deny('reverse_shell', 'connections through /dev/tcp or /dev/udp are blocked');
   }
   if (
     /\bfork\s+while\s+fork\b/.test(source) ||
-    /\bwhile\s*\(?\s*(?:1|true)\s*\)?\s*[:;{]?\s*(?:do\s*)?fork\b/.test(source)
+    // No two \s* side by side: adjacent ones backtrack quadratically over a run of spaces.
+    /\bwhile\s*(?:\(\s*)?(?:1|true)\s*(?:\)\s*)?(?:[:;{]\s*)?(?:do\s*)?fork\b/.test(source)
   ) {
     return deny('fork_bomb', 'this is a fork bomb: it would exhaust the process table');
   }
@@ -697,6 +879,7 @@ function rawChecks(source: string): Denial | undefined {
     let depth = 1;
     let end = open;
     const limit = Math.min(source.length, open + MAX_FUNCTION_BODY_CHARS);
+    budget.step(limit - open);
     while (end < limit && depth > 0) {
       if (source[end] === '{') depth++;
       else if (source[end] === '}') depth--;

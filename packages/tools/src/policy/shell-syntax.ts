@@ -4,7 +4,12 @@
  * `$(…)`, backticks, `<(…)`, here-documents and compound commands — with quotes removed the way
  * the shell removes them. It does not execute or expand anything; expansions it cannot know stay
  * marked as dynamic in the result.
+ *
+ * Every text it lexes (including the bodies of backticks and here-documents, which are lexed
+ * again) and every level of nesting is charged to the check's Budget, so a hostile line costs
+ * at most the budget, whatever its shape.
  */
+import { Budget } from './budget.js';
 
 export type WordPart =
   /** Literal text; `quoted` when it came from quotes or a backslash escape. */
@@ -56,14 +61,14 @@ type Token =
   | { t: 'redir'; redirect: Redirect }
   | { t: 'arith' };
 
-const MAX_DEPTH = 16;
 const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /** Parses a command line into its simple commands, nested ones first, in execution order. */
-export function parseShell(source: string): SimpleCommand[] {
-  const lexer = new Lexer(source, 0);
+export function parseShell(source: string, budget: Budget = new Budget()): SimpleCommand[] {
+  budget.step(source.length);
+  const lexer = new Lexer(source, 0, budget);
   const tokens = lexer.lex('top');
-  return parseTokens(tokens);
+  return parseTokens(tokens, budget);
 }
 
 class Lexer {
@@ -79,9 +84,10 @@ class Lexer {
   constructor(
     private readonly src: string,
     private readonly depth: number,
+    private readonly budget: Budget,
     start = 0,
   ) {
-    if (depth > MAX_DEPTH) throw new ShellSyntaxError('nested too deeply');
+    budget.nest(depth, 'command substitution');
     this.i = start;
   }
 
@@ -152,7 +158,7 @@ class Lexer {
       this.tokens.push({ t: 'arith' });
       return;
     }
-    if (c === '(') this.parenDepth++;
+    if (c === '(') this.budget.nest(this.depth + ++this.parenDepth, 'subshell');
     if (c === ')') this.parenDepth = Math.max(0, this.parenDepth - 1);
     this.i += op.length;
     this.tokens.push({ t: 'op', op });
@@ -221,9 +227,10 @@ class Lexer {
       doc.redirect.heredocBody = body;
       if (!doc.quoted) {
         // Unquoted here-documents expand $(…) and backticks: those commands run.
-        const inner = new Lexer(body, this.depth + 1);
+        this.budget.step(body.length);
+        const inner = new Lexer(body, this.depth + 1, this.budget);
         for (const part of inner.doubleQuoted(undefined)) {
-          if (part.kind === 'sub') doc.redirect.heredocCommands.push(...part.commands);
+          if (part.kind === 'sub') pushAll(doc.redirect.heredocCommands, part.commands);
         }
       }
     }
@@ -231,10 +238,10 @@ class Lexer {
   }
 
   private nested(): SimpleCommand[] {
-    const inner = new Lexer(this.src, this.depth + 1, this.i);
+    const inner = new Lexer(this.src, this.depth + 1, this.budget, this.i);
     const tokens = inner.lex('paren');
     this.i = inner.position;
-    return parseTokens(tokens);
+    return parseTokens(tokens, this.budget);
   }
 
   private skipBalanced(from: number, open: string, close: string): number {
@@ -247,6 +254,7 @@ class Lexer {
         if (depth === 0) return i;
       } else if (this.src.startsWith(open, i)) {
         depth++;
+        this.budget.nest(this.depth + depth, open === '{' ? '${…}' : 'arithmetic');
         i += open.length;
       } else {
         i++;
@@ -274,7 +282,7 @@ class Lexer {
     } else if (c === '"') {
       this.i++;
       this.wordStarted = true;
-      this.parts.push(...this.doubleQuoted('"'));
+      pushAll(this.parts, this.doubleQuoted('"'));
     } else if (c === '\\') {
       if (this.i + 1 < s.length) this.lit(s[this.i + 1]!, true);
       this.i += 2;
@@ -347,8 +355,9 @@ class Lexer {
     }
     if (i >= s.length) throw new ShellSyntaxError('unterminated backquote');
     this.i = i + 1;
-    const inner = new Lexer(body, this.depth + 1);
-    return parseTokens(inner.lex('top'));
+    this.budget.step(body.length);
+    const inner = new Lexer(body, this.depth + 1, this.budget);
+    return parseTokens(inner.lex('top'), this.budget);
   }
 
   private dollar(quoted: boolean): void {
@@ -373,7 +382,7 @@ class Lexer {
       this.i = end;
     } else if (n === '"' && !quoted) {
       this.i += 2;
-      this.parts.push(...this.doubleQuoted('"'));
+      pushAll(this.parts, this.doubleQuoted('"'));
     } else if (n !== undefined && /[A-Za-z_]/.test(n)) {
       let j = this.i + 1;
       while (j < s.length && /[A-Za-z0-9_]/.test(s[j]!)) j++;
@@ -470,13 +479,18 @@ function emptyCommand(piped: boolean): SimpleCommand {
   return { words: [], assignments: [], redirects: [], piped };
 }
 
+/** `to.push(...from)` without spreading: a long line can hold more items than a call's arguments. */
+function pushAll<T>(to: T[], from: readonly T[]): void {
+  for (const item of from) to.push(item);
+}
+
 /** Commands nested in a word's command substitutions. */
 function wordCommands(word: Word | undefined): SimpleCommand[] {
   if (!word) return [];
   return word.parts.flatMap((p) => (p.kind === 'sub' ? p.commands : []));
 }
 
-function parseTokens(tokens: Token[]): SimpleCommand[] {
+function parseTokens(tokens: Token[], budget: Budget): SimpleCommand[] {
   const out: SimpleCommand[] = [];
   let cur = emptyCommand(false);
   /** Words that are data, not a command (for/case headers, [[ ]]): only their substitutions run. */
@@ -485,10 +499,16 @@ function parseTokens(tokens: Token[]): SimpleCommand[] {
   let skipNextWord = false;
 
   const finish = (piped: boolean) => {
-    for (const a of cur.assignments) out.push(...wordCommands(a.value));
-    for (const w of cur.words) out.push(...wordCommands(w));
-    for (const r of cur.redirects) out.push(...wordCommands(r.target), ...r.heredocCommands);
-    if (cur.words.length > 0 || cur.assignments.length > 0) out.push(cur);
+    for (const a of cur.assignments) pushAll(out, wordCommands(a.value));
+    for (const w of cur.words) pushAll(out, wordCommands(w));
+    for (const r of cur.redirects) {
+      pushAll(out, wordCommands(r.target));
+      pushAll(out, r.heredocCommands);
+    }
+    if (cur.words.length > 0 || cur.assignments.length > 0) {
+      budget.command();
+      out.push(cur);
+    }
     cur = emptyCommand(piped);
   };
 
@@ -511,7 +531,7 @@ function parseTokens(tokens: Token[]): SimpleCommand[] {
         (tokens[k + 1] as { op: string }).op === ')'
       ) {
         // name() { … }: a function definition; its body is parsed as ordinary commands.
-        out.push(...wordCommands(cur.words[0]));
+        pushAll(out, wordCommands(cur.words[0]));
         cur = emptyCommand(false);
         k++;
         continue;
@@ -536,17 +556,17 @@ function parseTokens(tokens: Token[]): SimpleCommand[] {
     const word = tok.word;
     const text = plainText(word);
     if (cases.at(-1) === 'pattern') {
-      out.push(...wordCommands(word));
+      pushAll(out, wordCommands(word));
       if (text === 'esac' && cur.words.length === 0) cases.pop();
       continue;
     }
     if (skipNextWord) {
       skipNextWord = false;
-      out.push(...wordCommands(word));
+      pushAll(out, wordCommands(word));
       continue;
     }
     if (skipUntil) {
-      out.push(...wordCommands(word));
+      pushAll(out, wordCommands(word));
       if (skipUntil === 'in' && text === 'in') {
         skipUntil = undefined;
         cases.push('pattern');

@@ -9,13 +9,15 @@
 // failed or timed-out call), /healthz p99 < 50 ms, Redis growth < BENCH_REDIS_BOUND_MB.
 // Exits 1 when a target is missed or a sandbox container is left behind.
 //
-// Env (defaults): BENCH_PHASE_SECONDS (8) measured seconds per phase; BENCH_RAMP_MS (1500) A's
-// head start before B measures; BENCH_A_CONNECTIONS (4); BENCH_TIMEOUT_MS (15000) per-request
-// deadline, a timeout is a failure; BENCH_BOMB_PAIRS (22) and BENCH_BOMB_DOUBLINGS (25) size
-// the bombs (today's policy check takes ~0.7 s on 22 pairs and doubles per pair);
-// BENCH_BODY_BYTES (1000000); BENCH_REDIS_BOUND_MB (20); BENCH_SANDBOX_DRIVER (docker | bwrap);
-// BENCH_LIMITS (auto | on | off): A's `clients[].limits` (queued 16, sandboxInFlight 2) — `auto`
-// keeps them when this build's config accepts them and runs without them when it does not.
+// Env (defaults): BENCH_PHASE_SECONDS (8) measured seconds per phase, half calculator, half
+// run_python; BENCH_RAMP_MS (1500) A's head start; BENCH_A_CONNECTIONS (4); BENCH_TIMEOUT_MS
+// (15000) per-request deadline, a timeout is a failure; BENCH_BOMB_PAIRS (22) and
+// BENCH_BOMB_DOUBLINGS (25) size the bombs (today's policy check takes ~0.7 s on 22 pairs and
+// doubles per pair); BENCH_BODY_BYTES (1000000); BENCH_BODY_SHAPE (wide: ~35k short fields |
+// long: one string); BENCH_REDIS_BOUND_MB (20); BENCH_SANDBOX_DRIVER (docker | bwrap);
+// BENCH_PHASES (all: flood,bombs,refusals); BENCH_LIMITS (auto | on | off): A's
+// `clients[].limits` (queued 16, sandboxInFlight 2) — `auto` keeps them when this build's
+// config accepts them and runs without them when it refuses them.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
@@ -42,6 +44,7 @@ const timeoutMs = Number(env.BENCH_TIMEOUT_MS ?? 15_000);
 const bombPairs = Number(env.BENCH_BOMB_PAIRS ?? 22);
 const bombDoublings = Number(env.BENCH_BOMB_DOUBLINGS ?? 25);
 const bodyBytes = Number(env.BENCH_BODY_BYTES ?? 1_000_000);
+const bodyShape = env.BENCH_BODY_SHAPE === 'long' ? 'long' : 'wide';
 // A phase's legitimate growth is B's call records and A's accepted jobs, a few MB; with audit
 // entries capped at ~4 KB and A at 600/min, A's refusals add well under 1 MB.
 const redisBoundMb = Number(env.BENCH_REDIS_BOUND_MB ?? 20);
@@ -78,7 +81,7 @@ const ALL_PHASES: PhaseSpec[] = [
     id: 'refusals',
     label: '(c) refusal flood',
     mode: 'refusals',
-    what: `${(bodyBytes / 1e6).toFixed(1)} MB bodies of short fields: unknown tool, forbidden tool, invalid JSON`,
+    what: `${(bodyBytes / 1e6).toFixed(1)} MB bodies (${bodyShape === 'wide' ? 'many short fields' : 'one long string'}): unknown tool, forbidden tool, invalid JSON`,
   },
 ];
 
@@ -417,6 +420,7 @@ async function startNoisy(mode: NoisyMode): Promise<{ stop(): Promise<NoisyCount
         NOISY_BOMB_PAIRS: String(bombPairs),
         NOISY_BOMB_DOUBLINGS: String(bombDoublings),
         NOISY_BODY_BYTES: String(bodyBytes),
+        NOISY_BODY_SHAPE: bodyShape,
       },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     },

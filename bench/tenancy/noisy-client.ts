@@ -4,7 +4,7 @@
 // back to the parent over IPC.
 //
 // Env: NOISY_URL, NOISY_KEY, NOISY_MODE (flood | bombs | refusals), NOISY_CONNECTIONS,
-// NOISY_TIMEOUT_MS, NOISY_BOMB_PAIRS, NOISY_BOMB_DOUBLINGS, NOISY_BODY_BYTES.
+// NOISY_TIMEOUT_MS, NOISY_BOMB_PAIRS, NOISY_BOMB_DOUBLINGS, NOISY_BODY_BYTES, NOISY_BODY_SHAPE.
 import { Agent } from 'node:http';
 import { codeOf, isReply, send, sleep, type Attempt } from './http.js';
 
@@ -42,6 +42,7 @@ const timeoutMs = Number(process.env.NOISY_TIMEOUT_MS ?? 15_000);
 const bombPairs = Number(process.env.NOISY_BOMB_PAIRS ?? 22);
 const bombDoublings = Number(process.env.NOISY_BOMB_DOUBLINGS ?? 25);
 const bodyBytes = Number(process.env.NOISY_BODY_BYTES ?? 1_000_000);
+const bodyShape = process.env.NOISY_BODY_SHAPE === 'long' ? 'long' : 'wide';
 
 const json = (v: unknown) => Buffer.from(JSON.stringify(v));
 const shell = (command: string): Shot => ({
@@ -51,16 +52,21 @@ const shell = (command: string): Shot => ({
 });
 
 /**
- * A JSON object of about `bytes` bytes made of many short fields: the redaction that shortens
- * long strings leaves such a body whole, so it is the worst case for what a refusal stores.
+ * A JSON object of about `bytes` bytes. `wide` (many short fields) is the worst case for what a
+ * refusal stores, as the redaction that shortens long strings leaves it whole, and for parsing;
+ * `long` is one long string field.
  */
-function wideObject(bytes: number, fields: Record<string, unknown> = {}): Buffer {
+function body(bytes: number, fields: Record<string, unknown> = {}): Buffer {
   const parts = Object.entries(fields).map(([k, v]) => `${JSON.stringify(k)}:${JSON.stringify(v)}`);
   let size = 2 + parts.join(',').length;
-  for (let i = 0; size < bytes; i++) {
-    const part = `"f${String(i).padStart(6, '0')}":"${'x'.repeat(16)}"`;
-    parts.push(part);
-    size += part.length + 1;
+  if (bodyShape === 'long') {
+    parts.push(`"padding":"${'x'.repeat(Math.max(0, bytes - size - 13))}"`);
+  } else {
+    for (let i = 0; size < bytes; i++) {
+      const part = `"f${String(i).padStart(6, '0')}":"${'x'.repeat(16)}"`;
+      parts.push(part);
+      size += part.length + 1;
+    }
   }
   return Buffer.from(`{${parts.join(',')}}`);
 }
@@ -86,19 +92,19 @@ function shots(): Shot[] {
       return [
         {
           path: '/tools/no_such_tool/execute',
-          body: wideObject(bodyBytes),
+          body: body(bodyBytes),
           contentType: 'application/json',
         },
         {
           // A's scope leaves run_python out.
           path: '/tools/run_python/execute',
-          body: wideObject(bodyBytes, { code: 'print(1)' }),
+          body: body(bodyBytes, { code: 'print(1)' }),
           contentType: 'application/json',
         },
         {
           // Cut short: the JSON parser reads the whole megabyte before refusing it.
           path: '/tools/calculator/execute',
-          body: wideObject(bodyBytes, { expression: '1+1' }).subarray(0, -1),
+          body: body(bodyBytes, { expression: '1+1' }).subarray(0, -1),
           contentType: 'application/json',
         },
       ];

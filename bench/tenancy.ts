@@ -317,7 +317,7 @@ let healthPhase: string | undefined;
 let polling = true;
 const poller = (async () => {
   while (polling) {
-    const started = performance.now();
+    const t0 = performance.now();
     const phase = healthPhase;
     const a = await send(`${base}/healthz`, { agent: healthAgent, timeoutMs: HEALTHZ_TIMEOUT_MS });
     if (phase) {
@@ -326,7 +326,7 @@ const poller = (async () => {
       h.ms.push(a.ms);
       if (!isReply(a) || a.status !== 200) h.failed++;
     }
-    await sleep(Math.max(0, HEALTHZ_INTERVAL_MS - (performance.now() - started)));
+    await sleep(Math.max(0, HEALTHZ_INTERVAL_MS - (performance.now() - t0)));
   }
 })();
 

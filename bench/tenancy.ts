@@ -20,7 +20,7 @@
 // `clients[].limits` (queued 16, sandboxInFlight 2) — `auto` keeps them when this build's
 // config accepts them and runs without them when it refuses them.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,7 +33,7 @@ import { Redis } from 'ioredis';
 import { Keys } from '../packages/calls/src/keys.js';
 import { benchRedis, benchRedisPid, freePort, percentile, ROOT, startTs, stop } from './lib.js';
 import { HELLO } from './sandbox/sandbox-bench.js';
-import { codeOf, isReply, send, sleep, type Attempt } from './tenancy/http.js';
+import { describe, isReply, send, sleep, type Attempt } from './tenancy/http.js';
 import type { NoisyCounts, NoisyMode } from './tenancy/noisy-client.js';
 
 const exec = promisify(execFile);
@@ -98,6 +98,8 @@ const PHASES = ALL_PHASES.filter((p) => p.reference || !only || only.includes(p.
 // --- setup -------------------------------------------------------------------------------
 const redisUrl = await benchRedis();
 const dir = mkdtempSync(join(tmpdir(), 'toolgate-bench-tenancy-'));
+// mkdtemp makes it 0700: the bwrap sandbox, under its own uid, must get through to the workspaces.
+chmodSync(dir, 0o711);
 const stateDir = join(dir, 'state');
 const prefix = 'bench-tenancy';
 const keys = new Keys(prefix);
@@ -342,7 +344,7 @@ interface Series {
   ms: number[];
   failed: number;
   timedOut: number;
-  /** First unexpected answers, to show what went wrong. */
+  /** The first distinct unexpected answers, to show what went wrong. */
   samples: string[];
 }
 
@@ -368,13 +370,8 @@ async function loop(
     if (ok) continue;
     s.failed++;
     if (!isReply(attempt) && attempt.status === 'timeout') s.timedOut++;
-    if (s.samples.length < 3) {
-      s.samples.push(
-        isReply(attempt)
-          ? `${attempt.status} ${codeOf(attempt)}`
-          : `${attempt.status}: ${attempt.message}`,
-      );
-    }
+    const why = isReply(attempt) ? describe(attempt) : `${attempt.status}: ${attempt.message}`;
+    if (s.samples.length < 3 && !s.samples.includes(why)) s.samples.push(why);
   }
   return s;
 }

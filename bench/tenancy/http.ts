@@ -97,6 +97,18 @@ export function codeOf(reply: Reply): string {
   return `http_${reply.status}`;
 }
 
+/** `code` plus the error's message (cut short), for showing why a call failed. */
+export function describe(reply: Reply): string {
+  let message: string | undefined;
+  try {
+    message = (JSON.parse(reply.body) as { error?: { message?: string } }).error?.message;
+  } catch {
+    // not JSON
+  }
+  const code = `${reply.status} ${codeOf(reply)}`;
+  return message ? `${code} "${message.slice(0, 120)}"` : code;
+}
+
 /** Resolves after `ms`, or at once when `signal` aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

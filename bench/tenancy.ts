@@ -463,31 +463,38 @@ interface PhaseResult {
   removedAfter: number;
 }
 
-await poolFull();
-// First-use costs (workspace, page cache, JIT) out of the sample.
-await measureB(1);
 const results: PhaseResult[] = [];
-for (const spec of PHASES) {
-  const memBefore = await usedMemory();
-  healthPhase = currentPhase = spec.id;
-  const noisy = spec.mode ? await startNoisy(spec.mode) : undefined;
-  if (noisy) await sleep(rampMs);
-  const { calc, python } = await measureB(phaseSeconds);
-  const a = await noisy?.stop();
-  healthPhase = undefined;
-  currentPhase = `after ${spec.id}`;
-  const redisGrowth = (await usedMemory()) - memBefore;
-  const removedAfter = await settle();
-  results.push({
-    spec,
-    calc,
-    python,
-    health: healthz.get(spec.id) ?? { ms: [], failed: 0 },
-    redisGrowth,
-    ...(a ? { a } : {}),
-    removedAfter,
-  });
-  console.log(`  ${spec.label} done`);
+try {
+  await poolFull();
+  // First-use costs (workspace, page cache, JIT) out of the sample.
+  await measureB(1);
+  for (const spec of PHASES) {
+    const memBefore = await usedMemory();
+    healthPhase = currentPhase = spec.id;
+    const noisy = spec.mode ? await startNoisy(spec.mode) : undefined;
+    if (noisy) await sleep(rampMs);
+    const { calc, python } = await measureB(phaseSeconds);
+    const a = await noisy?.stop();
+    healthPhase = undefined;
+    currentPhase = `after ${spec.id}`;
+    const redisGrowth = (await usedMemory()) - memBefore;
+    const removedAfter = await settle();
+    results.push({
+      spec,
+      calc,
+      python,
+      health: healthz.get(spec.id) ?? { ms: [], failed: 0 },
+      redisGrowth,
+      ...(a ? { a } : {}),
+      removedAfter,
+    });
+    console.log(`  ${spec.label} done`);
+  }
+} catch (err) {
+  // Whatever broke, the worker still gets its SIGTERM and removes its containers.
+  console.error('the benchmark failed:', err);
+  await shutdown();
+  process.exit(2);
 }
 
 // --- teardown ----------------------------------------------------------------------------
@@ -613,4 +620,7 @@ console.log(
   `targets: calc p99 ≤ 2× alone, run_python p50 ≤ 3× alone, no B call failed or timed out (${timeoutMs} ms), /healthz p99 < 50 ms, Redis growth < ${redisBoundMb} MB`,
 );
 console.log(`containers left after the run: ${leftBehind}   target 0`);
-process.exit(rows.every((r) => r.pass) && leftBehind === 0 ? 0 : 1);
+// A death outside a measured phase (e.g. while A's leftovers ran) still fails the run.
+const between = crashes.filter((c) => !results.some((r) => r.spec.id === c.phase));
+for (const c of between) console.log(`${c.name} DIED ${c.phase} (${c.how})`);
+process.exit(rows.every((r) => r.pass) && leftBehind === 0 && between.length === 0 ? 0 : 1);

@@ -70,10 +70,15 @@ export class Dispatcher {
     return this.queues[kind];
   }
 
-  async enqueue(job: CallJob, kind: QueueKind): Promise<void> {
+  /**
+   * `priority` (1 = first) orders the queue fairly across clients: the gateway gives each call
+   * its place in its client's backlog (see Admission).
+   */
+  async enqueue(job: CallJob, kind: QueueKind, priority?: number): Promise<void> {
     await this.subscribed;
     await this.queues[kind].add(job.tool, job, {
       jobId: job.id,
+      ...(priority === undefined ? {} : { priority }),
       // Kept briefly so a call's outcome is readable while the worker writes its record.
       removeOnComplete: { age: 30, count: 20_000 },
       removeOnFail: { age: 3600 },

@@ -6,6 +6,9 @@ function StringEnum<const T extends readonly string[]>(values: T, defaultValue: 
   return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], default: defaultValue });
 }
 
+/** Per-client fair-share defaults (docs/scheduling.md); the worker uses them for unknown clients. */
+export const CLIENT_LIMIT_DEFAULTS = { queued: 64, sandboxInFlight: 4 } as const;
+
 const ClientSchema = Type.Object(
   {
     id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' }),
@@ -15,6 +18,17 @@ const ClientSchema = Type.Object(
     tools: Type.Array(Type.String({ minLength: 1 }), { default: ['*'] }),
     rateLimit: Type.Object(
       { perMinute: Type.Integer({ minimum: 1, default: 600 }) },
+      { additionalProperties: false, default: {} },
+    ),
+    /** Fair sharing of workers: calls in flight (queued + running, both queues), sandbox calls running. */
+    limits: Type.Object(
+      {
+        queued: Type.Integer({ minimum: 1, default: CLIENT_LIMIT_DEFAULTS.queued }),
+        sandboxInFlight: Type.Integer({
+          minimum: 1,
+          default: CLIENT_LIMIT_DEFAULTS.sandboxInFlight,
+        }),
+      },
       { additionalProperties: false, default: {} },
     ),
     admin: Type.Boolean({ default: false }),

@@ -1,4 +1,5 @@
 import type {
+  Admission,
   AuditLog,
   CallJob,
   CallOutcome,
@@ -19,10 +20,13 @@ interface Finished {
   call: CallJob;
   kind: QueueKind;
   outcome: CallOutcome;
+  /** Also end the client's in-flight entry (when the worker did not at once). */
+  release: boolean;
 }
 
 /**
- * Writes what a finished call leaves behind — its record, audit entry, stats —
+ * Writes what a finished call leaves behind — its record, audit entry, stats, the end of its
+ * in-flight entry when nobody waited for it —
  * in batches: one Redis pipeline per MAX_DELAY_MS or MAX_BATCH calls. Off the caller's path
  * (the outcome travels with the job's completion), and a fraction of the commands and
  * syscalls of one transaction per call.
@@ -36,6 +40,7 @@ export class Recorder {
     private readonly o: {
       redis: Redis;
       keys: Keys;
+      admission: Admission;
       registry: ToolRegistry;
       audit: AuditLog;
       stats: Stats;
@@ -72,9 +77,10 @@ export class Recorder {
   }
 
   private async write(batch: Finished[]): Promise<void> {
-    const { redis, keys, registry, audit, stats, metrics, ttlSeconds } = this.o;
+    const { redis, keys, admission, registry, audit, stats, metrics, ttlSeconds } = this.o;
     const pipeline = redis.pipeline();
-    for (const { call, kind, outcome } of batch) {
+    for (const { call, kind, outcome, release } of batch) {
+      if (release) admission.releaseIn(pipeline, call.clientId, kind, call.id);
       const record: CallRecord = {
         id: call.id,
         tool: call.tool,

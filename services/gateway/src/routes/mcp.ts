@@ -42,6 +42,7 @@ const TOOL_LEVEL_ERRORS = new Set([
   'payload_too_large',
   'rate_limited',
   'loop_limit',
+  'too_many_in_flight',
 ]);
 
 export function mcpRoutes({ registry, pipeline, version = '0.1.0' }: McpDeps): Router {

@@ -1,4 +1,9 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Type, defineTool } from '@toolgate/registry';
+import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
+import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type Stack } from './support/stack.js';
 
@@ -223,4 +228,59 @@ describe('limits.sandboxInFlight', () => {
       /toolgate_fair_deferrals_total\{[^}]*client="capped"[^}]*\} [1-9]/,
     );
   });
+});
+
+// The same through real containers: run_shell `sleep` as the long call, file_list as the short one.
+const dockerMissing = await whyDriverUnavailable('docker');
+describe.skipIf(dockerMissing !== undefined)('fair scheduling with real sandboxes (docker)', () => {
+  let real: Stack;
+  let sandbox: Sandbox;
+  let dir: string;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'toolgate-fair-'));
+    sandbox = await createSandbox(testSandboxConfig('docker', dir));
+    await sandbox.warmUp(60_000);
+    real = await startStack({
+      services: { sandbox, workspaces: createWorkspaces(sandbox.config) },
+      config: {
+        worker: { metricsPort: 0, sandboxConcurrency: 2 },
+        clients: [
+          { id: 'hog', key: KEYS.hog, limits: { queued: 40, sandboxInFlight: 4 } },
+          { id: 'meek', key: KEYS.meek },
+        ],
+      },
+    });
+  }, 120_000);
+  afterAll(async () => {
+    await real?.close();
+    await sandbox?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('file_list of one client runs after one of another client’s 8 queued `sleep 1` calls, not all of them', async () => {
+    const backlog = await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        const res = await real.call('/tools/run_shell/execute?wait=false', {
+          key: KEYS.hog,
+          json: { command: 'sleep 1' },
+        });
+        expect(res.status).toBe(202);
+        return ((await res.json()) as { id: string }).id;
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    const started = Date.now();
+    const res = await real.call('/tools/file_list/execute', { key: KEYS.meek, json: {} });
+    const latency = Date.now() - started;
+    expect(await res.json()).toMatchObject({ status: 'ok' });
+    // FIFO: 4 rounds of 1 s on two slots before it; fair: one slot frees within ~1 s.
+    expect(latency).toBeLessThan(2500);
+    const done = await Promise.all(
+      backlog.map(async (id) => {
+        const r = await real.call(`/v1/calls/${id}`, { key: KEYS.hog });
+        return ((await r.json()) as { status: string }).status;
+      }),
+    );
+    expect(done.filter((s) => s === 'ok').length).toBeLessThan(8);
+  }, 60_000);
 });

@@ -88,11 +88,16 @@ export class Dispatcher {
     return this.queues[kind];
   }
 
-  async enqueue(job: CallJob, kind: QueueKind): Promise<void> {
+  /**
+   * `priority` (1 = first) orders the queue fairly across clients: the gateway gives each call
+   * its place in its client's backlog (see Admission).
+   */
+  async enqueue(job: CallJob, kind: QueueKind, priority?: number): Promise<void> {
     await this.subscribed;
     try {
       await this.queues[kind].add(job.tool, job, {
         jobId: job.id,
+        ...(priority === undefined ? {} : { priority }),
         removeOnComplete: KEEP_COMPLETED,
         removeOnFail: KEEP_FAILED,
       });

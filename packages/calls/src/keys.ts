@@ -29,6 +29,21 @@ export class Keys {
     return `${this.prefix}:bull`;
   }
 
+  /** A BullMQ job's hash (the worker counts fairness deferrals in it). */
+  bullJob(kind: QueueKind, id: string): string {
+    return `${this.bullPrefix}:${this.queue(kind)}:${id}`;
+  }
+
+  /** Sorted set of a client's calls accepted and not yet finished in one queue, scored by accept time. */
+  inFlight(clientId: string, kind: QueueKind): string {
+    return `${this.prefix}:inflight:${clientId}:${kind}`;
+  }
+
+  /** Sorted set of a client's calls running now in one queue (worker leases), scored by lease expiry. */
+  running(clientId: string, kind: QueueKind): string {
+    return `${this.prefix}:running:${clientId}:${kind}`;
+  }
+
   call(id: string): string {
     return `${this.prefix}:call:${id}`;
   }

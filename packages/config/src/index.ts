@@ -1,3 +1,3 @@
 export { loadConfig, parseConfig, ConfigError, sha256 } from './load.js';
-export { ConfigSchema } from './schema.js';
+export { ConfigSchema, CLIENT_LIMIT_DEFAULTS } from './schema.js';
 export type { Config, ClientConfig } from './schema.js';

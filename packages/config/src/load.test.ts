@@ -44,6 +44,7 @@ server:
       keySha256: sha256('a-very-long-secret-key'),
       tools: ['calculator', 'category:time'],
       rateLimit: { perMinute: 60 },
+      limits: { queued: 64, sandboxInFlight: 4 },
       admin: false,
       limits: {},
     });

@@ -6,6 +6,9 @@ function StringEnum<const T extends readonly string[]>(values: T, defaultValue: 
   return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], default: defaultValue });
 }
 
+/** Per-client fair-share defaults (docs/scheduling.md); the worker uses them for unknown clients. */
+export const CLIENT_LIMIT_DEFAULTS = { queued: 64, sandboxInFlight: 4 } as const;
+
 const ClientSchema = Type.Object(
   {
     id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' }),
@@ -17,14 +20,23 @@ const ClientSchema = Type.Object(
       { perMinute: Type.Integer({ minimum: 1, default: 600 }) },
       { additionalProperties: false, default: {} },
     ),
-    admin: Type.Boolean({ default: false }),
+    /**
+     * What this client may take of the shared backend: calls in flight (queued + running, both
+     * queues) and sandbox calls running at once (docs/scheduling.md), and its workspace size.
+     */
     limits: Type.Object(
       {
+        queued: Type.Integer({ minimum: 1, default: CLIENT_LIMIT_DEFAULTS.queued }),
+        sandboxInFlight: Type.Integer({
+          minimum: 1,
+          default: CLIENT_LIMIT_DEFAULTS.sandboxInFlight,
+        }),
         /** This client's workspace size, MiB; overrides sandbox.limits.workspaceMb. */
         workspaceMb: Type.Optional(Type.Integer({ minimum: 8 })),
       },
       { additionalProperties: false, default: {} },
     ),
+    admin: Type.Boolean({ default: false }),
   },
   { additionalProperties: false },
 );

@@ -1,6 +1,6 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { ClientConfig, Config } from '@toolgate/config';
-import { sha256 } from '@toolgate/config';
+import { CLIENT_LIMIT_DEFAULTS, sha256 } from '@toolgate/config';
 import { ToolScope } from '@toolgate/registry';
 
 export interface Client {
@@ -8,6 +8,8 @@ export interface Client {
   admin: boolean;
   scope: ToolScope;
   rateLimitPerMinute: number;
+  /** Fair share of the workers (docs/scheduling.md). */
+  limits: { queued: number; sandboxInFlight: number };
 }
 
 /**
@@ -27,6 +29,7 @@ export class Clients {
           admin: c.admin,
           scope: new ToolScope(c.tools),
           rateLimitPerMinute: c.rateLimit.perMinute,
+          limits: { queued: c.limits.queued, sandboxInFlight: c.limits.sandboxInFlight },
         },
       });
     }
@@ -66,7 +69,7 @@ export function resolveClients(config: Config): { clients: Clients; dev?: DevMod
     tools: ['*'],
     admin: true,
     rateLimit: { perMinute: 6000 },
-    limits: {},
+    limits: { ...CLIENT_LIMIT_DEFAULTS },
   };
   return { clients: new Clients([dev]), dev: { key } };
 }

@@ -14,6 +14,7 @@ export type ApiErrorCode =
   | 'payload_too_large'
   | 'rate_limited'
   | 'loop_limit'
+  | 'too_many_in_flight'
   | 'unavailable'
   | 'internal';
 
@@ -30,6 +31,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   payload_too_large: 413,
   rate_limited: 429,
   loop_limit: 429,
+  too_many_in_flight: 429,
   unavailable: 503,
   internal: 500,
 };

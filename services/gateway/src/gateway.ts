@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
 import {
+  Admission,
   Approvals,
   AuditLog,
   CallStore,
@@ -30,6 +31,12 @@ import { mcpRoutes } from './routes/mcp.js';
 import { statsRoutes } from './routes/stats.js';
 import { toolCallRoutes } from './routes/tool-calls.js';
 import { toolRoutes } from './routes/tools.js';
+
+/**
+ * How long a call may stay queued before its in-flight entry is taken for a lost one (its
+ * worker vanished without saying the call ended); the longest tool timeout is added to it.
+ */
+const STALE_QUEUE_WAIT_MS = 30 * 60_000;
 
 export interface GatewayOptions {
   config: Config;
@@ -64,6 +71,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const limits = new CallLimits(redis, keys, config.policy.loopGuard, (kind, client) =>
     metrics.limited.inc({ kind, client: client.id }),
   );
+  const longestTimeoutMs = Math.max(0, ...registry.list().map((t) => t.timeoutMs));
+  const admission = new Admission(redis, keys, STALE_QUEUE_WAIT_MS + longestTimeoutMs);
   const pipeline = new CallPipeline({
     redis,
     keys,
@@ -71,6 +80,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     dispatcher,
     registry,
     limits,
+    admission,
     approvals,
     audit,
     cache,

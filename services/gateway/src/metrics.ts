@@ -38,7 +38,7 @@ export function createMetrics() {
   });
   const limited = new Counter({
     name: 'toolgate_limited_total',
-    help: 'Calls refused by the rate limit (kind=rate) or the loop guard (kind=loop), by client',
+    help: 'Calls refused by the rate limit (kind=rate), the loop guard (kind=loop) or the limit on calls in flight (kind=in_flight), by client',
     labelNames: ['kind', 'client'] as const,
     registers: [registry],
   });

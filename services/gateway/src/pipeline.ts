@@ -5,6 +5,7 @@ import {
   finishedRecord,
   isRedisDown,
   liveWorkers,
+  type Admission,
   type Approvals,
   type AuditLog,
   type CallJob,
@@ -46,6 +47,8 @@ export interface PipelineOptions {
   dispatcher: Dispatcher;
   registry: ToolRegistry;
   limits: CallLimits;
+  /** Per-client calls in flight and the fair queue order (docs/scheduling.md). */
+  admission: Admission;
   approvals: Approvals;
   audit: AuditLog;
   cache: ResultCache;
@@ -59,11 +62,13 @@ export interface PipelineOptions {
 
 const LIVENESS_CACHE_MS = 1000;
 const UNAVAILABLE = 'Redis is unavailable; the call was not accepted';
+/** When a client over its calls in flight may try again: calls end at no predictable time. */
+const IN_FLIGHT_RETRY_SECONDS = 2;
 
 /**
  * One path for every call, whatever the dialect (SPEC §6): scope → rate limit → loop guard →
- * schema → approval → cache → enqueue → wait. Throws ApiError for problems with the request
- * itself; tool failures are outcomes.
+ * schema → approval → cache → admission (calls in flight) → enqueue → wait. Throws ApiError
+ * for problems with the request itself; tool failures are outcomes.
  */
 export class CallPipeline {
   private workersSeenAt = 0;
@@ -204,10 +209,17 @@ export class CallPipeline {
           this.o.metrics.approvalsParked.inc({ tool: tool.name });
           return { kind: 'accepted', id, status: 'pending_approval' };
         }
+        const admitted = await this.o.admission.admit(client.id, kind, id, client.limits.queued);
+        if (!admitted.admitted) throw this.tooManyInFlight(client, admitted.inFlight);
         outcome = req.wait
           ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
           : undefined;
-        await this.o.dispatcher.enqueue(job, kind);
+        try {
+          await this.o.dispatcher.enqueue(job, kind, admitted.priority);
+        } catch (err) {
+          await this.o.admission.release(client.id, kind, id).catch(() => undefined);
+          throw err;
+        }
       } catch (err) {
         // Not accepted: free the idempotency key so a retry can run the call.
         if (req.idempotencyKey) {
@@ -239,9 +251,29 @@ export class CallPipeline {
   async enqueueApproved(record: CallRecord, by: string): Promise<void> {
     const job = record.job;
     if (!job) throw new ApiError('internal', `approved call ${record.id} has no job`);
-    await guardRedis(
-      () => this.o.dispatcher.enqueue({ ...job, approvedBy: by }, record.queue),
-      this.o.redis,
+    await guardRedis(async () => {
+      // Counted in the client's calls in flight (and ordered by it), never refused: an admin
+      // decided it should run.
+      const priority = await this.o.admission.count(job.clientId, record.queue, job.id);
+      try {
+        await this.o.dispatcher.enqueue({ ...job, approvedBy: by }, record.queue, priority);
+      } catch (err) {
+        await this.o.admission.release(job.clientId, record.queue, job.id).catch(() => undefined);
+        throw err;
+      }
+    }, this.o.redis);
+  }
+
+  private tooManyInFlight(client: Client, inFlight: number): ApiError {
+    this.o.metrics.limited.inc({ kind: 'in_flight', client: client.id });
+    const limit = client.limits.queued;
+    return new ApiError(
+      'too_many_in_flight',
+      `client "${client.id}" already has ${inFlight} calls queued or running (its limit is ${limit}); retry when some have finished`,
+      {
+        headers: { 'Retry-After': String(IN_FLIGHT_RETRY_SECONDS) },
+        details: { limit, inFlight, retryAfterSeconds: IN_FLIGHT_RETRY_SECONDS },
+      },
     );
   }
 

@@ -25,6 +25,12 @@ export function createMetrics() {
     labelNames: ['queue'] as const,
     registers: [registry],
   });
+  const deferred = new Counter({
+    name: 'toolgate_fair_deferrals_total',
+    help: 'Calls put back in the queue because their client already ran its limits.sandboxInFlight calls, by queue and client',
+    labelNames: ['queue', 'client'] as const,
+    registers: [registry],
+  });
   const cacheLookups = new Counter({
     name: 'toolgate_cache_lookups_total',
     help: 'Result-cache lookups; the worker counts misses (calls of cacheable tools it had to run)',
@@ -66,6 +72,7 @@ export function createMetrics() {
     executions,
     executionDuration,
     inFlight,
+    deferred,
     cacheLookups,
     sandboxStart,
     sandboxRun,

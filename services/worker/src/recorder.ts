@@ -1,5 +1,6 @@
 import {
   finishedRecord,
+  type Admission,
   type AuditLog,
   type CallJob,
   type CallOutcome,
@@ -19,10 +20,13 @@ interface Finished {
   call: CallJob;
   kind: QueueKind;
   outcome: CallOutcome;
+  /** Also end the client's in-flight entry (when the worker did not at once). */
+  release: boolean;
 }
 
 /**
- * Writes what a finished call leaves behind — its record, audit entry, stats —
+ * Writes what a finished call leaves behind — its record, audit entry, stats, the end of its
+ * in-flight entry when nobody waited for it —
  * in batches: one Redis pipeline per MAX_DELAY_MS or MAX_BATCH calls. Off the caller's path
  * (the waiting gateway has the outcome from the worker's reply message), and a fraction of the commands and
  * syscalls of one transaction per call.
@@ -36,6 +40,7 @@ export class Recorder {
     private readonly o: {
       redis: Redis;
       store: CallStore;
+      admission: Admission;
       registry: ToolRegistry;
       audit: AuditLog;
       stats: Stats;
@@ -71,9 +76,10 @@ export class Recorder {
   }
 
   private async write(batch: Finished[]): Promise<void> {
-    const { redis, store, registry, audit, stats, metrics } = this.o;
+    const { redis, store, admission, registry, audit, stats, metrics } = this.o;
     const pipeline = redis.pipeline();
-    for (const { call, kind, outcome } of batch) {
+    for (const { call, kind, outcome, release } of batch) {
+      if (release) admission.releaseIn(pipeline, call.clientId, kind, call.id);
       store.addTo(pipeline, finishedRecord(call, kind, outcome));
       audit.addTo(
         pipeline,

@@ -1,13 +1,15 @@
 import { createServer, type Server } from 'node:http';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { Worker, type Job } from 'bullmq';
+import { DelayedError, Worker, type Job } from 'bullmq';
 import {
+  Admission,
   AuditLog,
   CallStore,
   Heartbeat,
   Keys,
   ResultCache,
+  RunLeases,
   Stats,
   createRedis,
   waitReady,
@@ -16,13 +18,19 @@ import {
   type CallOutcome,
   type QueueKind,
 } from '@toolgate/calls';
-import type { Config } from '@toolgate/config';
+import { CLIENT_LIMIT_DEFAULTS, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry, ToolServices } from '@toolgate/registry';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
 import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
+
+/** A lease outlives its call's timeout by this much before it counts as a dead worker's. */
+const LEASE_GRACE_MS = 60_000;
+/** First put-back delay of a call whose client is at its running cap; doubles, then jittered. */
+const DEFER_BASE_MS = 100;
+const DEFER_MAX_MS = 2000;
 
 export interface WorkerOptions {
   config: Config;
@@ -80,11 +88,16 @@ export function createWorker({
     log.warn({ workers: dead }, 'worker heartbeat stopped');
     onLostCalls?.();
   });
+  // Stale horizon is the gateway's business; the worker only removes entries.
+  const admission = new Admission(redis, keys, 0);
+  const leases = new RunLeases(redis, keys);
+  const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
   const shutdown = new AbortController();
   const workers: Worker[] = [];
   const recorder = new Recorder({
     redis,
     store,
+    admission,
     registry,
     audit,
     stats,
@@ -93,7 +106,45 @@ export function createWorker({
   });
   let metricsServer: Server | undefined;
 
-  function processCall(job: Job<CallJob>, kind: QueueKind): Promise<CallOutcome> {
+  async function processCall(
+    job: Job<CallJob>,
+    kind: QueueKind,
+    token: string | undefined,
+  ): Promise<CallOutcome> {
+    const call = job.data;
+    let deferrals = 0;
+    if (kind === 'sandbox') {
+      const cap = sandboxInFlight.get(call.clientId) ?? CLIENT_LIMIT_DEFAULTS.sandboxInFlight;
+      const leaseMs = (registry.get(call.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
+      const lease = await leases.acquire(call.clientId, kind, call.id, cap, leaseMs);
+      if (!lease.granted) {
+        // The client already runs its share: back to the queue (same priority) for a moment,
+        // leaving this slot to the next call, which is another client's if one is waiting.
+        metrics.deferred.inc({ queue: kind, client: call.clientId });
+        await job.moveToDelayed(Date.now() + deferDelayMs(lease.deferrals), token);
+        throw new DelayedError();
+      }
+      deferrals = lease.deferrals;
+    }
+    try {
+      return await traced(job, kind, deferrals);
+    } catch (err) {
+      // Failed outside the tool: the call is over for BullMQ, so it is over for the limits too.
+      release(call, kind).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Ends a call's in-flight entry and lease, and tells the waiting gateway: one round trip. */
+  function release(call: CallJob, kind: QueueKind, outcome?: CallOutcome): Promise<unknown> {
+    const done = redis.pipeline();
+    admission.releaseIn(done, call.clientId, kind, call.id);
+    if (kind === 'sandbox') leases.releaseIn(done, call.clientId, kind, call.id);
+    if (outcome && call.replyTo) done.publish(call.replyTo, JSON.stringify(outcome));
+    return done.exec();
+  }
+
+  function traced(job: Job<CallJob>, kind: QueueKind, deferrals: number): Promise<CallOutcome> {
     const call = job.data;
     return withSpan(
       'toolgate.execute',
@@ -108,7 +159,7 @@ export function createWorker({
         },
       },
       async (span) => {
-        const outcome = await execute(job, kind);
+        const outcome = await execute(job, kind, deferrals);
         span.setAttribute('toolgate.status', outcome.status);
         if (outcome.error) span.setAttribute('toolgate.error_code', outcome.error.code);
         return outcome;
@@ -116,7 +167,11 @@ export function createWorker({
     );
   }
 
-  async function execute(job: Job<CallJob>, kind: QueueKind): Promise<CallOutcome> {
+  async function execute(
+    job: Job<CallJob>,
+    kind: QueueKind,
+    deferrals: number,
+  ): Promise<CallOutcome> {
     const call = job.data;
     const tool = registry.get(call.tool);
     let outcome: CallOutcome;
@@ -128,7 +183,8 @@ export function createWorker({
           'unknown_tool',
           `this worker has no tool named "${call.tool}"`,
         );
-      } else if (job.attemptsStarted > 1 && !tool.idempotent) {
+      } else if (job.attemptsStarted - deferrals > 1 && !tool.idempotent) {
+        // (Each fairness deferral started the job once without running it.)
         // A worker died while running this call; running a non-idempotent tool twice could repeat its effects.
         outcome = errorOutcome(
           call,
@@ -150,11 +206,13 @@ export function createWorker({
       }
       // The record (the one stored copy, capped at calls.maxResultBytes), audit entry and
       // stats are written in batches alongside; until the record lands, GET /v1/calls reads
-      // the completed job as running.
-      recorder.add({ call, kind, outcome });
-      // The waiting gateway gets the whole outcome now: a message, not storage, bounded by
-      // the tools' own output limits.
-      if (call.replyTo) redis.publish(call.replyTo, JSON.stringify(outcome)).catch(() => undefined);
+      // the completed job as running. The waiting gateway gets the whole outcome now (a
+      // message, not storage, bounded by the tools' own output limits), and the client's
+      // in-flight entry and lease go in the same round trip, before the client can send its
+      // next call. Calls nobody waits for are released in the record batch.
+      const releaseNow = call.replyTo !== undefined || kind === 'sandbox';
+      recorder.add({ call, kind, outcome, release: !releaseNow });
+      if (releaseNow) release(call, kind, outcome).catch(() => undefined);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(
@@ -175,7 +233,7 @@ export function createWorker({
         const worker = new Worker<CallJob, CallDone>(
           keys.queue(kind),
           // The job's return value is a marker: the job hash keeps no copy of the result.
-          (job) => processCall(job, kind).then(({ status }) => ({ status })),
+          (job, token) => processCall(job, kind, token).then(({ status }) => ({ status })),
           {
             connection: createRedis(config.redis.url, 'blocking'),
             prefix: keys.bullPrefix,
@@ -194,9 +252,11 @@ export function createWorker({
           onLostCalls?.();
         });
         worker.on('error', (err) => log.warn({ err: err.message, queue: kind }, 'queue error'));
-        worker.on('failed', (job, err) =>
-          log.error({ callId: job?.id, err: err.message }, 'job failed outside the tool'),
-        );
+        worker.on('failed', (job, err) => {
+          log.error({ callId: job?.id, err: err.message }, 'job failed outside the tool');
+          // Also a job that stalled twice (its workers died): it will not run again.
+          if (job) release(job.data, kind).catch(() => undefined);
+        });
         workers.push(worker);
       }
       await Promise.all(workers.map((w) => w.waitUntilReady()));
@@ -246,6 +306,12 @@ export function createWorker({
       log.info('worker stopped');
     },
   };
+}
+
+/** Doubling with the deferrals so far, capped, plus up to as much again of jitter. */
+function deferDelayMs(deferrals: number): number {
+  const base = Math.min(DEFER_MAX_MS, DEFER_BASE_MS * 2 ** Math.min(deferrals, 10));
+  return Math.round(base + Math.random() * base);
 }
 
 function errorOutcome(call: CallJob, code: string, message: string): CallOutcome {

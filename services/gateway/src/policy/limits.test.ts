@@ -19,6 +19,7 @@ const client = (perMinute: number): Client => ({
   admin: false,
   scope: new ToolScope(['*']),
   rateLimitPerMinute: perMinute,
+  limits: { queued: 64, sandboxInFlight: 4 },
 });
 async function allowed(limits: CallLimits, c: Client): Promise<boolean> {
   try {

@@ -43,6 +43,7 @@ const TOOL_LEVEL_ERRORS = new Set([
   'rate_limited',
   'loop_limit',
   'idempotency_mismatch',
+  'too_many_in_flight',
 ]);
 
 export function mcpRoutes({ registry, pipeline, version = '0.1.0' }: McpDeps): Router {

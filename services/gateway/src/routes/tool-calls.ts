@@ -10,6 +10,9 @@ const MAX_CALLS = 64;
  * POST /v1/tool-calls: what a model produced → what goes back to it, same dialect. Calls run
  * in parallel; a bad call gets an error in its own slot and the others still run.
  */
+/** Refusals that concern the whole request, answered as the request's own error (with Retry-After). */
+const REQUEST_LEVEL = new Set(['unavailable', 'rate_limited', 'too_many_in_flight']);
+
 export function toolCallRoutes(pipeline: CallPipeline): Router {
   const router = Router();
   router.post('/v1/tool-calls', async (req, res) => {
@@ -67,10 +70,9 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
           });
           return { call, response };
         } catch (err) {
-          // Trouble with the whole request (Redis down, client over its rate) fails the request;
-          // anything about this one call goes in its slot for the model to read.
-          if (err instanceof ApiError && err.code !== 'unavailable' && err.code !== 'rate_limited')
-            return { call, error: err };
+          // Trouble with the whole request (Redis down, client over its rate or its calls in
+          // flight) fails the request; anything about this one call goes in its slot for the model to read.
+          if (err instanceof ApiError && !REQUEST_LEVEL.has(err.code)) return { call, error: err };
           throw err;
         }
       }),

@@ -46,7 +46,6 @@ server:
       rateLimit: { perMinute: 60 },
       limits: { queued: 64, sandboxInFlight: 4 },
       admin: false,
-      limits: {},
     });
     expect(config.clients[0]).not.toHaveProperty('key');
     expect(config.clients[1]).toMatchObject({

@@ -16,7 +16,8 @@ import type { Tool, ToolRegistry } from '@toolgate/registry';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
 import { checkBodyShape } from './body-limits.js';
-import { authenticate, errorHandler, notFound } from './http.js';
+import { authenticate, chargeRequests, errorHandler, notFound } from './http.js';
+import { AuthFailures } from './policy/auth-failures.js';
 import { checkShellCommand, shellPolicyError } from '@toolgate/tools';
 import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
@@ -57,7 +58,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const approvalTools = new Set(config.policy.approval.tools);
   const requiresApproval = (tool: Tool) => tool.requiresApproval || approvalTools.has(tool.name);
   const approvals = new Approvals(redis, keys, store, config.policy.approval.ttlSeconds);
-  const audit = new AuditLog(redis, keys, config.audit.maxEntries);
+  const audit = new AuditLog(redis, keys, config.audit);
   const cache = new ResultCache(redis, keys);
   const stats = new Stats(redis, keys);
   const limits = new CallLimits(
@@ -146,6 +147,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  app.set('trust proxy', config.server.trustProxy);
   const debug = log.isLevelEnabled('debug');
   app.use((req, res, next) => {
     const started = debug ? performance.now() : 0;
@@ -165,7 +167,14 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.get('/metrics', async (_req, res) => {
     res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
   });
-  app.use(authenticate(clients));
+  const authFailures = new AuthFailures(
+    redis,
+    keys.authFailures,
+    config.policy.authFailures.perMinute,
+    () => metrics.limited.inc({ kind: 'auth', client: '(unauthenticated)' }),
+  );
+  app.use(authenticate(clients, authFailures));
+  app.use(chargeRequests(limits, redis, audit)); // before the body is read
   app.use(express.json({ limit: config.server.bodyLimitBytes, strict: false, type: () => true }));
   app.use(checkBodyShape);
   app.use(executeRoutes(pipeline)); // the hot route first

@@ -23,7 +23,7 @@ let redis: Redis;
 beforeAll(async () => {
   stack = await startStack({
     config: {
-      audit: { maxEntriesPerClient: 100 },
+      audit: { maxEntriesPerClient: 100, maxEntryBytes: 2048 },
       clients: [
         { id: 'alice', key: KEYS.alice, tools: ['*'], rateLimit: { perMinute: 100_000 } },
         { id: 'bob', key: KEYS.bob, tools: ['*'], rateLimit: { perMinute: 100_000 } },
@@ -89,7 +89,7 @@ describe('audit entries', () => {
     // so this one has slack; before the cap the same requests added about 40 MB).
     expect((await streamBytes()) - streamsBefore).toBeLessThan(1 << 20);
     expect((await usedMemory()) - before).toBeLessThan(4 << 20);
-    for (const e of refused) expect(Buffer.byteLength(JSON.stringify(e))).toBeLessThanOrEqual(4096);
+    for (const e of refused) expect(Buffer.byteLength(JSON.stringify(e))).toBeLessThanOrEqual(2048);
   });
 
   it('an entry over the cap is stored cut, with truncated: true', async () => {
@@ -118,7 +118,7 @@ describe('audit entries', () => {
       'COUNT',
       1,
     )) as [string, string[]][];
-    expect(Buffer.byteLength(fields[1]!)).toBeLessThanOrEqual(4096);
+    expect(Buffer.byteLength(fields[1]!)).toBeLessThanOrEqual(2048);
   });
 });
 

@@ -150,3 +150,20 @@ describe('requests with a missing or unknown key', () => {
     expect(await valid.json()).toMatchObject({ status: 'ok', result: 4 });
   });
 });
+
+describe('body limits', () => {
+  it('an object with more than 10,000 keys is invalid_json (it would cost too much to walk)', async () => {
+    const keys = (n: number) =>
+      Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, 0]));
+    const over = await stack.call('/tools/calculator/execute', {
+      json: { expression: '1', x: keys(10_001) },
+    });
+    expect(over.status).toBe(400);
+    expect((await over.json()).error).toMatchObject({
+      code: 'invalid_json',
+      message: expect.stringContaining('more than 10000 keys'),
+    });
+    const under = await stack.call('/tools/calculator/execute', { json: keys(10_000) });
+    expect((await under.json()).error.code).toBe('invalid_arguments');
+  });
+});

@@ -1,6 +1,6 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import type { Keys } from './keys.js';
-import { redact } from './redact.js';
+import { maskText, redact } from './redact.js';
 
 export interface AuditEntry {
   at: string;
@@ -36,6 +36,8 @@ export interface AuditLimits {
 
 /** Rows read per stream per round trip when merging, and rows looked at per query at most. */
 const PAGE = 200;
+/** Characters of a reason kept (and scanned for secrets). */
+const MAX_REASON = 1000;
 const MAX_SCANNED = 10_000;
 
 /**
@@ -51,11 +53,13 @@ export class AuditLog {
   ) {}
 
   entry(fields: Omit<AuditEntry, 'at' | 'args'> & { args?: unknown }): AuditEntry {
-    const { args, ...rest } = fields;
+    const { args, reason, ...rest } = fields;
     return {
       at: new Date().toISOString(),
       ...rest,
       ...(args === undefined ? {} : { args: redact(args) }),
+      // Error messages can quote what the client sent: masked like any text, and cut.
+      ...(reason === undefined ? {} : { reason: maskText(cut(reason, MAX_REASON)!) }),
     };
   }
 

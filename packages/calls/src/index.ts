@@ -7,7 +7,7 @@ export { Approvals } from './approvals.js';
 export { AuditLog } from './audit.js';
 export { ResultCache } from './cache.js';
 export { Stats, percentile } from './stats.js';
-export { redact } from './redact.js';
+export { maskText, redact } from './redact.js';
 export type { Decision } from './approvals.js';
 export type { AuditEntry, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';

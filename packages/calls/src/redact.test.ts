@@ -186,6 +186,35 @@ describe('redact budget', () => {
     expect(Buffer.byteLength(out)).toBeLessThan(4096);
   });
 
+  it('adversarial text costs no backtracking blow-up', () => {
+    const texts = [
+      'a'.repeat(MB),
+      'a:'.repeat(MB / 2),
+      'password'.repeat(MB / 8),
+      'password:'.repeat(MB / 9),
+      '\\"password\\":'.repeat(MB / 14),
+      'https://'.repeat(MB / 8),
+      `https://${'a'.repeat(MB)}`,
+      `https://u:${'p'.repeat(MB)}`,
+      `-----BEGIN ${'A '.repeat(MB / 2)}`,
+      `-----BEGIN PRIVATE KEY-----${'A'.repeat(MB)}`,
+      'bearer '.repeat(MB / 7),
+      'eyJ'.repeat(MB / 3),
+      `eyJ${'a'.repeat(20)}.`.repeat(MB / 24),
+      'sk-'.repeat(MB / 3),
+      ' '.repeat(MB),
+    ];
+    for (const text of texts) {
+      let best = Infinity;
+      for (let i = 0; i < 3; i++) {
+        const t = performance.now();
+        redact({ text });
+        best = Math.min(best, performance.now() - t);
+      }
+      expect(best, text.slice(0, 30)).toBeLessThan(5);
+    }
+  });
+
   it('200,000 keys: output still bounded', () => {
     const value = Object.fromEntries(Array.from({ length: 200_000 }, (_, i) => [`k${i}`, i]));
     const out = JSON.stringify(redact(value));

@@ -106,9 +106,10 @@ export const TEXT_RULES: readonly RedactionRule[] = [
  * `name: value` / `name=value` / `"name": "value"` in text (header lines, query strings, form
  * bodies, JSON inside a string field, JSON escaped once more). Only the name and separator are
  * matched here, so scanning goes on inside values of harmless names; the value of a secret name
- * is then taken by VALUE from where the separator ends.
+ * is then taken by VALUE from where the separator ends. A name starts where a run of name
+ * characters starts (the lookbehind), so each run is tried once: linear in the text.
  */
-const NAME_SEP = /(\\{0,3}["']|)([A-Za-z0-9_.-]{1,64})\1\s{0,16}[:=]\s{0,16}/g;
+const NAME_SEP = /(\\{0,3}["']|)(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]{1,128})\1\s{0,16}[:=]\s{0,16}/g;
 /** A value: double-quoted with escapes, single-quoted, behind an escaped quote, or bare. */
 const VALUE =
   /(")((?:[^"\\\n]|\\.){0,4096})|(')([^'\n]{0,4096})|(\\{1,3}["'])([^"'\\\n]{0,4096})|()([^\s"'\\,;&}\])]{1,4096})/y;
@@ -125,6 +126,8 @@ const MAX_OUTPUT = 3000;
 
 /** Masks every secret the rules recognise in `text` (any length: callers pass a bounded slice). */
 export function maskText(text: string): string {
+  // Every shape above is at least 14 characters, and a named value needs ":" or "=".
+  if (text.length < 14 && !text.includes(':') && !text.includes('=')) return text;
   let out = text;
   for (const rule of TEXT_RULES) out = out.replace(rule.pattern, rule.replace);
   // After the shapes: a named value masked first would hide "Bearer" from its rule.

@@ -1,6 +1,6 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import type { Keys } from './keys.js';
-import { redact } from './redact.js';
+import { maskText, redact } from './redact.js';
 
 export interface AuditEntry {
   at: string;
@@ -11,11 +11,13 @@ export interface AuditEntry {
   status: string;
   callId?: string;
   durationMs?: number;
-  /** Redacted. */
+  /** Redacted; when the entry was over the size cap, a cut JSON text of the redacted args. */
   args?: unknown;
   /** For approvals: the admin client that decided. */
   by?: string;
   reason?: string;
+  /** The entry was over `audit.maxEntryBytes` and was cut to fit. */
+  truncated?: true;
 }
 
 export interface AuditQuery {
@@ -25,59 +27,187 @@ export interface AuditQuery {
   event?: AuditEntry['event'];
 }
 
-/** Who called what, when, with what result: a capped Redis stream, newest first on read. */
+export interface AuditLimits {
+  /** Entries kept in each client's stream (approximately: Redis trims whole nodes). */
+  maxEntriesPerClient: number;
+  /** Hard cap on one serialized entry, keys and values together, in bytes. */
+  maxEntryBytes: number;
+}
+
+/** Rows read per stream per round trip when merging, and rows looked at per query at most. */
+const PAGE = 200;
+/** Characters of a reason kept (and scanned for secrets). */
+const MAX_REASON = 1000;
+const MAX_SCANNED = 10_000;
+
+/**
+ * Who called what, when, with what result: one capped Redis stream per client
+ * (`Keys.audit(client)`), so a client flooding refusals only pushes out its own history. Reads
+ * merge the streams newest first by stream id (Redis's clock, so one order across writers).
+ */
 export class AuditLog {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
-    private readonly maxEntries: number,
+    private readonly limits: AuditLimits,
   ) {}
 
   entry(fields: Omit<AuditEntry, 'at' | 'args'> & { args?: unknown }): AuditEntry {
-    const { args, ...rest } = fields;
+    const { args, reason, ...rest } = fields;
     return {
       at: new Date().toISOString(),
       ...rest,
       ...(args === undefined ? {} : { args: redact(args) }),
+      // Error messages can quote what the client sent: masked like any text, and cut.
+      ...(reason === undefined ? {} : { reason: maskText(cut(reason, MAX_REASON)!) }),
     };
   }
 
   /** Adds to a MULTI/pipeline the caller is building (one round trip with the call's other writes). */
   addTo(multi: ChainableCommander, entry: AuditEntry): void {
-    multi.xadd(this.keys.audit, 'MAXLEN', '~', this.maxEntries, '*', 'e', JSON.stringify(entry));
+    multi.xadd(
+      this.keys.audit(entry.client),
+      'MAXLEN',
+      '~',
+      this.limits.maxEntriesPerClient,
+      '*',
+      'e',
+      this.serialize(entry),
+    );
+    multi.sadd(this.keys.auditClients, entry.client);
   }
 
   async append(entry: AuditEntry): Promise<void> {
-    await this.redis.xadd(
-      this.keys.audit,
-      'MAXLEN',
-      '~',
-      this.maxEntries,
-      '*',
-      'e',
-      JSON.stringify(entry),
-    );
+    const pipeline = this.redis.pipeline();
+    this.addTo(pipeline, entry);
+    const failed = ((await pipeline.exec()) ?? []).find(([err]) => err);
+    if (failed) throw failed[0];
+  }
+
+  /** The entry as stored: its JSON, or a cut copy marked `truncated` when over the byte cap. */
+  serialize(entry: AuditEntry): string {
+    const json = JSON.stringify(entry);
+    const max = this.limits.maxEntryBytes;
+    // A UTF-16 unit is at most 3 bytes of UTF-8: most entries skip the byte count.
+    if (json.length * 3 <= max || Buffer.byteLength(json) <= max) return json;
+    return truncate(entry, max);
   }
 
   async recent(query: AuditQuery = {}): Promise<AuditEntry[]> {
     const limit = query.limit ?? 100;
+    const clients = query.client
+      ? [query.client]
+      : await this.redis.smembers(this.keys.auditClients);
+    const cursors: Cursor[] = clients.map((c) => ({
+      key: this.keys.audit(c),
+      rows: [],
+      next: 0,
+      end: '+',
+      more: true,
+    }));
     const out: AuditEntry[] = [];
-    let end = '+';
-    // Filters apply after reading, so page through until enough match or the stream ends.
-    for (let page = 0; page < 20 && out.length < limit; page++) {
-      const rows = await this.redis.xrevrange(this.keys.audit, end, '-', 'COUNT', 500);
-      if (rows.length === 0) break;
-      for (const [id, fields] of rows) {
-        end = `(${id}`;
-        const entry = JSON.parse(fields[1] ?? '{}') as AuditEntry;
-        if (query.client && entry.client !== query.client) continue;
-        if (query.tool && entry.tool !== query.tool) continue;
-        if (query.event && entry.event !== query.event) continue;
-        out.push(entry);
-        if (out.length >= limit) break;
+    // Filters apply after reading: merge until enough match, the streams end, or the scan cap.
+    for (let scanned = 0; out.length < limit && scanned < MAX_SCANNED; scanned++) {
+      await this.refill(cursors);
+      let newest: Cursor | undefined;
+      for (const c of cursors) {
+        if (
+          c.next < c.rows.length &&
+          (!newest || newer(c.rows[c.next]![0], newest.rows[newest.next]![0]))
+        )
+          newest = c;
       }
-      if (rows.length < 500) break;
+      if (!newest) break;
+      const [, fields] = newest.rows[newest.next++]!;
+      const entry = JSON.parse(fields[1] ?? '{}') as AuditEntry;
+      if (query.client && entry.client !== query.client) continue;
+      if (query.tool && entry.tool !== query.tool) continue;
+      if (query.event && entry.event !== query.event) continue;
+      out.push(entry);
     }
     return out;
   }
+
+  /** Reads the next page of every stream whose rows ran out, in one round trip. */
+  private async refill(cursors: Cursor[]): Promise<void> {
+    const empty = cursors.filter((c) => c.more && c.next >= c.rows.length);
+    if (empty.length === 0) return;
+    const pipeline = this.redis.pipeline();
+    for (const c of empty) pipeline.xrevrange(c.key, c.end, '-', 'COUNT', PAGE);
+    const results = (await pipeline.exec()) ?? [];
+    empty.forEach((c, i) => {
+      const [err, rows] = results[i] ?? [new Error('no reply')];
+      if (err) throw err;
+      c.rows = rows as [string, string[]][];
+      c.next = 0;
+      c.more = c.rows.length === PAGE;
+      if (c.rows.length > 0) c.end = `(${c.rows.at(-1)![0]}`;
+    });
+  }
+}
+
+interface Cursor {
+  key: string;
+  rows: [string, string[]][];
+  next: number;
+  /** Exclusive upper bound for the next page. */
+  end: string;
+  /** False once a page came back short. */
+  more: boolean;
+}
+
+/** Stream ids are `<ms>-<seq>`; compare as numbers, not text ("10-0" > "9-0"). */
+function newer(a: string, b: string): boolean {
+  const [am = 0, as = 0] = a.split('-').map(Number);
+  const [bm = 0, bs = 0] = b.split('-').map(Number);
+  return am !== bm ? am > bm : as > bs;
+}
+
+function cut(text: string | undefined, chars: number): string | undefined {
+  if (text === undefined) return undefined;
+  return text.length > chars ? `${text.slice(0, chars)}…` : text;
+}
+
+/**
+ * A copy of an oversized entry that fits in `max` bytes: the short fields cut to fixed
+ * lengths, the arguments kept as a cut JSON text in the room left, `truncated: true`.
+ */
+function truncate(entry: AuditEntry, max: number): string {
+  const head: AuditEntry = {
+    at: entry.at,
+    event: entry.event,
+    client: cut(entry.client, 64)!,
+    tool: cut(entry.tool, 128)!,
+    status: cut(entry.status, 64)!,
+    ...(entry.callId === undefined ? {} : { callId: cut(entry.callId, 64)! }),
+    ...(entry.durationMs === undefined ? {} : { durationMs: entry.durationMs }),
+    ...(entry.by === undefined ? {} : { by: cut(entry.by, 64)! }),
+    ...(entry.reason === undefined ? {} : { reason: cut(entry.reason, 256)! }),
+    truncated: true,
+  };
+  let json = JSON.stringify(head);
+  const room = max - Buffer.byteLength(json) - ',"args":'.length;
+  const text = entry.args === undefined ? undefined : JSON.stringify(entry.args);
+  if (text !== undefined && room > 16) {
+    // JSON escaping and multi-byte characters make bytes ≠ characters: shrink until it fits.
+    let chars = room;
+    for (let i = 0; i < 8 && chars > 0; i++) {
+      const candidate = JSON.stringify({ ...head, args: `${text.slice(0, chars)}…` });
+      const bytes = Buffer.byteLength(candidate);
+      if (bytes <= max) return candidate;
+      chars = Math.floor((chars * max) / bytes) - 8;
+    }
+  }
+  if (Buffer.byteLength(json) > max) {
+    // Only a pathological mix of multi-byte text in every field gets here.
+    json = JSON.stringify({
+      at: head.at,
+      event: head.event,
+      client: head.client,
+      tool: cut(head.tool, 16),
+      status: cut(head.status, 16),
+      truncated: true,
+    });
+  }
+  return json;
 }

@@ -10,7 +10,7 @@ export { Approvals } from './approvals.js';
 export { AuditLog } from './audit.js';
 export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, percentile } from './stats.js';
-export { redact } from './redact.js';
+export { maskText, redact } from './redact.js';
 export { WorkspaceResets } from './workspace-resets.js';
 export type { AdmitResult } from './admission.js';
 export type { LeaseResult } from './leases.js';

@@ -61,8 +61,19 @@ export class Keys {
     return `${this.prefix}:reply:${gatewayId}`;
   }
 
-  get audit(): string {
-    return `${this.prefix}:audit`;
+  /** One audit stream per client, each capped on its own: a flood evicts only its sender's history. */
+  audit(clientId: string): string {
+    return `${this.prefix}:audit:${clientId}`;
+  }
+
+  /** Set of the client ids that have an audit stream (the merged view reads each of them). */
+  get auditClients(): string {
+    return `${this.prefix}:audit-clients`;
+  }
+
+  /** Key prefix of the per-address counter of requests with a missing or unknown key. */
+  get authFailures(): string {
+    return `${this.prefix}:authfail`;
   }
 
   /** Sorted set of pending approvals, scored by expiry time. */
@@ -122,7 +133,4 @@ export class Keys {
     const entries = `${this.prefix}:memory:{${clientId}}`;
     return { entries, version: `${entries}:v` };
   }
-
-  // Per-client audit streams and per-client in-flight counters are added here by the
-  // audit and fairness changes (see docs/redis-keys.md).
 }

@@ -54,6 +54,14 @@ export const ConfigSchema = Type.Object(
         syncWaitGraceMs: Type.Integer({ minimum: 0, default: 5000 }),
         /** How often a gateway expires pending approvals and counts expired cache entries. */
         sweepIntervalMs: Type.Integer({ minimum: 100, default: 5000 }),
+        /**
+         * Express `trust proxy`: false = the source address is the socket's peer (behind a proxy,
+         * the proxy's); a hop count or the proxies' addresses/subnets to read X-Forwarded-For.
+         */
+        trustProxy: Type.Union(
+          [Type.Boolean(), Type.Integer({ minimum: 0 }), Type.Array(Type.String({ minLength: 1 }))],
+          { default: false },
+        ),
       },
       closed,
     ),
@@ -75,6 +83,8 @@ export const ConfigSchema = Type.Object(
           },
           closed,
         ),
+        /** Requests with a missing or unknown key, per source address, before 429. */
+        authFailures: Type.Object({ perMinute: Type.Integer({ minimum: 1, default: 60 }) }, closed),
         approval: Type.Object(
           {
             tools: Type.Array(Type.String(), { default: [] }),
@@ -117,8 +127,10 @@ export const ConfigSchema = Type.Object(
     ),
     audit: Type.Object(
       {
-        /** Audit entries kept (oldest dropped first). */
-        maxEntries: Type.Integer({ minimum: 100, default: 10_000 }),
+        /** Audit entries kept per client (each client has its own stream; oldest dropped first). */
+        maxEntriesPerClient: Type.Integer({ minimum: 100, default: 5000 }),
+        /** Hard cap on one stored entry (JSON, keys and values); bigger ones are cut, `truncated: true`. */
+        maxEntryBytes: Type.Integer({ minimum: 1024, maximum: 65_536, default: 4096 }),
       },
       closed,
     ),

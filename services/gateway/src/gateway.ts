@@ -18,7 +18,8 @@ import type { Tool, ToolRegistry } from '@toolgate/registry';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
 import { checkBodyShape, verifyBodyKeys } from './body-limits.js';
-import { authenticate, errorHandler, notFound } from './http.js';
+import { authenticate, chargeRequests, errorHandler, notFound } from './http.js';
+import { AuthFailures } from './policy/auth-failures.js';
 import { checkShellCommand, shellPolicyError } from '@toolgate/tools';
 import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
@@ -65,7 +66,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const approvalTools = new Set(config.policy.approval.tools);
   const requiresApproval = (tool: Tool) => tool.requiresApproval || approvalTools.has(tool.name);
   const approvals = new Approvals(redis, keys, store, config.policy.approval.ttlSeconds);
-  const audit = new AuditLog(redis, keys, config.audit.maxEntries);
+  const audit = new AuditLog(redis, keys, config.audit);
   const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
   const stats = new Stats(redis, keys);
   const limits = new CallLimits(redis, keys, config.policy.loopGuard, (kind, client) =>
@@ -154,6 +155,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  app.set('trust proxy', config.server.trustProxy);
   const debug = log.isLevelEnabled('debug');
   app.use((req, res, next) => {
     const started = debug ? performance.now() : 0;
@@ -173,7 +175,14 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.get('/metrics', async (_req, res) => {
     res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
   });
-  app.use(authenticate(clients));
+  const authFailures = new AuthFailures(
+    redis,
+    keys.authFailures,
+    config.policy.authFailures.perMinute,
+    () => metrics.limited.inc({ kind: 'auth', client: '(unauthenticated)' }),
+  );
+  app.use(authenticate(clients, authFailures));
+  app.use(chargeRequests(limits, redis, audit)); // before the body is read
   app.use(
     express.json({
       limit: config.server.bodyLimitBytes,

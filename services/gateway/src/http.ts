@@ -1,20 +1,28 @@
+import type { AuditLog } from '@toolgate/calls';
 import type { NextFunction, Request, Response } from 'express';
+import type { Redis } from 'ioredis';
 import type { Client, Clients } from './clients.js';
 import { ApiError } from './errors.js';
+import type { AuthFailures } from './policy/auth-failures.js';
+import { Prepaid, type CallLimits } from './policy/limits.js';
 
-/** Bearer-key auth; the client lands in `res.locals.client`. */
-export function authenticate(clients: Clients) {
+/**
+ * Bearer-key auth; the client lands in `res.locals.client`. A missing or unknown key is
+ * counted against the source address (`req.ip`: the socket's peer unless `server.trustProxy`)
+ * and answered 401, or 429 once the address is over its budget.
+ */
+export function authenticate(clients: Clients, failures?: AuthFailures) {
   return (req: Request, res: Response, next: NextFunction): void => {
     const header = req.get('authorization') ?? '';
     const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
     const client = m ? clients.authenticate(m[1]!) : undefined;
     if (!client) {
-      next(
-        new ApiError(
-          'unauthorized',
-          m ? 'unknown API key' : 'missing "Authorization: Bearer <key>" header',
-        ),
+      const unauthorized = new ApiError(
+        'unauthorized',
+        m ? 'unknown API key' : 'missing "Authorization: Bearer <key>" header',
       );
+      if (!failures) return next(unauthorized);
+      failures.fail(req.ip ?? req.socket.remoteAddress ?? 'unknown', unauthorized).then(next, next);
       return;
     }
     res.locals.client = client;
@@ -22,8 +30,51 @@ export function authenticate(clients: Clients) {
   };
 }
 
+/**
+ * Every authenticated request costs one call of its client's rate, charged here, before the
+ * body is read or anything else is done; a client over its rate gets 429 for any request. The
+ * tool call the request then makes uses this charge (`Prepaid`). Usually no Redis round trip:
+ * the rate is counted in slices. With Redis unreachable the request goes on uncharged (listings
+ * still work; calls need Redis and are refused further on).
+ */
+export function chargeRequests(limits: CallLimits, redis: Redis, audit: AuditLog) {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    if (redis.status !== 'ready') return next();
+    const client = clientOf(res);
+    limits.consume(client, 1).then(
+      () => {
+        res.locals.prepaid = new Prepaid();
+        next();
+      },
+      (err: unknown) => {
+        if (!(err instanceof ApiError)) return next(); // Redis trouble: as if unreachable
+        if (limits.firstRefusal(client, err)) {
+          const tool = /^\/tools\/([^/]{1,128})\/execute$/.exec(req.path)?.[1] ?? '-';
+          audit
+            .append(
+              audit.entry({
+                event: 'refused',
+                client: client.id,
+                tool,
+                status: err.code,
+                reason: `${req.method} ${req.path.slice(0, 200)}: ${err.message}`,
+              }),
+            )
+            .catch(() => undefined);
+        }
+        next(err);
+      },
+    );
+  };
+}
+
 export function clientOf(res: Response): Client {
   return res.locals.client as Client;
+}
+
+/** The call this request paid for at the door, if it was charged there. */
+export function prepaidOf(res: Response): Prepaid | undefined {
+  return res.locals.prepaid as Prepaid | undefined;
 }
 
 export function requireAdmin(_req: Request, res: Response, next: NextFunction): void {

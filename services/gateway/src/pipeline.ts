@@ -24,7 +24,7 @@ import type { Redis } from 'ioredis';
 import type { Client } from './clients.js';
 import { ApiError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
-import type { CallLimits } from './policy/limits.js';
+import type { CallLimits, Prepaid } from './policy/limits.js';
 
 export interface CallRequest {
   tool: string;
@@ -33,6 +33,8 @@ export interface CallRequest {
   wait: boolean;
   idempotencyKey?: string;
   conversationId?: string;
+  /** What the request already paid at the door (`chargeRequests`); absent: the call pays. */
+  prepaid?: Prepaid;
 }
 
 /** A finished call (200), or an accepted one still in flight or parked (202). */
@@ -115,20 +117,23 @@ export class CallPipeline {
           client: client.id,
           status: err.code,
         });
-        if (err.code !== 'unavailable') this.auditRefusal(client, req, err);
+        if (err.code !== 'unavailable' && this.o.limits.firstRefusal(client, err))
+          this.auditRefusal(client, req, err);
       }
       throw err;
     }
   }
 
   private async run(client: Client, req: CallRequest): Promise<CallResponse> {
-    const tool = this.o.registry.get(req.tool);
-    if (!tool) throw new ApiError('unknown_tool', `no tool named "${req.tool}"`);
-    if (!client.scope.allows(tool)) {
-      throw new ApiError('forbidden', `client "${client.id}" may not call "${tool.name}"`);
-    }
     return guardRedis(async () => {
-      await this.o.limits.consume(client, 1, req.conversationId);
+      // Every call costs one from the client's rate, refused or not; a request's first call
+      // was paid at the door.
+      await this.o.limits.consume(client, 1, req.conversationId, req.prepaid);
+      const tool = this.o.registry.get(req.tool);
+      if (!tool) throw new ApiError('unknown_tool', `no tool named "${req.tool}"`);
+      if (!client.scope.allows(tool)) {
+        throw new ApiError('forbidden', `client "${client.id}" may not call "${tool.name}"`);
+      }
       if (typeof req.args !== 'object' || req.args === null || Array.isArray(req.args)) {
         throw new ApiError('invalid_json', 'the arguments must be a JSON object');
       }
@@ -346,7 +351,7 @@ export class CallPipeline {
     const entry = this.o.audit.entry({
       event: 'refused',
       client: client.id,
-      tool: req.tool,
+      tool: req.tool.length > 128 ? `${req.tool.slice(0, 128)}…` : req.tool,
       status: err.code,
       args: req.args,
       reason: err.message,

@@ -80,7 +80,7 @@ export function createWorker({
   const keys = new Keys(config.redis.prefix);
   const redis = createRedis(config.redis.url, 'blocking');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
-  const audit = new AuditLog(redis, keys, config.audit.maxEntries);
+  const audit = new AuditLog(redis, keys, config.audit);
   const stats = new Stats(redis, keys);
   const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
   const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);

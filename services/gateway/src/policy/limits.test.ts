@@ -5,7 +5,7 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
-import { CallLimits, sliceSize } from './limits.js';
+import { CallLimits, Prepaid, sliceSize } from './limits.js';
 
 let redis: Redis;
 beforeAll(() => {
@@ -69,5 +69,21 @@ describe('rate limit slices', () => {
     const results: boolean[] = [];
     for (let i = 0; i < 7; i++) results.push(await allowed(limits, c));
     expect(results).toEqual([true, true, true, true, true, false, false]);
+  });
+});
+
+describe('prepaid calls', () => {
+  it('a call the request paid at the door is not charged again; the loop guard still counts it', async () => {
+    const prefix = `lim-${randomUUID()}`;
+    const limits = new CallLimits(redis, prefix, { maxCalls: 2, windowSeconds: 60 });
+    const c = client(10);
+    await limits.consume(c, 1); // the door
+    const prepaid = new Prepaid();
+    await limits.consume(c, 1, 'conv', prepaid); // the request's first call: covered
+    await limits.consume(c, 1, 'conv', prepaid); // a second call in the same request: charged
+    expect(await redis.get(`${prefix}:rate:10:${c.id}`)).toBe('2');
+    await expect(limits.consume(c, 1, 'conv', new Prepaid())).rejects.toMatchObject({
+      code: 'loop_limit',
+    });
   });
 });

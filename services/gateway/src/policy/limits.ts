@@ -23,6 +23,23 @@ interface Budget {
 }
 
 /**
+ * The call a request paid for at the door. Every authenticated request costs one call of its
+ * client's rate before its body is read (`chargeRequests`); the first tool call the request
+ * makes uses that one up, the others are charged as they come, so a request costs
+ * max(1, its tool calls).
+ */
+export class Prepaid {
+  private left = 1;
+
+  /** How many of `calls` are still to be charged. */
+  cover(calls: number): number {
+    const covered = Math.min(this.left, calls);
+    this.left -= covered;
+    return calls - covered;
+  }
+}
+
+/**
  * Per-client call rate (config `rateLimit.perMinute`) and the per-conversation loop guard
  * (`policy.loopGuard`), both counted in Redis so they hold across gateway processes.
  *
@@ -37,6 +54,8 @@ export class CallLimits {
   private readonly loop: RateLimiterRedis;
   private readonly budgets = new Map<string, Budget>();
   private readonly reserving = new Map<string, Promise<void>>();
+  /** Per client: until when its rate refusals are already on record (one audit entry per window). */
+  private readonly reportedUntil = new Map<string, number>();
 
   constructor(
     private readonly redis: Redis,
@@ -52,10 +71,19 @@ export class CallLimits {
     });
   }
 
-  /** Counts `calls` calls for the client (and its conversation); throws 429 ApiErrors past the limits. */
-  async consume(client: Client, calls: number, conversationId?: string): Promise<void> {
+  /**
+   * Counts `calls` calls for the client (and its conversation); throws 429 ApiErrors past the
+   * limits. What `prepaid` covers is not charged to the rate again (the loop guard counts all).
+   */
+  async consume(
+    client: Client,
+    calls: number,
+    conversationId?: string,
+    prepaid?: Prepaid,
+  ): Promise<void> {
     try {
-      await this.consumeRate(client, calls);
+      const charged = prepaid ? prepaid.cover(calls) : calls;
+      if (charged > 0) await this.consumeRate(client, charged);
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err;
       this.onLimited('rate', client);
@@ -87,6 +115,20 @@ export class CallLimits {
         },
       );
     }
+  }
+
+  /**
+   * True for the first `rate_limited` refusal of a client in its window on this gateway: the
+   * one worth an audit entry. A client hammering past its rate is then one entry a minute, not
+   * one per request.
+   */
+  firstRefusal(client: Client, err: ApiError): boolean {
+    if (err.code !== 'rate_limited') return true;
+    const now = Date.now();
+    if ((this.reportedUntil.get(client.id) ?? 0) > now) return false;
+    const retryAfter = Number(err.headers['Retry-After'] ?? 1);
+    this.reportedUntil.set(client.id, now + retryAfter * 1000);
+    return true;
   }
 
   /** Counts `calls` against the client's rate: from its slice, a new slice, or one by one. */

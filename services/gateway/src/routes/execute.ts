@@ -1,6 +1,6 @@
 import { Router, type Request, type Response } from 'express';
 import type { CallPipeline, CallResponse } from '../pipeline.js';
-import { clientOf, objectBody } from '../http.js';
+import { clientOf, objectBody, prepaidOf } from '../http.js';
 import { ApiError } from '../errors.js';
 
 /** Synchronous unless `?wait=false` or `Prefer: respond-async`. */
@@ -46,6 +46,7 @@ export function executeRoutes(pipeline: CallPipeline): Router {
       tool: req.params.name!,
       args,
       wait: wantsWait(req),
+      prepaid: prepaidOf(res),
       ...(idempotencyKey ? { idempotencyKey } : {}),
       ...(req.get('x-conversation-id') ? { conversationId: req.get('x-conversation-id')! } : {}),
     });

@@ -20,8 +20,9 @@ import {
 import { Router, type Request } from 'express';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
-import { clientOf } from '../http.js';
+import { clientOf, prepaidOf } from '../http.js';
 import type { CallPipeline, CallResponse } from '../pipeline.js';
+import type { Prepaid } from '../policy/limits.js';
 
 export interface McpDeps {
   registry: ToolRegistry;
@@ -50,7 +51,7 @@ export function mcpRoutes({ registry, pipeline, version = '0.1.0' }: McpDeps): R
   const router = Router();
 
   router.post('/mcp', async (req, res) => {
-    const server = serverFor(clientOf(res), req, { registry, pipeline, version });
+    const server = serverFor(clientOf(res), req, { registry, pipeline, version }, prepaidOf(res));
     const transport = new StreamableHTTPServerTransport({
       sessionIdGenerator: undefined, // stateless: any gateway behind the balancer answers
       enableJsonResponse: true,
@@ -82,6 +83,7 @@ function serverFor(
   client: Client,
   req: Request,
   deps: Required<Pick<McpDeps, 'version'>> & Omit<McpDeps, 'version'>,
+  prepaid?: Prepaid,
 ): Server {
   const server = new Server(
     { name: 'toolgate', version: deps.version },
@@ -101,6 +103,7 @@ function serverFor(
         tool: name,
         args: args ?? {},
         wait: true,
+        ...(prepaid ? { prepaid } : {}),
         ...(conversationId ? { conversationId } : {}),
       });
     } catch (err) {

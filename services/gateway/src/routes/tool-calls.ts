@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { DIALECTS, dialectNamed, type BridgeSlot, type Dialect } from '../dialects/index.js';
 import { ApiError } from '../errors.js';
-import { clientOf } from '../http.js';
+import { clientOf, prepaidOf } from '../http.js';
 import type { CallPipeline } from '../pipeline.js';
 
 const MAX_CALLS = 64;
@@ -50,6 +50,7 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
       throw new ApiError('invalid_request', `at most ${MAX_CALLS} tool calls per request`);
     const client = clientOf(res);
     const conversationId = req.get('x-conversation-id');
+    const prepaid = prepaidOf(res);
     const slots = await Promise.all(
       calls.map(async (call): Promise<BridgeSlot> => {
         if (!call.name)
@@ -63,6 +64,7 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
             tool: call.name,
             args: call.args.value,
             wait: true,
+            prepaid,
             // The model's tool call id makes a re-sent message a retry; a call without one
             // runs as a new call (no key), never as whatever another `call_0` ran.
             ...(call.modelId ? { idempotencyKey: `tool-call:${call.callId}` } : {}),

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { whyDriverUnavailable, REPO_ROOT } from '@toolgate/sandbox/testing';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startService, type Service } from './support/process.js';
-import { startStack, type Stack } from './support/stack.js';
+import { KEYS, startStack, type Stack } from './support/stack.js';
 
 // A worker killed mid-call (kill -9): its callers hear within worker.lostCallTimeoutMs (12 s),
 // not after BullMQ's default stall check (a minute or more), and its containers are reaped.
@@ -27,11 +27,26 @@ describe.skipIf(reason !== undefined)('a worker killed mid-call', () => {
   });
 
   it('settles its calls within 15 s (worker_lost, the tool is not idempotent) and reaps its containers', async () => {
-    stack = await startStack({ worker: false });
+    // Polling eight calls every 100 ms: more requests than the default rate allows; eight
+    // sandbox calls at once: more than the default share.
+    stack = await startStack({
+      worker: false,
+      config: {
+        clients: [
+          {
+            id: 'alice',
+            key: KEYS.alice,
+            tools: ['*'],
+            rateLimit: { perMinute: 100_000 },
+            limits: { sandboxInFlight: 8 },
+          },
+        ],
+      },
+    });
     const rootfs = (name: string) => join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
     const config = {
       redis: stack.config.redis,
-      clients: [{ id: 'alice', key: 'alice-key-0123456789abcdef', tools: ['*'] }],
+      clients: [{ id: 'alice', key: KEYS.alice, tools: ['*'], limits: { sandboxInFlight: 8 } }],
       worker: { queues: ['sandbox'], sandboxConcurrency: 4, metricsPort: 0 },
       log: { level: 'info' },
       sandbox: {

@@ -75,7 +75,7 @@ describe('rate limit slices', () => {
 describe('prepaid calls', () => {
   it('a call the request paid at the door is not charged again; the loop guard still counts it', async () => {
     const prefix = `lim-${randomUUID()}`;
-    const limits = new CallLimits(redis, prefix, { maxCalls: 2, windowSeconds: 60 });
+    const limits = new CallLimits(redis, new Keys(prefix), { maxCalls: 2, windowSeconds: 60 });
     const c = client(10);
     await limits.consume(c, 1); // the door
     const prepaid = new Prepaid();

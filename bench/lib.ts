@@ -1,5 +1,5 @@
 // Shared helpers for the benchmarks: a Redis to run against, child services, percentiles.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -95,4 +95,24 @@ export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return sorted[i]!;
+}
+
+/**
+ * Unmounts whatever a run left mounted under `dir` (workspace images, warm-pool slots: they
+ * outlive the worker by design), deepest first, so the directory can be removed.
+ */
+export function unmountUnder(dir: string): void {
+  const mounts = readFileSync('/proc/mounts', 'utf8')
+    .split('\n')
+    .map((line) => line.split(' ')[1] ?? '')
+    .map((p) => p.replace(/\\040/g, ' '))
+    .filter((p) => p === dir || p.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+  for (const mount of mounts) {
+    try {
+      execFileSync('umount', ['-l', mount], { stdio: 'ignore' });
+    } catch {
+      // already gone
+    }
+  }
 }

@@ -2,11 +2,11 @@
 // HTTP → gateway → sandbox queue → worker → warm container, against a plain `docker run --rm`
 // of the same image, in one run; then 30 s sustained at concurrency 8 and the containers left.
 import { execFile } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { benchRedis, freePort, startTs, stop } from './lib.js';
+import { benchRedis, freePort, startTs, stop, unmountUnder } from './lib.js';
 import { HELLO, plainDockerRun, sampleLatency, sustain } from './sandbox/sandbox-bench.js';
 
 const exec = promisify(execFile);
@@ -80,6 +80,8 @@ await poolFull();
 const sustained = await sustain(call, seconds, concurrency);
 await stop(gateway);
 await stop(worker); // SIGTERM: the worker removes its warm containers on the way out
+unmountUnder(dir); // the workspace image stays mounted after the worker, by design
+rmSync(dir, { recursive: true, force: true });
 const left = (await exec('docker', ['ps', '-aq', '--filter', 'label=toolgate.sandbox'])).stdout
   .trim()
   .split('\n')

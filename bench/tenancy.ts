@@ -31,7 +31,16 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 // The queue names and prefix as the gateway builds them (one place for key names).
 import { Keys } from '../packages/calls/src/keys.js';
-import { benchRedis, benchRedisPid, freePort, percentile, ROOT, startTs, stop } from './lib.js';
+import {
+  benchRedis,
+  benchRedisPid,
+  freePort,
+  percentile,
+  ROOT,
+  startTs,
+  stop,
+  unmountUnder,
+} from './lib.js';
 import { HELLO } from './sandbox/sandbox-bench.js';
 import { describe, isReply, send, sleep, type Attempt } from './tenancy/http.js';
 import type { NoisyCounts, NoisyMode } from './tenancy/noisy-client.js';
@@ -244,6 +253,7 @@ async function shutdown(): Promise<number> {
     .catch(() => [] as string[]);
   if (left.length > 0) await exec('docker', ['rm', '-f', ...left]).catch(() => undefined);
   if (benchRedisPid !== undefined) process.kill(benchRedisPid, 'SIGTERM');
+  unmountUnder(dir);
   rmSync(dir, { recursive: true, force: true });
   return left.length;
 }

@@ -17,7 +17,7 @@ import type { SandboxConfig } from './config.js';
 import { CallCgroup, detectCgroups, removeStaleCgroups, type CgroupMode } from './cgroup.js';
 import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
-import { CappedOutput } from './output.js';
+import { RunWatchdog } from './watchdog.js';
 import { loadSeccompFilter } from './seccomp.js';
 import { prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
@@ -362,12 +362,7 @@ export class BwrapDriver implements SandboxDriver {
           ...inner,
         ]
       : inner;
-    const stdout = new CappedOutput(req.outputBytes);
-    const stderr = new CappedOutput(req.outputBytes);
-    let timedOut = false;
-    let outputLimited = false;
-    let aborted = false;
-    const kill = () => {
+    const killGroup = () => {
       try {
         if (child.pid) process.kill(-child.pid, 'SIGKILL');
       } catch {
@@ -375,31 +370,11 @@ export class BwrapDriver implements SandboxDriver {
       }
       void cgroup?.killAll();
     };
-    this.children.add(kill);
-    child.stdout.on('data', (b: Buffer) => {
-      stdout.push(b);
-      if (stdout.flooding && !outputLimited) {
-        outputLimited = true;
-        kill();
-      }
-    });
-    child.stderr.on('data', (b: Buffer) => {
-      stderr.push(b);
-      if (stderr.flooding && !outputLimited) {
-        outputLimited = true;
-        kill();
-      }
-    });
+    this.children.add(killGroup);
+    const watch = new RunWatchdog(req, killGroup, t0);
+    child.stdout.on('data', watch.onStdout);
+    child.stderr.on('data', watch.onStderr);
     child.stdin.end(encodeEnvelope(argv, req.stdin));
-    const timer = setTimeout(() => {
-      timedOut = true;
-      kill();
-    }, req.timeoutMs);
-    const onAbort = () => {
-      aborted = true;
-      kill();
-    };
-    req.signal?.addEventListener('abort', onAbort, { once: true });
     this.options.hooks?.onStart?.({
       image: req.key,
       driver: 'bwrap',
@@ -412,44 +387,26 @@ export class BwrapDriver implements SandboxDriver {
       // Anything the call left behind (it cannot outlive its pid namespace, but be sure).
       await cgroup?.killAll();
       const oomKilled =
-        !timedOut && !outputLimited && !aborted && ((await cgroup?.oomKilled()) ?? false);
-      if (aborted)
-        throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
+        !watch.killedByLimit && !watch.aborted && ((await cgroup?.oomKilled()) ?? false);
+      watch.throwIfAborted();
       // bwrap writes {"exit-code"} only when the program ran and ended; a setup failure has none.
       const reported = /"exit-code"\s*:\s*(\d+)/.exec(status);
-      if (!reported && !timedOut && !outputLimited && !oomKilled) {
+      if (!reported && !watch.killedByLimit && !oomKilled) {
         throw new SandboxError(
           'start_failed',
-          `sandbox failed to start: ${stderr.text().trim().slice(0, 500)}`,
+          `sandbox failed to start: ${watch.stderr.text().trim().slice(0, 500)}`,
         );
       }
       let exitCode = reported ? Number(reported[1]) : (code ?? 128 + signalNumber(signal));
-      if (timedOut || outputLimited || (oomKilled && !reported)) exitCode = 137;
-      const durationMs = Math.round(performance.now() - t0);
-      const result: RunResult = {
-        stdout: stdout.text(),
-        stderr: stderr.text(),
-        exitCode,
-        timedOut,
-        truncated: stdout.truncated || stderr.truncated,
-        outputLimited,
-        oomKilled,
-        durationMs,
-        driver: 'bwrap',
-        warm: pooled !== undefined,
-      };
-      this.options.hooks?.onRun?.({
-        image: req.key,
-        driver: 'bwrap',
-        warm: pooled !== undefined,
-        durationMs,
-        result,
-      });
-      return result;
+      if (oomKilled && !reported) exitCode = 137;
+      return watch.result(
+        'bwrap',
+        { exitCode, oomKilled, warm: pooled !== undefined },
+        this.options.hooks,
+      );
     } finally {
-      clearTimeout(timer);
-      req.signal?.removeEventListener('abort', onAbort);
-      this.children.delete(kill);
+      watch.dispose();
+      this.children.delete(killGroup);
       if (cgroup) void cgroup.killAll().then(() => cgroup.destroy());
     }
   }

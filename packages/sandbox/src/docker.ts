@@ -14,7 +14,6 @@ import { ExitMarkerScanner, encodeEnvelope, type ExitReport } from './envelope.j
 import { SandboxError } from './errors.js';
 import { SlotMounts } from './mounts.js';
 import { seccompProfileJson } from './seccomp.js';
-import { CappedOutput } from './output.js';
 import { EgressNetwork, reapEgressNetworks } from './egress.js';
 import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
@@ -26,6 +25,7 @@ import type {
   SandboxLogger,
   SandboxStats,
 } from './types.js';
+import { RunWatchdog } from './watchdog.js';
 import { SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT } from './workspaces.js';
 
 export const LABEL = 'toolgate.sandbox';
@@ -276,26 +276,16 @@ export class DockerDriver implements SandboxDriver {
       });
     }
 
-    const stdout = new CappedOutput(req.outputBytes);
-    const stderr = new CappedOutput(req.outputBytes);
-    let timedOut = false;
-    let outputLimited = false;
-    let aborted = false;
     let killing: Promise<void> | undefined;
-    const kill = () => {
-      killing ??= armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
-    };
-    const collect = (out: CappedOutput) => (b: Buffer) => {
-      out.push(b);
-      if (out.flooding && !outputLimited) {
-        outputLimited = true;
-        kill();
-      }
-    };
+    const watch = new RunWatchdog(
+      req,
+      () => (killing = armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined)),
+      t0,
+    );
     // The entrypoint reports the exit on both streams; once both lines are in, the call is over.
     const nonce = randomBytes(12).toString('hex');
-    const outScan = new ExitMarkerScanner(nonce, collect(stdout));
-    const errScan = new ExitMarkerScanner(nonce, collect(stderr));
+    const outScan = new ExitMarkerScanner(nonce, watch.onStdout);
+    const errScan = new ExitMarkerScanner(nonce, watch.onStderr);
     let reported: (r: ExitReport) => void = () => undefined;
     const exitReport = new Promise<ExitReport>((resolve) => (reported = resolve));
     const scan = (scanner: ExitMarkerScanner) => (b: Buffer) => {
@@ -304,15 +294,6 @@ export class DockerDriver implements SandboxDriver {
     };
     armed.onStdout = scan(outScan);
     armed.onStderr = scan(errScan);
-    const timer = setTimeout(() => {
-      timedOut = true;
-      kill();
-    }, req.timeoutMs);
-    const onAbort = () => {
-      aborted = true;
-      kill();
-    };
-    req.signal?.addEventListener('abort', onAbort, { once: true });
 
     try {
       if (armed.dead)
@@ -336,36 +317,19 @@ export class DockerDriver implements SandboxDriver {
         await Promise.race([ended, sleep(2000)]);
         outScan.flush();
         errScan.flush();
-        if (exitCode === 137 && !timedOut && !outputLimited && !aborted) {
+        if (exitCode === 137 && !watch.killedByLimit && !watch.aborted) {
           const info = await armed.container.inspect().catch(() => undefined);
           oomKilled = info?.State?.OOMKilled ?? false;
         }
       }
       if (exitCode < 0) exitCode = 137;
-      if (timedOut || outputLimited) exitCode = 137;
-      if (aborted)
-        throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
-      const durationMs = Math.round(performance.now() - t0);
-      const result: RunResult = {
-        stdout: stdout.text(),
-        stderr: stderr.text(),
-        exitCode,
-        timedOut,
-        truncated: stdout.truncated || stderr.truncated,
-        outputLimited,
-        oomKilled,
-        durationMs,
-        driver: 'docker',
-        warm,
-      };
-      this.options.hooks?.onRun?.({ image: req.key, driver: 'docker', warm, durationMs, result });
-      return result;
+      watch.throwIfAborted();
+      return watch.result('docker', { exitCode, oomKilled, warm }, this.options.hooks);
     } catch (err) {
-      kill();
+      watch.kill();
       throw err;
     } finally {
-      clearTimeout(timer);
-      req.signal?.removeEventListener('abort', onAbort);
+      watch.dispose();
       void (killing ?? Promise.resolve()).then(() => this.dispose(armed));
     }
   }

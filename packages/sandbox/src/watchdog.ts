@@ -1,0 +1,97 @@
+/**
+ * What every driver does around one run, whatever the sandbox is: the output caps, the
+ * wall-clock timeout, cancellation, the kill of a program flooding its output, and the result.
+ * A driver supplies how to kill its sandbox and how the program ended.
+ */
+import { SandboxError } from './errors.js';
+import { CappedOutput } from './output.js';
+import type { PreparedRun } from './run-request.js';
+import type { DriverName, RunResult, SandboxHooks } from './types.js';
+
+export class RunWatchdog {
+  readonly stdout: CappedOutput;
+  readonly stderr: CappedOutput;
+  timedOut = false;
+  outputLimited = false;
+  aborted = false;
+  private killed = false;
+  private readonly timer: NodeJS.Timeout;
+  private readonly onAbort = () => {
+    this.aborted = true;
+    this.kill();
+  };
+
+  constructor(
+    private readonly req: PreparedRun,
+    /** Kills every process of the sandbox; called at most once. */
+    private readonly killSandbox: () => void,
+    private readonly startedAt = performance.now(),
+  ) {
+    this.stdout = new CappedOutput(req.outputBytes);
+    this.stderr = new CappedOutput(req.outputBytes);
+    this.timer = setTimeout(() => {
+      this.timedOut = true;
+      this.kill();
+    }, req.timeoutMs);
+    req.signal?.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  kill(): void {
+    if (this.killed) return;
+    this.killed = true;
+    this.killSandbox();
+  }
+
+  /** Feeds the program's stdout; writing far past the cap kills the sandbox. */
+  readonly onStdout = (chunk: Buffer): void => this.push(this.stdout, chunk);
+  readonly onStderr = (chunk: Buffer): void => this.push(this.stderr, chunk);
+
+  /** The program did not choose its own end: the timeout or the flood kill did. */
+  get killedByLimit(): boolean {
+    return this.timedOut || this.outputLimited;
+  }
+
+  /** A cancelled call is an error of the call, not a result the model reads. */
+  throwIfAborted(): void {
+    if (this.aborted)
+      throw new SandboxError('aborted', 'the call was cancelled and its sandbox killed');
+  }
+
+  /** The result of a run that ended; reports it to the hooks. */
+  result(
+    driver: DriverName,
+    ended: { exitCode: number; oomKilled: boolean; warm: boolean },
+    hooks: SandboxHooks | undefined,
+  ): RunResult {
+    const durationMs = Math.round(performance.now() - this.startedAt);
+    const result: RunResult = {
+      stdout: this.stdout.text(),
+      stderr: this.stderr.text(),
+      // As a shell reports a SIGKILL: the timeout and the flood kill are one.
+      exitCode: this.killedByLimit ? 137 : ended.exitCode,
+      timedOut: this.timedOut,
+      truncated: this.stdout.truncated || this.stderr.truncated,
+      outputLimited: this.outputLimited,
+      oomKilled: ended.oomKilled,
+      durationMs,
+      driver,
+      warm: ended.warm,
+    };
+    hooks?.onRun?.({ image: this.req.key, driver, warm: ended.warm, durationMs, result });
+    return result;
+  }
+
+  /** Stops the timer and the cancellation listener; call once the run is over. */
+  dispose(): void {
+    clearTimeout(this.timer);
+    this.req.signal?.removeEventListener('abort', this.onAbort);
+  }
+
+  private push(out: CappedOutput, chunk: Buffer): void {
+    out.push(chunk);
+    if (out.flooding && !this.outputLimited) {
+      this.outputLimited = true;
+      this.kill();
+    }
+  }
+}

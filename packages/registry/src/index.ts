@@ -1,13 +1,14 @@
 export { ToolError } from './errors.js';
 export { ToolRegistry, RegistryError } from './registry.js';
 export { ToolScope } from './scope.js';
-export { defineTool, DEFAULT_TIMEOUT_MS, TOOL_NAME } from './tool.js';
+export { defineTool, runPrecheck, DEFAULT_TIMEOUT_MS, TOOL_NAME } from './tool.js';
 export { toNative, toOpenAI, toAnthropic } from './dialects.js';
 export { toStrictSchema, closeObjects } from './schema.js';
 export { Type } from '@sinclair/typebox';
 
 export type {
   AnyToolSpec,
+  PrecheckContext,
   Risk,
   SandboxNeeds,
   Tool,

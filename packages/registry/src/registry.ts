@@ -66,6 +66,7 @@ export class ToolRegistry {
       cacheTtlSeconds: spec.cacheTtlSeconds ?? 0,
       cacheScope: spec.cacheScope ?? 'global',
       idempotent: spec.idempotent ?? false,
+      precheck: spec.precheck as Tool['precheck'],
       handler: spec.handler as Tool['handler'],
     };
     this.tools.set(tool.name, tool);

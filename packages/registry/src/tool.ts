@@ -1,4 +1,5 @@
 import type { Static, TSchema } from '@sinclair/typebox';
+import { ToolError } from './errors.js';
 
 export type Risk = 'safe' | 'sensitive' | 'destructive';
 
@@ -15,6 +16,16 @@ export interface ToolContext {
   /** Aborted when the tool's timeout passes or the worker shuts down. */
   signal: AbortSignal;
   services: ToolServices;
+}
+
+/**
+ * What a tool's precheck sees: who calls, and the services of the process running it (the
+ * policy settings both the gateway and the worker have, e.g. `shellPolicy`).
+ */
+export interface PrecheckContext {
+  clientId: string;
+  /** Partial: the gateway has only the policy settings, never the sandbox or the stores. */
+  services: Partial<ToolServices>;
 }
 
 /** Where a sandboxed tool runs; `image` names a sandbox image key (e.g. "python"). */
@@ -39,6 +50,13 @@ export interface ToolSpec<S extends TSchema = TSchema, R = unknown> {
   cacheScope?: 'global' | 'client';
   /** Safe to run again if a worker dies mid-call. */
   idempotent?: boolean;
+  /**
+   * The tool's own policy on its (already validated) arguments: throw a ToolError to refuse
+   * them. Runs on the gateway before the call is queued (the refusal is an error outcome the
+   * model reads) and again in the worker before the handler. Synchronous and bounded: it runs
+   * on the gateway's event loop (docs/policy-budgets.md).
+   */
+  precheck?: (args: Static<S>, ctx: PrecheckContext) => void;
   handler: (args: Static<S>, ctx: ToolContext) => Promise<R> | R;
 }
 
@@ -59,6 +77,7 @@ export interface Tool {
   cacheTtlSeconds: number;
   cacheScope: 'global' | 'client';
   idempotent: boolean;
+  precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;
   handler: (args: unknown, ctx: ToolContext) => Promise<unknown> | unknown;
 }
 
@@ -68,4 +87,24 @@ export const DEFAULT_TIMEOUT_MS = 30_000;
 /** Identity helper that ties the handler's argument type to the schema. */
 export function defineTool<S extends TSchema, R>(spec: ToolSpec<S, R>): ToolSpec<S, R> {
   return spec;
+}
+
+/**
+ * Runs a tool's precheck: undefined when the arguments pass, else the ToolError that refuses
+ * them (a precheck that fails any other way refuses too, as `tool_error`).
+ */
+export function runPrecheck(
+  tool: Tool,
+  args: unknown,
+  ctx: PrecheckContext,
+): ToolError | undefined {
+  if (!tool.precheck) return undefined;
+  try {
+    tool.precheck(args, ctx);
+    return undefined;
+  } catch (err) {
+    if (err instanceof ToolError) return err;
+    const message = err instanceof Error ? err.message : String(err);
+    return new ToolError('tool_error', `${tool.name} could not check its arguments: ${message}`);
+  }
 }

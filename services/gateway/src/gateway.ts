@@ -14,13 +14,13 @@ import {
 } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
-import type { Tool, ToolRegistry } from '@toolgate/registry';
+import type { ToolRegistry } from '@toolgate/registry';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
 import { checkBodyShape, verifyBodyKeys } from './body-limits.js';
 import { authenticate, chargeRequests, errorHandler, notFound } from './http.js';
+import { approvalRule } from './policy/approval.js';
 import { AuthFailures } from './policy/auth-failures.js';
-import { checkShellCommand, shellPolicyError } from '@toolgate/tools';
 import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
@@ -63,8 +63,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const dispatcher = new Dispatcher(redis, createRedis(config.redis.url, 'blocking'), keys, store);
   const { clients, dev } = resolveClients(config);
   const metrics = createMetrics();
-  const approvalTools = new Set(config.policy.approval.tools);
-  const requiresApproval = (tool: Tool) => tool.requiresApproval || approvalTools.has(tool.name);
+  const requiresApproval = approvalRule(config.policy.approval);
   const approvals = new Approvals(redis, keys, store, config.policy.approval.ttlSeconds);
   const audit = new AuditLog(redis, keys, config.audit);
   const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
@@ -88,11 +87,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     stats,
     metrics,
     requiresApproval,
-    toolPolicy: (tool, args) => {
-      if (tool.name !== 'run_shell' || typeof args.command !== 'string') return undefined;
-      const verdict = checkShellCommand(args.command, config.policy.shell);
-      return verdict.ok ? undefined : shellPolicyError(verdict);
-    },
+    services: { shellPolicy: config.policy.shell },
     syncWaitGraceMs: config.server.syncWaitGraceMs,
   });
   metrics.setSources({

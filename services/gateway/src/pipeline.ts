@@ -18,7 +18,7 @@ import {
   type ResultCache,
   type Stats,
 } from '@toolgate/calls';
-import type { Tool, ToolError, ToolRegistry } from '@toolgate/registry';
+import { runPrecheck, type Tool, type ToolRegistry, type ToolServices } from '@toolgate/registry';
 import { injectContext, withSpan } from '@toolgate/telemetry';
 import type { Redis } from 'ioredis';
 import type { Client } from './clients.js';
@@ -57,8 +57,11 @@ export interface PipelineOptions {
   stats: Stats;
   metrics: GatewayMetrics;
   requiresApproval: (tool: Tool) => boolean;
-  /** Tool policy (SPEC §6): a reason to refuse these arguments, answered as an error outcome. */
-  toolPolicy: (tool: Tool, args: Record<string, unknown>) => ToolError | undefined;
+  /**
+   * What tools' prechecks see on the gateway: the policy settings only (`shellPolicy`); the
+   * gateway never runs a tool, so no sandbox, HTTP client or store.
+   */
+  services: Partial<ToolServices>;
   syncWaitGraceMs: number;
 }
 
@@ -140,7 +143,9 @@ export class CallPipeline {
       const checked = this.o.registry.validate(tool.name, req.args);
       if (!checked.ok) throw ApiError.invalidArguments(tool.name, checked.issues);
       const args = checked.args;
-      const denied = this.o.toolPolicy(tool, args);
+      // The tool's own policy on these arguments (its declared precheck): a refusal is an
+      // outcome the model reads, not an HTTP error.
+      const denied = runPrecheck(tool, args, { clientId: client.id, services: this.o.services });
       if (denied) {
         const error = {
           code: denied.code,

@@ -1,5 +1,5 @@
 import type { CallOutcome, CallJob } from '@toolgate/calls';
-import { ToolError, type Tool, type ToolServices } from '@toolgate/registry';
+import { ToolError, runPrecheck, type Tool, type ToolServices } from '@toolgate/registry';
 
 /** Thrown inside runTool when the tool's own timeout passes. */
 class Timeout extends Error {}
@@ -27,6 +27,9 @@ export async function runTool(
   });
   const base = { id: job.id, tool: tool.name, cached: false };
   try {
+    // The tool's own policy again: the job may come from anywhere (an approval, another gateway).
+    const refused = runPrecheck(tool, job.args, { clientId: job.clientId, services });
+    if (refused) throw refused;
     const result = await Promise.race([
       Promise.resolve().then(() =>
         tool.handler(job.args, {

@@ -109,13 +109,13 @@ export const runShell = defineTool({
   sandbox: { image: 'shell' },
   risk: 'sensitive',
   timeoutMs: (MAX_TIMEOUT_SECONDS + 30) * 1000,
+  // The command policy (policy.shell): on the gateway before queueing, in the worker before running.
+  precheck: ({ command }, { services }) => {
+    if (!services.shellPolicy) return;
+    const verdict = checkShellCommand(command, services.shellPolicy);
+    if (!verdict.ok) throw shellPolicyError(verdict);
+  },
   handler: (args, ctx) => {
-    // The gateway checks the command policy first; this repeats it for jobs from anywhere else.
-    const policy = ctx.services.shellPolicy;
-    if (policy) {
-      const verdict = checkShellCommand(args.command, policy);
-      if (!verdict.ok) throw shellPolicyError(verdict);
-    }
     return runInWorkspace(
       ctx,
       'shell',

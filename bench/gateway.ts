@@ -1,4 +1,4 @@
-// SPEC §9, first bullet: calculator through HTTP → gateway → BullMQ → worker, against a bare
+// docs/spec.md §9, first bullet: calculator through HTTP → gateway → BullMQ → worker, against a bare
 // BullMQ add + waitUntilFinished on the same Redis, in one run. Prints ratios.
 //
 // Both sides run side by side and are measured in alternating rounds, so a slow stretch of the

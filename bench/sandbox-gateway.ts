@@ -1,4 +1,4 @@
-// SPEC §9, second and third bullets through the whole product: run_python hello world via
+// docs/spec.md §9, second and third bullets through the whole product: run_python hello world via
 // HTTP → gateway → sandbox queue → worker → warm container, against a plain `docker run --rm`
 // of the same image, in one run; then 30 s sustained at concurrency 8 and the containers left.
 import { execFile } from 'node:child_process';

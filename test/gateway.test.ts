@@ -40,7 +40,7 @@ describe('health', () => {
 });
 
 describe('POST /tools/{name}/execute', () => {
-  it('runs calculator through the queue and the worker (SPEC §3 example)', async () => {
+  it('runs calculator through the queue and the worker (docs/spec.md §3 example)', async () => {
     const { status, body } = await json(
       await stack.call('/tools/calculator/execute', { json: { expression: '2*(3+4)' } }),
     );
@@ -203,7 +203,7 @@ describe('GET /v1/calls/{id}', () => {
   });
 });
 
-describe('error rows of SPEC §3', () => {
+describe('error rows of docs/spec.md §3', () => {
   it('401 unauthorized: missing or unknown key', async () => {
     for (const key of [null, 'not-a-real-key']) {
       const { status, body } = await json(await stack.call('/tools', { key }));

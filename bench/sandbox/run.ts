@@ -1,6 +1,6 @@
 /**
  * `npx tsx --conditions=@toolgate/source bench/sandbox/run.ts [--samples N] [--seconds S] [--concurrency C] [--json]`
- * Prints the sandbox ratios (SPEC §9); exits non-zero only when the bench itself fails.
+ * Prints the sandbox ratios (docs/spec.md §9); exits non-zero only when the bench itself fails.
  */
 import { parseArgs } from 'node:util';
 import { formatReport, runSandboxBench } from './sandbox-bench.js';

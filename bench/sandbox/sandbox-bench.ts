@@ -1,5 +1,5 @@
 /**
- * Sandbox path benchmarks (SPEC §9), as ratios measured in one run on one machine:
+ * Sandbox path benchmarks (docs/spec.md §9), as ratios measured in one run on one machine:
  *  - run_python hello-world through the docker driver + warm pool vs a plain `docker run --rm`
  *    of the same image (p50 ratio, target ≤ 0.2);
  *  - the same through the bwrap driver vs a bare `bwrap` start of the same rootfs (≤ 1.5);

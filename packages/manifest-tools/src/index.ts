@@ -1,4 +1,4 @@
-/** @toolgate/manifest-tools: a tool.yaml turns any program into a sandboxed tool (SPEC §8). */
+/** @toolgate/manifest-tools: a tool.yaml turns any program into a sandboxed tool (docs/spec.md §8). */
 export { loadManifestTools } from './load.js';
 export {
   ManifestError,

@@ -1,4 +1,4 @@
-/** @toolgate/plugins: discovers plugins at start (SPEC §8) and scaffolds new ones. */
+/** @toolgate/plugins: discovers plugins at start (docs/spec.md §8) and scaffolds new ones. */
 export { definePlugin, ToolError, Type } from './plugin.js';
 export { loadPlugins, PLUGIN_FILES } from './load.js';
 export { loadExtensions } from './extensions.js';

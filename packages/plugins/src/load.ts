@@ -1,5 +1,5 @@
 /**
- * Plugin discovery (SPEC §8): every `<dir>/*\/plugin.{mjs,js}` is imported at start. A plugin
+ * Plugin discovery (docs/spec.md §8): every `<dir>/*\/plugin.{mjs,js}` is imported at start. A plugin
  * that cannot load — syntax error, throws at import, bad shape, invalid tool schema, a tool
  * name already taken — is reported and skipped whole; loading never fails the process.
  */

@@ -1,5 +1,5 @@
 /**
- * The `sandbox:` section of the toolgate config (SPEC §2, §5). Self-contained so the config
+ * The `sandbox:` section of the toolgate config (docs/spec.md §2, §5). Self-contained so the config
  * package can embed it; every field has a default.
  */
 import { Type, type Static } from '@sinclair/typebox';

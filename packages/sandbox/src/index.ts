@@ -1,5 +1,5 @@
 /**
- * @toolgate/sandbox: runs one program per call in a throwaway sandbox (SPEC §5). The driver is
+ * @toolgate/sandbox: runs one program per call in a throwaway sandbox (docs/spec.md §5). The driver is
  * chosen once here; the docker driver (and dockerode) is only loaded when it is the one.
  */
 import { request } from 'node:http';

@@ -59,7 +59,7 @@ export interface SandboxDriver {
   run(request: RunRequest): Promise<RunResult>;
   /** Resolves once the warm pool is full (docker); at once for bwrap. For benches and tests. */
   warmUp(timeoutMs?: number): Promise<void>;
-  /** Point-in-time numbers for metrics (SPEC §7). */
+  /** Point-in-time numbers for metrics (docs/spec.md §7). */
   stats(): SandboxStats;
   /** Stops background work and removes every sandbox this driver still owns. */
   close(): Promise<void>;

@@ -6,7 +6,7 @@ import { memoryTools } from './memory/index.js';
 import { metaTools } from './meta/index.js';
 import { sandboxedTools } from './sandboxed/index.js';
 
-/** The in-process built-in tools (SPEC §4). */
+/** The in-process built-in tools (docs/spec.md §4). */
 export const builtinTools: AnyToolSpec[] = [
   calculator,
   currentTime,

@@ -11,7 +11,7 @@ export interface ScrapeSources {
   redisUp(): boolean;
 }
 
-/** The gateway's own Prometheus registry (SPEC §7). Metric names are a contract with deploy/. */
+/** The gateway's own Prometheus registry (docs/spec.md §7). Metric names are a contract with deploy/. */
 export function createMetrics() {
   const registry = new Registry();
   registry.setDefaultLabels({ service: 'gateway' });

@@ -1,5 +1,5 @@
 /**
- * The SSRF guard (SPEC §6): turns a URL into the exact addresses the request may connect to,
+ * The SSRF guard (docs/spec.md §6): turns a URL into the exact addresses the request may connect to,
  * or refuses. The host is resolved once here and every address checked; the connection is
  * then pinned to these addresses (see pinnedLookup), so a second DNS answer cannot differ.
  */

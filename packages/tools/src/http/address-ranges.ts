@@ -1,5 +1,5 @@
 /**
- * Address classification for the SSRF guard (SPEC §6): which special-purpose range an IP address
+ * Address classification for the SSRF guard (docs/spec.md §6): which special-purpose range an IP address
  * falls in. Only globally routable unicast is `public`; everything else is refused unless the
  * policy opens it. Ranges come from ipaddr.js; addresses that carry an IPv4 address inside an
  * IPv6 one (mapped, translated, NAT64, 6to4, Teredo) are judged by the IPv4 address they lead to.

@@ -1,4 +1,4 @@
-/** http_get and http_post (SPEC §4): fetch a public URL under the §6 SSRF rules. */
+/** http_get and http_post (docs/spec.md §4): fetch a public URL under the §6 SSRF rules. */
 import { Type, defineTool } from '@toolgate/registry';
 import { httpServices } from './services.js';
 import type { HttpResult } from './safe-http-client.js';

@@ -1,4 +1,4 @@
-/** The http tools (SPEC §4) and the SSRF guard behind them (SPEC §6). */
+/** The http tools (docs/spec.md §4) and the SSRF guard behind them (docs/spec.md §6). */
 import type { AnyToolSpec } from '@toolgate/registry';
 import { httpGet, httpPost } from './http-tools.js';
 import './services.js';

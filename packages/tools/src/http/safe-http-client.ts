@@ -16,7 +16,7 @@ import {
 import { outgoingHeaders, pickResponseHeaders, stripCredentials } from './headers.js';
 import { decodeBody } from './body.js';
 
-/** `policy.http` from the config (SPEC §2). */
+/** `policy.http` from the config (docs/spec.md §2). */
 export interface HttpPolicy {
   allowPrivateNetworks: boolean;
   allowHosts: readonly string[];

@@ -1,5 +1,5 @@
 /**
- * memory_save, memory_search, memory_delete (SPEC §4): a per-client notebook the model writes
+ * memory_save, memory_search, memory_delete (docs/spec.md §4): a per-client notebook the model writes
  * to and searches later, in any conversation. Each client sees only its own entries.
  */
 import { Type, ToolError, defineTool, type ToolContext } from '@toolgate/registry';

@@ -1,4 +1,4 @@
-/** find_tools (SPEC §4): lets a model with a short tool list discover the rest by need. */
+/** find_tools (docs/spec.md §4): lets a model with a short tool list discover the rest by need. */
 import { Type, ToolError, defineTool } from '@toolgate/registry';
 import type { ToolCatalog } from './catalog.js';
 

@@ -1,4 +1,4 @@
-/** Policies applied to tool calls before they run (SPEC §6). */
+/** Policies applied to tool calls before they run (docs/spec.md §6). */
 export { checkShellCommand, POLICY_DENIED } from './shell-policy.js';
 export { shellPolicyError } from './tool-error.js';
 export { parseShell, ShellSyntaxError } from './shell-syntax.js';

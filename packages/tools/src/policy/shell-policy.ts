@@ -1,5 +1,5 @@
 /**
- * The run_shell command policy (SPEC §6, `policy.shell`).
+ * The run_shell command policy (docs/spec.md §6, `policy.shell`).
  *
  * This is a first filter and the sandbox is the real boundary: it turns away the obviously
  * destructive or out-of-scope commands a model might produce, with a message the model can act

@@ -1,4 +1,4 @@
-/** The tools that run in a throwaway sandbox (SPEC §4, §5): code runners and workspace file tools. */
+/** The tools that run in a throwaway sandbox (docs/spec.md §4, §5): code runners and workspace file tools. */
 import type { AnyToolSpec } from '@toolgate/registry';
 import { fileDelete, fileList, fileRead, fileWrite } from './file-tools.js';
 import { runPython, runShell } from './run-code.js';

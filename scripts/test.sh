@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command to test toolgate: installs what is missing (Node 24, pnpm, redis-server, the
-# Docker engine, bubblewrap, the sandbox images), then typechecks, lints and runs every test
+# Docker engine, bubblewrap, the sandbox images), then typechecks, lints, checks formatting and runs every test
 # against the real Redis, Docker and bubblewrap.
 set -euo pipefail
 source "$(dirname "$0")/lib/bootstrap.sh"
@@ -20,6 +20,7 @@ pnpm exec tsc -b
 pnpm --filter @toolgate/examples typecheck
 log "lint"
 pnpm exec eslint .
+pnpm exec prettier --check . >/dev/null || { pnpm exec prettier --check . ; exit 1; }
 log "tests"
 pnpm exec vitest run "$@"
 log "example assistant loops (real SDKs against a fake model server)"

@@ -118,7 +118,11 @@ function applyOverrides(doc: Record<string, unknown>, env: Env): void {
     const text = env[name];
     if (text === undefined || text === '') continue;
     let value: string | number | string[] = text;
-    if (kind === 'list') value = text.split(',').map((v) => v.trim()).filter(Boolean);
+    if (kind === 'list')
+      value = text
+        .split(',')
+        .map((v) => v.trim())
+        .filter(Boolean);
     if (kind === 'int') {
       if (!/^\d+$/.test(text)) throw new ConfigError(name, `must be an integer, got "${text}"`);
       value = Number(text);

@@ -40,5 +40,10 @@ export {
   toToolError,
 } from './sandboxed/index.js';
 export { checkShellCommand, shellPolicyError, POLICY_DENIED } from './policy/index.js';
-export type { EgressProxy, EgressProxyOptions, HttpPolicy, HttpToolServices } from './http/index.js';
+export type {
+  EgressProxy,
+  EgressProxyOptions,
+  HttpPolicy,
+  HttpToolServices,
+} from './http/index.js';
 export type { ShellPolicy, ShellCheckResult } from './policy/index.js';

@@ -3,9 +3,7 @@
  * code paths stays under the memory figure the doc gives, and a result larger than
  * calls.maxResultBytes is stored once, cut and flagged, while the caller gets it whole.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:net';
 import {
   Approvals,
   CallStore,
@@ -19,6 +17,7 @@ import { Type, defineTool } from '@toolgate/registry';
 import { MemoryStore } from '@toolgate/tools';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { startRedisServer, type RedisServer } from './support/redis-server.js';
 import { startStack, type Stack } from './support/stack.js';
 
 /** Small bounds keep the fill fast; the figures scale with them as the doc says. */
@@ -34,19 +33,8 @@ const ROUNDING = 1.25;
 /** Costs that do not grow with the family: client query buffers, the memory scripts' cache. */
 const FIXED = 128 * 1024;
 
-let child: ChildProcess | undefined;
+let server: RedisServer | undefined;
 let redis: Redis;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address();
-      srv.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
-}
 
 /**
  * A private redis-server, so used_memory moves only with what this file writes (other test
@@ -54,27 +42,15 @@ async function freePort(): Promise<number> {
  * MEMORY USAGE over this file's keys stand in.
  */
 async function privateRedis(): Promise<Redis | undefined> {
-  const port = await freePort();
-  const proc = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    { stdio: 'ignore' },
-  );
-  const started = await new Promise<boolean>((resolve) => {
-    proc.once('error', () => resolve(false));
-    proc.once('spawn', () => resolve(true));
-  });
-  if (!started) return undefined;
-  child = proc;
-  const client = new Redis(port, '127.0.0.1', { retryStrategy: (n) => (n > 50 ? null : 50) });
-  // The first attempts may come before the server listens; failures surface as failed commands.
+  server = await startRedisServer().catch(() => undefined);
+  if (!server) return undefined;
+  const client = new Redis(server.port, '127.0.0.1');
   client.on('error', () => undefined);
-  await client.ping();
   return client;
 }
 
 async function usedMemory(prefix: string): Promise<number> {
-  if (child) {
+  if (server) {
     const info = await redis.info('memory');
     return Number(/used_memory:(\d+)/.exec(info)?.[1]);
   }
@@ -103,9 +79,9 @@ const within = (used: number, figure: number) => expect(used).toBeLessThan(figur
 beforeAll(async () => {
   redis = (await privateRedis()) ?? new Redis(inject('redisUrl'));
 });
-afterAll(() => {
+afterAll(async () => {
   redis?.disconnect();
-  child?.kill('SIGTERM');
+  await server?.stop();
 });
 
 describe('each key family at its bound stays under the documented figure', () => {
@@ -393,7 +369,7 @@ describe('when Redis is full (maxmemory with noeviction, as docs/redis-keys.md a
   let stack: Stack;
   beforeAll(async () => {
     // Needs the private instance: filling the run's shared Redis would fail other files.
-    if (!child) throw new Error('this test needs redis-server on PATH');
+    if (!server) throw new Error('this test needs redis-server on PATH');
     const port = (redis.options as { port: number }).port;
     stack = await startStack({
       config: {

@@ -5,55 +5,14 @@
  * port. Listener counts on the reply connection, the command connection and the queues, and
  * the number of live timers, must stay bounded, not grow with every call of the outage.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
-import { createServer } from 'node:net';
-import { CallStore, Dispatcher, Keys, createRedis, type CallJob } from '@toolgate/calls';
+import { CallStore, Dispatcher, Keys, createRedis, waitReady, type CallJob } from '@toolgate/calls';
 import { afterAll, describe, expect, it } from 'vitest';
+import { startRedisServer, type RedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 
 const OUTAGE_MS = 12_000;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const srv = createServer().listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-/** A redis-server of this test's own, so stopping it disturbs no other test file. */
-async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    { stdio: 'ignore' },
-  );
-  const probe = createRedis(`redis://127.0.0.1:${port}`, 'command');
-  try {
-    for (let i = 0; i < 100; i++) {
-      if (
-        await probe.ping().then(
-          () => true,
-          () => false,
-        )
-      )
-        return child;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error('redis-server did not answer');
-  } finally {
-    probe.disconnect();
-  }
-}
-
-async function stopRedis(child: ChildProcess): Promise<void> {
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await exited;
-}
 
 /** The largest listener count of any one event on the emitter. */
 function maxListeners(emitter: EventEmitter): number {
@@ -62,18 +21,18 @@ function maxListeners(emitter: EventEmitter): number {
 
 const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
 
-let redis: ChildProcess | undefined;
+let redis: RedisServer | undefined;
 let stack: Stack | undefined;
 afterAll(async () => {
   await stack?.close();
-  if (redis && redis.exitCode === null) await stopRedis(redis);
+  await redis?.stop();
 });
 
 describe('a Redis outage under load', () => {
   it('answers 503 during the outage, recovers after it, and leaks no listeners or timers', async () => {
-    const port = await freePort();
-    const url = `redis://127.0.0.1:${port}`;
-    redis = await startRedis(port);
+    // Its own redis-server, so stopping it disturbs no other test file.
+    redis = await startRedisServer();
+    const { port, url } = redis;
     const warnings: string[] = [];
     const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
     process.on('warning', onWarning);
@@ -105,6 +64,7 @@ describe('a Redis outage under load', () => {
     const counts = () =>
       Object.fromEntries(Object.entries(emitters).map(([k, e]) => [k, maxListeners(e)]));
     expect(await dispatcher.ready(5000)).toBe(true);
+    await waitReady(connection);
     const before = { listeners: counts(), timers: timers() };
 
     let phase: 'up' | 'down' | 'back' = 'up';
@@ -159,7 +119,7 @@ describe('a Redis outage under load', () => {
     const load = Array.from({ length: 8 }, user);
 
     await new Promise((r) => setTimeout(r, 500));
-    await stopRedis(redis);
+    await redis.stop();
     phase = 'down';
     // Dispatcher callers start with the outage: no call of theirs is in flight when it begins.
     load.push(...Array.from({ length: 100 }, caller));
@@ -170,7 +130,7 @@ describe('a Redis outage under load', () => {
     }
     const outageCalls = refused;
     const heapDown = process.memoryUsage().heapUsed;
-    redis = await startRedis(port);
+    redis = await startRedisServer(port);
     phase = 'back';
     // Recovered: a call answers 200 again within a few seconds.
     let recovered = false;

@@ -1,58 +1,16 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import type { TestProject } from 'vitest/node';
+import { startRedisServer, type RedisServer } from './redis-server.js';
 
 /**
  * One real Redis for the whole run: REDIS_URL when set; otherwise a `redis-server` on a free
  * loopback port; otherwise a testcontainers Redis where Docker can pull images.
  */
-let child: ChildProcess | undefined;
+let server: RedisServer | undefined;
 let container: { stop(): Promise<unknown> } | undefined;
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
 async function startLocalRedis(): Promise<string> {
-  const port = await freePort();
-  child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    {
-      stdio: 'ignore',
-    },
-  );
-  await new Promise<void>((resolve, reject) => {
-    child!.once('error', (err) =>
-      reject(new Error(`cannot start redis-server (${err.message}); install it or set REDIS_URL`)),
-    );
-    child!.once('spawn', () => resolve());
-  });
-  const { Redis } = await import('ioredis');
-  const probe = new Redis(port, '127.0.0.1', {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-  });
-  for (let i = 0; i < 100; i++) {
-    try {
-      await probe.connect();
-      await probe.ping();
-      probe.disconnect();
-      return `redis://127.0.0.1:${port}`;
-    } catch {
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-  throw new Error('redis-server did not answer');
+  server = await startRedisServer();
+  return server.url;
 }
 
 async function startContainerRedis(): Promise<string> {
@@ -78,7 +36,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   project.provide('redisUrl', url);
   return async () => {
-    child?.kill('SIGTERM');
+    await server?.stop();
     await container?.stop();
   };
 }

@@ -3,7 +3,7 @@ export { CallStore, finishedRecord } from './store.js';
 export { capOutcome } from './result-cap.js';
 export { Dispatcher, failedOutcome } from './dispatcher.js';
 export { Heartbeat, liveWorkers, workerAlive, WORKER_ALIVE_MS } from './heartbeat.js';
-export { createRedis, waitReady, isRedisDown } from './redis.js';
+export { createRedis, waitReady, isRedisDown, isConnectionLost } from './redis.js';
 export { Admission, fairPriority, MAX_PRIORITY } from './admission.js';
 export { RunLeases } from './leases.js';
 export { Approvals } from './approvals.js';

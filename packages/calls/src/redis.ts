@@ -24,7 +24,21 @@ export function createRedis(
   // Connection errors surface as failed commands (503s, /readyz); without a listener ioredis
   // would print every reconnect attempt.
   redis.on('error', () => undefined);
+  redis.on('ready', () => everReady.add(redis));
   return redis;
+}
+
+const everReady = new WeakSet<Redis>();
+
+/**
+ * True while a connection that was up is down: reconnecting, or in the middle of a reconnect
+ * attempt ('connecting'). Commands sent now would wait in the offline queue for the whole
+ * outage, so callers answer 503 at once instead. A connection that was never up yet is not
+ * "lost": its first commands just wait for it.
+ */
+export function isConnectionLost(redis: Redis): boolean {
+  if (redis.status === 'ready') return false;
+  return everReady.has(redis) || redis.status === 'end' || redis.status === 'close';
 }
 
 /** Resolves once the connection is ready, or rejects after `timeoutMs`. */

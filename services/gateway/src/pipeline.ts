@@ -3,6 +3,7 @@ import {
   canonicalDigest,
   isCallId,
   finishedRecord,
+  isConnectionLost,
   isRedisDown,
   liveWorkers,
   type Admission,
@@ -367,8 +368,8 @@ export class CallPipeline {
 
 /** Redis connection failures become 503 unavailable. */
 export async function guardRedis<T>(fn: () => Promise<T>, redis: Redis): Promise<T> {
-  // Reconnecting after a loss: fail now rather than wait for the next reconnect attempt.
-  if (redis.status === 'reconnecting' || redis.status === 'end' || redis.status === 'close') {
+  // Lost after being up: fail now rather than wait in the offline queue for the outage's end.
+  if (isConnectionLost(redis)) {
     throw new ApiError('unavailable', UNAVAILABLE, { headers: { 'Retry-After': '2' } });
   }
   try {

@@ -1,0 +1,73 @@
+/**
+ * Real redis-server processes for tests: the run's shared one (global-setup.ts) and private ones
+ * for files that stop Redis or measure its memory. Loopback only, no persistence.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { Redis } from 'ioredis';
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const address = srv.address();
+      srv.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+export interface RedisServer {
+  port: number;
+  url: string;
+  child: ChildProcess;
+  /** SIGTERM, resolved once the process has exited. */
+  stop(): Promise<void>;
+}
+
+/** Starts redis-server on `port` (default: a free one) and resolves once it answers PING. */
+export async function startRedisServer(port?: number): Promise<RedisServer> {
+  const listen = port ?? (await freePort());
+  const child = spawn(
+    'redis-server',
+    ['--port', String(listen), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' },
+  );
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    child.once('error', (err) =>
+      reject(new Error(`cannot start redis-server (${err.message}); install it or set REDIS_URL`)),
+    );
+    child.once('spawn', () => resolve());
+  });
+  const probe = new Redis(listen, '127.0.0.1', {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+  probe.on('error', () => undefined);
+  try {
+    for (let i = 0; i < 100; i++) {
+      try {
+        if (probe.status !== 'ready') await probe.connect();
+        await probe.ping();
+        return {
+          port: listen,
+          url: `redis://127.0.0.1:${listen}`,
+          child,
+          async stop() {
+            if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+            await exited;
+          },
+        };
+      } catch {
+        probe.disconnect();
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    child.kill('SIGKILL');
+    throw new Error('redis-server did not answer');
+  } finally {
+    probe.disconnect();
+  }
+}

@@ -4,7 +4,6 @@
  * the `@toolgate/sandbox/docker` subpath or createSandbox()'s dynamic import.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
@@ -14,7 +13,17 @@ import { ExitMarkerScanner, encodeEnvelope, type ExitReport } from './envelope.j
 import { SandboxError } from './errors.js';
 import { SlotMounts } from './mounts.js';
 import { seccompProfileJson } from './seccomp.js';
-import { EgressNetwork, reapEgressNetworks } from './egress.js';
+import {
+  DockerReaper,
+  LABEL,
+  LABEL_CREATED,
+  LABEL_DEPLOYMENT,
+  LABEL_HOST,
+  LABEL_IMAGE,
+  LABEL_OWNER,
+  LABEL_PID,
+} from './docker-reaper.js';
+import { EgressNetwork } from './egress.js';
 import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
   DriverOptions,
@@ -25,25 +34,21 @@ import type {
   SandboxLogger,
   SandboxStats,
 } from './types.js';
+import { WarmPool } from './warm-pool.js';
 import { RunWatchdog } from './watchdog.js';
 import { SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT } from './workspaces.js';
 
-export const LABEL = 'toolgate.sandbox';
-export const LABEL_OWNER = 'toolgate.owner';
-export const LABEL_CREATED = 'toolgate.created';
-export const LABEL_IMAGE = 'toolgate.image';
-/** Host name and pid of the owning worker: lets any worker on the same host see it is alive. */
-export const LABEL_HOST = 'toolgate.host';
-export const LABEL_PID = 'toolgate.pid';
-/**
- * Which toolgate deployment (host + stateDir) made a container: a reaper only ever removes its
- * own deployment's containers, so two toolgates sharing one Docker engine leave each other be.
- */
-export const LABEL_DEPLOYMENT = 'toolgate.deployment';
+export {
+  LABEL,
+  LABEL_CREATED,
+  LABEL_DEPLOYMENT,
+  LABEL_HOST,
+  LABEL_IMAGE,
+  LABEL_OWNER,
+  LABEL_PID,
+} from './docker-reaper.js';
 
 const MiB = 1024 * 1024;
-/** Containers created at once per image while refilling; more only queues in dockerd. */
-const MAX_PARALLEL_CREATES = 3;
 
 /** A started container blocked in its entrypoint, waiting for one call. */
 interface Armed {
@@ -60,21 +65,6 @@ interface Armed {
   dead: boolean;
 }
 
-interface Waiter {
-  resolve: (a: Armed) => void;
-  reject: (e: unknown) => void;
-}
-
-class ImagePool {
-  readonly ready: Armed[] = [];
-  readonly waiters: Waiter[] = [];
-  filling = 0;
-  constructor(
-    readonly key: string,
-    readonly size: number,
-  ) {}
-}
-
 export class DockerDriver implements SandboxDriver {
   readonly name = 'docker' as const;
   private readonly docker: Docker;
@@ -82,7 +72,8 @@ export class DockerDriver implements SandboxDriver {
   private readonly owner: string;
   private readonly deployment: string;
   private readonly mounts: SlotMounts;
-  private readonly pools = new Map<string, ImagePool>();
+  private readonly pools = new Map<string, WarmPool<Armed>>();
+  private readonly reaper: DockerReaper;
   /** Every container this driver created and has not removed yet. */
   private readonly live = new Set<string>();
   private readonly missingImages = new Set<string>();
@@ -92,11 +83,8 @@ export class DockerDriver implements SandboxDriver {
   private egressUnavailable: string | undefined;
   private started: Promise<void> | undefined;
   private closed = false;
-  /** Pool containers being created: close() waits for them, or they outlive the worker. */
-  private readonly arming = new Set<Promise<unknown>>();
   private timer: NodeJS.Timeout | undefined;
   private running = 0;
-  private reaped = 0;
   private slotSeq = 0;
 
   constructor(
@@ -112,8 +100,30 @@ export class DockerDriver implements SandboxDriver {
       .slice(0, 16);
     this.mounts = new SlotMounts(config.stateDir);
     for (const key of Object.keys(config.images)) {
-      this.pools.set(key, new ImagePool(key, config.pool.sizes[key] ?? config.pool.size));
+      this.pools.set(
+        key,
+        new WarmPool<Armed>({
+          key,
+          size: config.pool.sizes[key] ?? config.pool.size,
+          start: () => this.arm(key, this.defaultResources(), { pooled: true }),
+          dispose: (armed) => this.dispose(armed),
+          canStart: () => !this.closed && !this.missingImages.has(key),
+          onStartFailed: (err) =>
+            this.log.error({ err, image: key }, 'sandbox container failed to start'),
+        }),
+      );
     }
+    this.reaper = new DockerReaper({
+      docker: this.docker,
+      config,
+      owner: this.owner,
+      deployment: this.deployment,
+      mounts: this.mounts,
+      isOwnerAlive: options.isOwnerAlive,
+      isLive: (id) => this.live.has(id),
+      removeContainer: (container) => this.removeContainer(container),
+      log: this.log,
+    });
   }
 
   /** Whether a Docker engine answers on the configured socket. */
@@ -163,7 +173,7 @@ export class DockerDriver implements SandboxDriver {
       }
     }
     // Heartbeat first: setup registers our slot directory, which a reaper must see as alive.
-    await this.heartbeat();
+    await this.reaper.heartbeat();
     this.propagation = await this.mounts.setup(this.owner);
     if (this.config.allowNetwork) await this.startEgress();
     if (!this.propagation) {
@@ -174,13 +184,14 @@ export class DockerDriver implements SandboxDriver {
     }
     await this.reap();
     this.timer = setInterval(() => {
-      void this.heartbeat()
+      void this.reaper
+        .heartbeat()
         .then(() => this.reap())
         .then(() => this.recycleIdle())
         .catch((err: unknown) => this.log.warn({ err }, 'sandbox reaper failed'));
     }, this.config.reaper.intervalMs);
     this.timer.unref();
-    for (const pool of this.pools.values()) this.topUp(pool);
+    for (const pool of this.pools.values()) pool.topUp();
   }
 
   /**
@@ -216,7 +227,7 @@ export class DockerDriver implements SandboxDriver {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const short = [...this.pools.values()].some(
-        (p) => !this.missingImages.has(p.key) && p.ready.length < p.size,
+        (p) => !this.missingImages.has(p.key) && p.readyCount < p.size,
       );
       if (!short) return;
       if (Date.now() > deadline)
@@ -227,8 +238,8 @@ export class DockerDriver implements SandboxDriver {
 
   stats(): SandboxStats {
     const warm: Record<string, number> = {};
-    for (const [key, pool] of this.pools) warm[key] = pool.ready.length;
-    return { driver: 'docker', warm, running: this.running, reaped: this.reaped };
+    for (const [key, pool] of this.pools) warm[key] = pool.readyCount;
+    return { driver: 'docker', warm, running: this.running, reaped: this.reaper.reaped };
   }
 
   async run(request: RunRequest): Promise<RunResult> {
@@ -267,8 +278,8 @@ export class DockerDriver implements SandboxDriver {
     let armed: Armed;
     let warm = false;
     if (poolable) {
-      warm = pool.ready.length > 0;
-      armed = await this.acquire(pool, req.signal);
+      warm = pool.readyCount > 0;
+      armed = await pool.acquire(req.signal);
     } else {
       armed = await this.arm(req.key, req.resources, {
         network: req.network,
@@ -331,76 +342,6 @@ export class DockerDriver implements SandboxDriver {
     } finally {
       watch.dispose();
       void (killing ?? Promise.resolve()).then(() => this.dispose(armed));
-    }
-  }
-
-  /** A warm container for the pool's image: a ready one, or the next one being started. */
-  private acquire(pool: ImagePool, signal?: AbortSignal): Promise<Armed> {
-    while (pool.ready.length > 0) {
-      const armed = pool.ready.shift()!;
-      this.topUp(pool);
-      if (!armed.dead) return Promise.resolve(armed);
-      void this.dispose(armed);
-    }
-    return new Promise<Armed>((resolve, reject) => {
-      const waiter: Waiter = {
-        resolve: (a) => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve(a);
-        },
-        reject: (e) => {
-          signal?.removeEventListener('abort', onAbort);
-          reject(e);
-        },
-      };
-      const onAbort = () => {
-        const i = pool.waiters.indexOf(waiter);
-        if (i >= 0) pool.waiters.splice(i, 1);
-        reject(new SandboxError('aborted', 'the call was cancelled before its sandbox started'));
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
-      pool.waiters.push(waiter);
-      this.topUp(pool);
-    });
-  }
-
-  /** Starts containers until ready + starting covers the target size plus the waiting calls. */
-  private topUp(pool: ImagePool): void {
-    if (this.closed || this.missingImages.has(pool.key)) return;
-    while (
-      pool.filling < MAX_PARALLEL_CREATES &&
-      pool.ready.length + pool.filling < pool.size + pool.waiters.length
-    ) {
-      pool.filling++;
-      const arming = this.arm(pool.key, this.defaultResources(), { pooled: true });
-      this.arming.add(arming);
-      void arming.then(
-        () => this.arming.delete(arming),
-        () => this.arming.delete(arming),
-      );
-      arming
-        .then((armed) => {
-          pool.filling--;
-          if (this.closed) return void this.dispose(armed);
-          const waiter = pool.waiters.shift();
-          if (waiter) waiter.resolve(armed);
-          else pool.ready.push(armed);
-          this.topUp(pool);
-        })
-        .catch((err: unknown) => {
-          pool.filling--;
-          this.log.error({ err, image: pool.key }, 'sandbox container failed to start');
-          // Fail the calls waiting now rather than retrying in a tight loop.
-          const waiters = pool.waiters.splice(0);
-          for (const w of waiters)
-            w.reject(
-              new SandboxError(
-                'start_failed',
-                `sandbox container failed to start: ${(err as Error).message}`,
-                { cause: err },
-              ),
-            );
-        });
     }
   }
 
@@ -572,111 +513,19 @@ export class DockerDriver implements SandboxDriver {
 
   /** Warm containers past maxIdleMs are replaced, so none lingers for days. */
   private async recycleIdle(): Promise<void> {
-    const now = Date.now();
-    for (const pool of this.pools.values()) {
-      const stale = pool.ready.filter(
-        (a) => a.dead || now - a.createdAt > this.config.pool.maxIdleMs,
-      );
-      for (const a of stale) {
-        pool.ready.splice(pool.ready.indexOf(a), 1);
-        await this.dispose(a);
-      }
-      this.topUp(pool);
-    }
+    for (const pool of this.pools.values()) await pool.recycle(this.config.pool.maxIdleMs);
   }
 
-  private heartbeatFile(owner: string): string {
-    return path.join(path.resolve(this.config.stateDir), 'owners', owner);
-  }
-
-  private async heartbeat(): Promise<void> {
-    const file = this.heartbeatFile(this.owner);
-    await mkdir(path.dirname(file), { recursive: true });
-    const now = new Date();
-    await utimes(file, now, now).catch(() => writeFile(file, String(process.pid)));
-  }
-
-  /**
-   * Alive: the caller's isOwnerAlive says so; or the owner ran on this host (same hostname) and
-   * its pid still exists; or its heartbeat file in stateDir is fresh. Workers on other hosts or in
-   * other containers sharing this engine need a shared stateDir or isOwnerAlive.
-   */
-  private async ownerAlive(owner: string, labels: Record<string, string> = {}): Promise<boolean> {
-    if (owner === this.owner) return true;
-    // A live pid on this host is proof of life; a missing one is not proof of death (another
-    // container may share the host name but not the pid namespace), so ask the heartbeats.
-    const pid = Number(labels[LABEL_PID]);
-    if (labels[LABEL_HOST] === hostname() && Number.isInteger(pid) && pid > 0 && pidExists(pid))
-      return true;
-    if (this.options.isOwnerAlive) return this.options.isOwnerAlive(owner);
-    const st = await stat(this.heartbeatFile(owner)).catch(() => undefined);
-    return st !== undefined && Date.now() - st.mtimeMs < 3 * this.config.reaper.intervalMs + 10_000;
-  }
-
-  /**
-   * Removes sandbox containers left behind: by a worker whose heartbeat stopped, older than
-   * reaper.maxAgeMs whoever owns them, or ours but no longer tracked. Returns how many.
-   */
-  async reap(): Promise<number> {
-    const list = await this.docker.listContainers({
-      all: true,
-      filters: { label: [`${LABEL}=1`, `${LABEL_DEPLOYMENT}=${this.deployment}`] },
-    });
-    const now = Date.now();
-    const verdicts = new Map<string, boolean>();
-    let removed = 0;
-    for (const info of list) {
-      const owner = info.Labels[LABEL_OWNER] ?? '';
-      const age = now - Number(info.Labels[LABEL_CREATED] ?? 0);
-      let reap: boolean;
-      if (age > this.config.reaper.maxAgeMs) reap = true;
-      else if (owner === this.owner) reap = !this.live.has(info.Id) && age > 60_000;
-      else {
-        if (!verdicts.has(owner)) verdicts.set(owner, await this.ownerAlive(owner, info.Labels));
-        reap = !verdicts.get(owner);
-      }
-      if (!reap) continue;
-      await this.removeContainer(this.docker.getContainer(info.Id));
-      removed++;
-    }
-    for (const owner of await this.mounts.owners()) {
-      if (owner === this.owner) continue;
-      if (!verdicts.has(owner)) verdicts.set(owner, await this.ownerAlive(owner));
-      if (!verdicts.get(owner)) await this.mounts.removeOwner(owner);
-    }
-    const ownersDir = path.dirname(this.heartbeatFile(this.owner));
-    for (const owner of await readdir(ownersDir).catch(() => [])) {
-      const st = await stat(path.join(ownersDir, owner)).catch(() => undefined);
-      if (st && now - st.mtimeMs > this.config.reaper.maxAgeMs)
-        await rm(path.join(ownersDir, owner), { force: true });
-    }
-    await reapEgressNetworks(
-      this.docker,
-      `${LABEL_DEPLOYMENT}=${this.deployment}`,
-      async (owner) => {
-        if (!verdicts.has(owner)) verdicts.set(owner, await this.ownerAlive(owner));
-        return !verdicts.get(owner);
-      },
-      LABEL_OWNER,
-      this.log,
-    );
-    if (removed > 0) this.log.info({ removed }, 'reaped leftover sandbox containers');
-    this.reaped += removed;
-    return removed;
+  /** The reaper's pass (see docker-reaper.ts); also run out of turn when a worker dies. */
+  reap(): Promise<number> {
+    return this.reaper.reap();
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
-    for (const pool of this.pools.values()) {
-      for (const w of pool.waiters.splice(0))
-        w.reject(new SandboxError('closed', 'sandbox driver is closed'));
-      const ready = pool.ready.splice(0);
-      await Promise.all(ready.map((a) => this.dispose(a)));
-    }
-    // Pool containers still being created: each disposes of itself once armed (closed is set).
-    await Promise.allSettled([...this.arming]);
+    await Promise.all([...this.pools.values()].map((pool) => pool.close()));
     // Containers of calls still running, or being started for the pool.
     for (let i = 0; i < 50 && this.live.size > 0; i++) {
       await Promise.all(
@@ -687,7 +536,7 @@ export class DockerDriver implements SandboxDriver {
     await this.egress?.close();
     await this.mounts.removeOwner(this.owner);
     if (this.propagation) await this.mounts.teardownIfUnused();
-    await rm(this.heartbeatFile(this.owner), { force: true });
+    await this.reaper.removeHeartbeat();
   }
 }
 
@@ -712,15 +561,6 @@ function proxyEnv(url: string): string[] {
   return ['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy', 'ALL_PROXY'].map(
     (name) => `${name}=${url}`,
   );
-}
-
-function pidExists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function sleep(ms: number): Promise<void> {

@@ -1,0 +1,147 @@
+/**
+ * The warm pool of one image (docker driver): sandboxes started ahead of their call, each
+ * handed to exactly one call, replaced in the background. What a sandbox is and how it starts
+ * is the driver's; how many to keep, who waits for the next one, and what to do when starting
+ * fails is here.
+ */
+import { SandboxError } from './errors.js';
+
+/** Sandboxes started at once per image while refilling; more only queue in the engine. */
+const MAX_PARALLEL_STARTS = 3;
+
+export interface Pooled {
+  createdAt: number;
+  /** Stopped while waiting: never handed out. */
+  dead: boolean;
+}
+
+export interface WarmPoolOptions<T extends Pooled> {
+  key: string;
+  size: number;
+  /** Starts one sandbox, ready for a call. */
+  start: () => Promise<T>;
+  /** Removes one that will not be used. */
+  dispose: (item: T) => Promise<void>;
+  /** False while the pool must not start anything (driver closed, image missing). */
+  canStart: () => boolean;
+  onStartFailed: (err: unknown) => void;
+}
+
+interface Waiter<T> {
+  resolve: (item: T) => void;
+  reject: (err: unknown) => void;
+}
+
+export class WarmPool<T extends Pooled> {
+  private readonly ready: T[] = [];
+  private readonly waiters: Waiter<T>[] = [];
+  private starting = 0;
+  /** Starts in flight: close() waits for them, or they would outlive the driver. */
+  private readonly inFlight = new Set<Promise<unknown>>();
+  private closed = false;
+
+  constructor(private readonly o: WarmPoolOptions<T>) {}
+
+  get key(): string {
+    return this.o.key;
+  }
+
+  get size(): number {
+    return this.o.size;
+  }
+
+  /** Sandboxes ready now. */
+  get readyCount(): number {
+    return this.ready.length;
+  }
+
+  /** A ready sandbox, or the next one started; aborting the signal stops waiting. */
+  acquire(signal?: AbortSignal): Promise<T> {
+    while (this.ready.length > 0) {
+      const item = this.ready.shift()!;
+      this.topUp();
+      if (!item.dead) return Promise.resolve(item);
+      void this.o.dispose(item);
+    }
+    return new Promise<T>((resolve, reject) => {
+      const onAbort = () => {
+        const i = this.waiters.indexOf(waiter);
+        if (i >= 0) this.waiters.splice(i, 1);
+        reject(new SandboxError('aborted', 'the call was cancelled before its sandbox started'));
+      };
+      const waiter: Waiter<T> = {
+        resolve: (item) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(item);
+        },
+        reject: (err) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(err);
+        },
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.waiters.push(waiter);
+      this.topUp();
+    });
+  }
+
+  /** Starts sandboxes until ready + starting covers the target size plus the waiting calls. */
+  topUp(): void {
+    if (this.closed || !this.o.canStart()) return;
+    while (
+      this.starting < MAX_PARALLEL_STARTS &&
+      this.ready.length + this.starting < this.o.size + this.waiters.length
+    ) {
+      this.starting++;
+      const started = this.o.start();
+      this.inFlight.add(started);
+      void started.then(
+        () => this.inFlight.delete(started),
+        () => this.inFlight.delete(started),
+      );
+      started
+        .then((item) => {
+          this.starting--;
+          if (this.closed) return void this.o.dispose(item);
+          const waiter = this.waiters.shift();
+          if (waiter) waiter.resolve(item);
+          else this.ready.push(item);
+          this.topUp();
+        })
+        .catch((err: unknown) => {
+          this.starting--;
+          this.o.onStartFailed(err);
+          // Fail the calls waiting now rather than retrying in a tight loop.
+          for (const w of this.waiters.splice(0))
+            w.reject(
+              new SandboxError(
+                'start_failed',
+                `sandbox container failed to start: ${(err as Error).message}`,
+                { cause: err },
+              ),
+            );
+        });
+    }
+  }
+
+  /** Replaces ready sandboxes older than maxIdleMs (or found dead), so none lingers for days. */
+  async recycle(maxIdleMs: number): Promise<void> {
+    const now = Date.now();
+    const stale = this.ready.filter((item) => item.dead || now - item.createdAt > maxIdleMs);
+    for (const item of stale) {
+      this.ready.splice(this.ready.indexOf(item), 1);
+      await this.o.dispose(item);
+    }
+    this.topUp();
+  }
+
+  /** Fails the waiting calls, removes the ready sandboxes and those still starting. */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const w of this.waiters.splice(0))
+      w.reject(new SandboxError('closed', 'sandbox driver is closed'));
+    await Promise.all(this.ready.splice(0).map((item) => this.o.dispose(item)));
+    // Each start still in flight disposes of its sandbox once started (closed is set).
+    await Promise.allSettled([...this.inFlight]);
+  }
+}

@@ -97,7 +97,10 @@ export class Dispatcher {
     try {
       await this.queues[kind].add(job.tool, job, {
         jobId: job.id,
-        ...(priority === undefined ? {} : { priority }),
+        // A client's first call needs no priority: BullMQ serves its plain wait list before any
+        // prioritized job, first come first served, which is the order priority 1 would get,
+        // and a plain add costs Redis less than a prioritized one.
+        ...(priority === undefined || priority <= 1 ? {} : { priority }),
         removeOnComplete: KEEP_COMPLETED,
         removeOnFail: KEEP_FAILED,
       });

@@ -72,9 +72,10 @@ const UNAVAILABLE = 'Redis is unavailable; the call was not accepted';
 const IN_FLIGHT_RETRY_SECONDS = 2;
 
 /**
- * One path for every call, whatever the dialect (docs/spec.md §6): scope → rate limit → loop guard →
- * schema → approval → cache → admission (calls in flight) → enqueue → wait. Throws ApiError
- * for problems with the request itself; tool failures are outcomes.
+ * One path for every call, whatever the dialect (docs/spec.md §6): rate limit and loop guard →
+ * tool and scope → schema → the tool's precheck → approval → cache → admission (calls in
+ * flight) → enqueue → wait. Throws ApiError for problems with the request itself; tool
+ * failures are outcomes.
  */
 export class CallPipeline {
   private workersSeenAt = 0;

@@ -18,9 +18,11 @@ export type { Decision } from './approvals.js';
 export type { AuditEntry, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';
 export type { CallSummary, StatsReport, StatsView, ToolStats } from './stats.js';
+export { FINAL_STATUSES } from './types.js';
 export type {
   CallDone,
   CallError,
+  CallEvent,
   CallJob,
   CallOutcome,
   CallRecord,

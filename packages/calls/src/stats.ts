@@ -34,6 +34,8 @@ export interface ToolStats {
   calls: number;
   ok: number;
   errors: number;
+  /** Stopped by a cancel: neither ok nor an error, and out of the error rate. */
+  cancelled: number;
   errorRate: number;
   cached: number;
   avgMs: number;
@@ -44,7 +46,7 @@ export interface CallSummary {
   id: string;
   tool: string;
   client: string;
-  status: 'ok' | 'error';
+  status: CallOutcome['status'];
   errorCode?: string;
   durationMs: number;
   cached: boolean;
@@ -134,6 +136,7 @@ export class Stats {
         calls: number;
         ok: number;
         errors: number;
+        cancelled: number;
         cached: number;
         totalMs: number;
         durations: number[];
@@ -156,10 +159,11 @@ export class Stats {
       if (!t)
         perTool.set(
           outcome.tool,
-          (t = { calls: 0, ok: 0, errors: 0, cached: 0, totalMs: 0, durations: [] }),
+          (t = { calls: 0, ok: 0, errors: 0, cancelled: 0, cached: 0, totalMs: 0, durations: [] }),
         );
       t.calls++;
       if (outcome.status === 'ok') t.ok++;
+      else if (outcome.status === 'cancelled') t.cancelled++;
       else t.errors++;
       if (outcome.cached) t.cached++;
       t.totalMs += outcome.durationMs;
@@ -174,6 +178,7 @@ export class Stats {
       multi.hincrby(toolKey, 'calls', t.calls).hincrbyfloat(toolKey, 'totalMs', t.totalMs);
       if (t.ok) multi.hincrby(toolKey, 'ok', t.ok);
       if (t.errors) multi.hincrby(toolKey, 'errors', t.errors);
+      if (t.cancelled) multi.hincrby(toolKey, 'cancelled', t.cancelled);
       if (t.cached) multi.hincrby(toolKey, 'cached', t.cached);
       const durations = keys.durations(tool);
       multi.lpush(durations, ...t.durations).ltrim(durations, 0, keys.sampleSize - 1);
@@ -222,6 +227,7 @@ export class Stats {
         calls,
         ok: Number(h.ok ?? 0),
         errors,
+        cancelled: Number(h.cancelled ?? 0),
         errorRate: calls ? round(errors / calls, 4) : 0,
         cached: Number(h.cached ?? 0),
         avgMs: calls ? round(Number(h.totalMs ?? 0) / calls, 2) : 0,

@@ -1,6 +1,15 @@
 /** Lifecycle of one tool call, as GET /v1/calls/{id} reports it. */
 export type CallStatus =
-  'queued' | 'running' | 'ok' | 'error' | 'pending_approval' | 'rejected' | 'expired';
+  'queued' | 'running' | 'ok' | 'error' | 'cancelled' | 'pending_approval' | 'rejected' | 'expired';
+
+/** Statuses a call never leaves. */
+export const FINAL_STATUSES: ReadonlySet<CallStatus> = new Set([
+  'ok',
+  'error',
+  'cancelled',
+  'rejected',
+  'expired',
+]);
 
 export interface CallError {
   code: string;
@@ -12,7 +21,8 @@ export interface CallError {
 export interface CallOutcome {
   id: string;
   tool: string;
-  status: 'ok' | 'error';
+  /** `cancelled`: stopped by `POST /v1/calls/{id}/cancel` (error.code `cancelled`). */
+  status: 'ok' | 'error' | 'cancelled';
   result?: unknown;
   error?: CallError;
   durationMs: number;
@@ -29,8 +39,20 @@ export interface CallOutcome {
  * job hash holds no copy of the result (the call record is the one stored copy).
  */
 export interface CallDone {
-  status: 'ok' | 'error';
+  status: CallOutcome['status'];
 }
+
+/**
+ * What `GET /v1/calls/{id}/events` streams (docs/http-api.md): the call's status changes, its
+ * live output and progress, and last its outcome. `seq` counts from 1 per call, so a reader
+ * that joins late and reads the backlog drops what it has already seen.
+ */
+export type CallEvent = { seq: number; at: number } & (
+  | { type: 'status'; status: CallStatus }
+  | { type: 'output'; stream: 'stdout' | 'stderr'; text: string }
+  | { type: 'progress'; progress: number; total?: number; message?: string }
+  | { type: 'outcome'; outcome: CallOutcome }
+);
 
 /** The payload of a BullMQ job: one tool call. The job id is the call id. */
 export interface CallJob {

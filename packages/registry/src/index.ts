@@ -13,6 +13,7 @@ export type {
   SandboxNeeds,
   Tool,
   ToolContext,
+  ToolEvents,
   ToolServices,
   ToolSpec,
 } from './tool.js';

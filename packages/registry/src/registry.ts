@@ -66,6 +66,7 @@ export class ToolRegistry {
       cacheTtlSeconds: spec.cacheTtlSeconds ?? 0,
       cacheScope: spec.cacheScope ?? 'global',
       idempotent: spec.idempotent ?? false,
+      result: spec.result as Record<string, unknown> | undefined,
       precheck: spec.precheck as Tool['precheck'],
       handler: spec.handler as Tool['handler'],
     };

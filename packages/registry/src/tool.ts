@@ -10,12 +10,25 @@ export type Risk = 'safe' | 'sensitive' | 'destructive';
 // eslint-disable-next-line @typescript-eslint/no-empty-object-type
 export interface ToolServices {}
 
+/**
+ * What a running tool tells the caller before it ends (GET /v1/calls/{id}/events, MCP progress
+ * notifications). Calls are fire-and-forget: the worker bounds and batches what it forwards.
+ */
+export interface ToolEvents {
+  /** A chunk of live output (sandboxed tools: the program's stdout or stderr as it comes). */
+  output(stream: 'stdout' | 'stderr', text: string): void;
+  /** How far along the tool is: `progress` of `total` (omit total when unknown). */
+  progress(progress: number, total?: number, message?: string): void;
+}
+
 export interface ToolContext {
   callId: string;
   clientId: string;
-  /** Aborted when the tool's timeout passes or the worker shuts down. */
+  /** Aborted when the tool's timeout passes, the call is cancelled or the worker shuts down. */
   signal: AbortSignal;
   services: ToolServices;
+  /** Live output and progress; absent where nobody listens (unit tests). */
+  events?: ToolEvents;
 }
 
 /**
@@ -51,6 +64,11 @@ export interface ToolSpec<S extends TSchema = TSchema, R = unknown> {
   /** Safe to run again if a worker dies mid-call. */
   idempotent?: boolean;
   /**
+   * JSON Schema of the handler's result (MCP `outputSchema`, `structuredContent`). An object
+   * schema; tools whose result is not an object leave it out.
+   */
+  result?: TSchema;
+  /**
    * The tool's own policy on its (already validated) arguments: throw a ToolError to refuse
    * them. Runs on the gateway before the call is queued (the refusal is an error outcome the
    * model reads) and again in the worker before the handler. Synchronous and bounded: it runs
@@ -77,6 +95,8 @@ export interface Tool {
   cacheTtlSeconds: number;
   cacheScope: 'global' | 'client';
   idempotent: boolean;
+  /** The result's JSON Schema, when the tool declares one. */
+  result: Record<string, unknown> | undefined;
   precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;
   handler: (args: unknown, ctx: ToolContext) => Promise<unknown> | unknown;
 }

@@ -2,9 +2,15 @@
  * POST /mcp with the official SDK's Client over real HTTP, against a real gateway and worker:
  * listings per client scope, calls through the pipeline, errors the model can read.
  */
+import { request as httpRequest } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
+import {
+  Client as ModernClient,
+  StreamableHTTPClientTransport as ModernTransport,
+} from '@modelcontextprotocol/client';
+import { Type } from '@toolgate/registry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { testTools } from './support/tools.js';
@@ -12,8 +18,24 @@ import { testTools } from './support/tools.js';
 let stack: Stack;
 const open: Client[] = [];
 
+/** A tool that declares its result's schema (MCP outputSchema). */
+const forecastTool = {
+  name: 'forecast',
+  description: 'Tomorrow’s temperature in a city',
+  category: 'test',
+  parameters: Type.Object({ city: Type.String() }, { additionalProperties: false }),
+  result: Type.Object({ city: Type.String(), celsius: Type.Number() }),
+  idempotent: true,
+  handler: ({ city }: { city: string }) => ({ city, celsius: 4 }),
+};
+
 beforeAll(async () => {
-  stack = await startStack({ tools: testTools });
+  stack = await startStack({
+    tools: [...testTools, forecastTool],
+    config: {
+      server: { port: 0, host: '127.0.0.1', allowedOrigins: ['https://app.example.com'] },
+    },
+  });
   const probe = await stack.call('/mcp', { json: {} });
   if (probe.status === 404) {
     throw new Error(
@@ -179,9 +201,186 @@ describe('MCP over Streamable HTTP', () => {
     });
     expect(res.status).toBe(200);
     expect(res.headers.get('mcp-session-id')).toBeNull();
-    const body = (await res.json()) as { id: number; result: { tools: unknown[] } };
+    const body = (await rpcBody(res)) as { id: number; result: { tools: unknown[] } };
     expect(body.id).toBe(7);
     expect(body.result.tools.length).toBeGreaterThan(3);
     expect((await stack.call('/mcp')).status).toBe(405);
+  });
+});
+
+/** A JSON-RPC answer, whether it came as a JSON body or as one SSE `message` event. */
+async function rpcBody(res: Response): Promise<unknown> {
+  const raw = await res.text();
+  if (!(res.headers.get('content-type') ?? '').includes('text/event-stream')) {
+    return JSON.parse(raw);
+  }
+  const data = raw
+    .split('\n')
+    .filter((l) => l.startsWith('data:'))
+    .map((l) => l.slice(5).trim())
+    .filter((l) => l.startsWith('{'));
+  return JSON.parse(data.at(-1)!);
+}
+
+const initialize = (protocolVersion: string, headers: Record<string, string> = {}) =>
+  stack.call('/mcp', {
+    json: {
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion, capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+    },
+    headers: { accept: 'application/json, text/event-stream', ...headers },
+  });
+
+describe('MCP protocol revisions', () => {
+  it('a 2025-06-18 client gets 2025-06-18, a v1 SDK client 2025-11-25', async () => {
+    const res = await initialize('2025-06-18');
+    expect(res.status).toBe(200);
+    expect(await rpcBody(res)).toMatchObject({
+      result: { protocolVersion: '2025-06-18', serverInfo: { name: 'toolgate' } },
+    });
+    const client = await connect();
+    expect((client.transport as StreamableHTTPClientTransport).protocolVersion).toBe('2025-11-25');
+  });
+
+  it('a 2026-07-28 client (SDK v2, pinned) lists and calls tools without initialize', async () => {
+    const client = new ModernClient(
+      { name: 'toolgate-test-modern', version: '1.0.0' },
+      { versionNegotiation: { mode: { pin: '2026-07-28' } } },
+    );
+    await client.connect(
+      new ModernTransport(new URL(`${stack.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${KEYS.alice}` } },
+      }),
+    );
+    try {
+      expect(client.getProtocolEra()).toBe('modern');
+      expect(client.getNegotiatedProtocolVersion()).toBe('2026-07-28');
+      const { tools } = await client.listTools();
+      expect(tools.map((t) => t.name)).toContain('calculator');
+      const result = await client.callTool({
+        name: 'calculator',
+        arguments: { expression: '6*7' },
+      });
+      expect(text(result)).toBe('42');
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+describe('MCP tool listings', () => {
+  it('annotations follow the registry: read-only, destructive (needs approval), idempotent, open world, title', async () => {
+    const { tools } = await (await connect()).listTools();
+    const byName = new Map(tools.map((t) => [t.name, t]));
+    expect(byName.get('calculator')).toMatchObject({
+      title: 'Calculator',
+      annotations: {
+        title: 'Calculator',
+        readOnlyHint: true,
+        destructiveHint: false,
+        idempotentHint: true,
+        openWorldHint: false,
+      },
+    });
+    expect(byName.get('wipe_disk')?.annotations).toMatchObject({
+      title: 'Wipe disk',
+      readOnlyHint: false,
+      destructiveHint: true,
+    });
+    expect(byName.get('http_get')?.annotations).toMatchObject({
+      readOnlyHint: true,
+      openWorldHint: true,
+    });
+    expect(byName.get('http_post')?.annotations).toMatchObject({
+      readOnlyHint: false,
+      idempotentHint: false,
+      openWorldHint: true,
+    });
+  });
+
+  it('a tool with a result schema has an outputSchema, and its calls a matching structuredContent', async () => {
+    const client = await connect();
+    const { tools } = await client.listTools();
+    const forecast = tools.find((t) => t.name === 'forecast');
+    expect(forecast?.outputSchema).toMatchObject({
+      type: 'object',
+      required: ['city', 'celsius'],
+    });
+    // The v1 SDK client checks structuredContent against the outputSchema it listed.
+    const result = await client.callTool({ name: 'forecast', arguments: { city: 'Oslo' } });
+    expect(result.structuredContent).toEqual({ city: 'Oslo', celsius: 4 });
+    expect(JSON.parse(text(result))).toEqual(result.structuredContent);
+    // Tools without one keep their listing as it was.
+    expect(tools.find((t) => t.name === 'calculator')?.outputSchema).toBeUndefined();
+  });
+});
+
+describe('MCP Origin and Host checks', () => {
+  it('refuses a page from an origin not in server.allowedOrigins with 403 and a JSON-RPC error', async () => {
+    const res = await initialize('2025-11-25', { origin: 'http://evil.example.com' });
+    expect(res.status).toBe(403);
+    expect(await res.json()).toMatchObject({
+      jsonrpc: '2.0',
+      id: null,
+      error: { code: expect.any(Number), message: expect.stringContaining('evil.example.com') },
+    });
+    const allowed = await initialize('2025-11-25', { origin: 'https://app.example.com' });
+    expect(allowed.status).toBe(200);
+    const wrongPort = await initialize('2025-11-25', { origin: 'https://app.example.com:8443' });
+    expect(wrongPort.status).toBe(403);
+    // Clients outside a browser send no Origin: they pass.
+    expect((await initialize('2025-11-25')).status).toBe(200);
+  });
+
+  it('in development mode only localhost pages and loopback Host names get in', async () => {
+    const dev = await startStack({
+      tools: testTools,
+      worker: false,
+      config: { clients: [], server: { port: 0, host: '127.0.0.1' } },
+    });
+    try {
+      const post = (headers: Record<string, string>) =>
+        dev.call('/mcp', {
+          key: dev.gateway.dev!.key,
+          json: { jsonrpc: '2.0', id: 1, method: 'ping' },
+          headers: { accept: 'application/json, text/event-stream', ...headers },
+        });
+      expect((await post({ origin: 'http://localhost:5173' })).status).toBe(200);
+      expect((await post({ origin: 'http://[::1]:3000' })).status).toBe(200);
+      expect((await post({})).status).toBe(200);
+      expect((await post({ origin: 'http://evil.example.com' })).status).toBe(403);
+      // DNS rebinding: the page's own name in Host, even with no Origin (fetch cannot set Host).
+      const status = (host: string) =>
+        new Promise<number | undefined>((resolve, reject) => {
+          const url = new URL(`${dev.url}/mcp`);
+          const req = httpRequest(
+            {
+              hostname: url.hostname,
+              port: url.port,
+              path: url.pathname,
+              method: 'POST',
+              headers: {
+                host,
+                authorization: `Bearer ${dev.gateway.dev!.key}`,
+                'content-type': 'application/json',
+                accept: 'application/json, text/event-stream',
+              },
+            },
+            (res) => {
+              res.resume();
+              resolve(res.statusCode);
+            },
+          );
+          req.on('error', reject);
+          req.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }));
+        });
+      expect(await status('evil.example.com')).toBe(403);
+      expect(await status('evil.example.com:8080')).toBe(403);
+      expect(await status(`localhost:${new URL(dev.url).port}`)).toBe(200);
+    } finally {
+      await dev.close();
+    }
   });
 });

@@ -125,6 +125,16 @@ export class Keys {
     return `${this.prefix}:loop`;
   }
 
+  /** A client's MCP logging level (`logging/setLevel` of 2025-era clients, who have no session). */
+  mcpLogLevel(clientId: string): string {
+    return `${this.prefix}:mcp-loglevel:${clientId}`;
+  }
+
+  /** The call an MCP request runs, so `notifications/cancelled` on any gateway can cancel it. */
+  mcpRequest(clientId: string, requestId: string): string {
+    return `${this.prefix}:mcp-req:${clientId}:${requestId}`;
+  }
+
   /**
    * A client's memory (a hash of entries) and its version counter. The hash tag keeps both in
    * one Redis Cluster slot: the memory scripts touch both.

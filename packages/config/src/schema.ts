@@ -62,6 +62,16 @@ export const ConfigSchema = Type.Object(
           [Type.Boolean(), Type.Integer({ minimum: 0 }), Type.Array(Type.String({ minLength: 1 }))],
           { default: false },
         ),
+        /**
+         * Browser origins allowed to call POST /mcp (DNS-rebinding and cross-site protection,
+         * docs/mcp.md): `scheme://host[:port]`, port `*` for any. Requests without an Origin
+         * header (non-browser clients) always pass. Empty: in development mode only localhost
+         * origins, otherwise none.
+         */
+        allowedOrigins: Type.Array(
+          Type.String({ pattern: '^https?://[^/?#\\s]+$', description: 'scheme://host[:port]' }),
+          { default: [] },
+        ),
       },
       closed,
     ),

@@ -45,7 +45,7 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
     description: m.description,
     category: m.category,
     parameters: m.parameters as AnyToolSpec['parameters'],
-    sandbox: { image: m.image },
+    sandbox: { image: m.image, ...(m.network ? { network: true } : {}) },
     ...(m.risk ? { risk: m.risk } : {}),
     ...(m.requiresApproval !== undefined ? { requiresApproval: m.requiresApproval } : {}),
     // The sandbox kills the program at timeoutSeconds; the call's own limit leaves room for

@@ -44,6 +44,8 @@ export interface PrecheckContext {
 /** Where a sandboxed tool runs; `image` names a sandbox image key (e.g. "python"). */
 export interface SandboxNeeds {
   image: string;
+  /** The sandbox may reach the network (manifest `network: true`): MCP's openWorldHint. */
+  network?: boolean;
 }
 
 export interface ToolSpec<S extends TSchema = TSchema, R = unknown> {

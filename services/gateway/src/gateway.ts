@@ -28,6 +28,7 @@ import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
 import { callRoutes } from './routes/calls.js';
 import { executeRoutes } from './routes/execute.js';
 import { healthRoutes } from './routes/health.js';
+import { OriginPolicy } from './mcp/origin.js';
 import { mcpRoutes } from './routes/mcp.js';
 import { statsRoutes } from './routes/stats.js';
 import { toolCallRoutes } from './routes/tool-calls.js';
@@ -190,7 +191,17 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(executeRoutes(pipeline)); // the hot route first
   app.use(toolRoutes(registry, requiresApproval));
   app.use(toolCallRoutes(pipeline));
-  app.use(mcpRoutes({ registry, pipeline }));
+  app.use(
+    mcpRoutes({
+      registry,
+      pipeline,
+      requiresApproval,
+      origins: new OriginPolicy(config.server.allowedOrigins, dev !== undefined),
+      redis,
+      keys,
+      logger: log,
+    }),
+  );
   app.use(callRoutes(pipeline));
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
   app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics }));

@@ -1,0 +1,108 @@
+/**
+ * The MCP server one request gets: built per HTTP request for the authenticated client
+ * (stateless, so any gateway answers any request). tools/list shows that client's tools;
+ * tools/call goes through the same CallPipeline as every other dialect (validation, policy,
+ * approvals, cache, queue, sandbox).
+ */
+import type { Tool, ToolRegistry } from '@toolgate/registry';
+import {
+  ProtocolError,
+  ProtocolErrorCode,
+  Server,
+  type CallToolResult,
+  type McpRequestContext,
+} from '@modelcontextprotocol/server';
+import type { Client } from '../clients.js';
+import { ApiError } from '../errors.js';
+import type { CallPipeline, CallResponse } from '../pipeline.js';
+import type { Prepaid } from '../policy/limits.js';
+import type { LogLevels } from './log-level.js';
+import { errorResult, toMcpTool, toResult } from './tools.js';
+
+export interface McpServerDeps {
+  registry: ToolRegistry;
+  pipeline: Pick<CallPipeline, 'call'>;
+  requiresApproval: (tool: Tool) => boolean;
+  logLevels: LogLevels;
+  /** Reported to clients in the initialize / discover result. */
+  version: string;
+}
+
+/** Who is asking, handed from the express route to the factory through `authInfo.extra`. */
+export interface McpCaller {
+  client: Client;
+  prepaid?: Prepaid;
+  conversationId?: string;
+}
+
+const INSTRUCTIONS =
+  'toolgate: tools shared by many assistants. Failed calls come back as readable errors ' +
+  '(isError) you can act on; some calls wait for an administrator’s approval before they run.';
+
+/** ApiError codes that are the model's to fix: a tool result it reads, not a protocol error. */
+const TOOL_LEVEL_ERRORS = new Set([
+  'invalid_arguments',
+  'invalid_json',
+  'invalid_request',
+  'payload_too_large',
+  'rate_limited',
+  'loop_limit',
+  'idempotency_mismatch',
+  'too_many_in_flight',
+]);
+
+export function callerOf(ctx: McpRequestContext): McpCaller {
+  const caller = ctx.authInfo?.extra?.['toolgate/caller'] as McpCaller | undefined;
+  // The route always sets it; a request reaching the factory without it is a wiring bug.
+  if (!caller) throw new Error('MCP request without an authenticated caller');
+  return caller;
+}
+
+export function createMcpServer(deps: McpServerDeps, caller: McpCaller): Server {
+  const { registry, pipeline, requiresApproval, logLevels } = deps;
+  const { client, prepaid, conversationId } = caller;
+  const server = new Server(
+    { name: 'toolgate', version: deps.version },
+    {
+      capabilities: { tools: { listChanged: false }, logging: {} },
+      instructions: INSTRUCTIONS,
+    },
+  );
+
+  server.setRequestHandler('tools/list', () => ({
+    tools: registry.list({ scope: client.scope }).map((t) => toMcpTool(t, requiresApproval)),
+  }));
+
+  // 2025-era clients have no session here to hold the level: it is kept per client key.
+  server.setRequestHandler('logging/setLevel', async (request) => {
+    await logLevels.set(client.id, request.params.level);
+    return {};
+  });
+
+  server.setRequestHandler('tools/call', async (request): Promise<CallToolResult> => {
+    const { name, arguments: args } = request.params;
+    let response: CallResponse;
+    try {
+      response = await pipeline.call(client, {
+        tool: name,
+        args: args ?? {},
+        wait: true,
+        ...(prepaid ? { prepaid } : {}),
+        ...(conversationId ? { conversationId } : {}),
+      });
+    } catch (err) {
+      if (!(err instanceof ApiError)) throw err;
+      if (TOOL_LEVEL_ERRORS.has(err.code)) return errorResult(err.code, err.message, err.details);
+      // Unknown or forbidden tools are the client's mistake, not the model's (the tool was
+      // never listed): a protocol error, as the MCP spec has it. Redis or workers down: internal.
+      const code =
+        err.code === 'unknown_tool' || err.code === 'forbidden'
+          ? ProtocolErrorCode.InvalidParams
+          : ProtocolErrorCode.InternalError;
+      throw new ProtocolError(code, err.message, { code: err.code });
+    }
+    return toResult(response);
+  });
+
+  return server;
+}

@@ -1,0 +1,80 @@
+/**
+ * Registry tools as MCP tools, and call responses as MCP tool results: the annotations,
+ * output schemas and structured results a client reads (docs/mcp.md has the mapping).
+ */
+import type { CallOutcome } from '@toolgate/calls';
+import type { Tool } from '@toolgate/registry';
+import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/server';
+import { responseContent } from '../dialects/content.js';
+import type { CallResponse } from '../pipeline.js';
+
+export function toMcpTool(tool: Tool, requiresApproval: (tool: Tool) => boolean): McpTool {
+  const needsApproval = requiresApproval(tool);
+  return {
+    name: tool.name,
+    title: titleOf(tool.name),
+    description: tool.description,
+    inputSchema: tool.parameters as McpTool['inputSchema'],
+    ...(hasObjectSchema(tool) ? { outputSchema: tool.result as McpTool['outputSchema'] } : {}),
+    annotations: {
+      title: titleOf(tool.name),
+      // "safe" is the registry's word for a tool that changes nothing; one an operator makes
+      // wait for approval is treated as a writer whatever its risk says.
+      readOnlyHint: tool.risk === 'safe' && !needsApproval,
+      destructiveHint: needsApproval || tool.risk === 'destructive',
+      idempotentHint: tool.idempotent,
+      // Reaches beyond toolgate: the HTTP tools, and sandboxed tools given network access.
+      openWorldHint: tool.category === 'web' || tool.sandbox?.network === true,
+    },
+  };
+}
+
+/** "run_shell" → "Run shell": what a client shows where it has room for a name. */
+export function titleOf(name: string): string {
+  const words = name.replace(/[_-]+/g, ' ').trim();
+  return words.charAt(0).toUpperCase() + words.slice(1);
+}
+
+/** MCP output schemas are object schemas; tools whose result is not an object declare none. */
+function hasObjectSchema(tool: Tool): boolean {
+  return tool.result !== undefined && tool.result['type'] === 'object';
+}
+
+/** The same texts the dialect bridge gives, so every assistant reads the same thing. */
+export function toResult(response: CallResponse): CallToolResult {
+  const { text, isError } = responseContent(response);
+  if (response.kind === 'accepted') {
+    return {
+      content: [{ type: 'text', text }],
+      _meta: { 'toolgate/call': { id: response.id, status: response.status } },
+    };
+  }
+  const { outcome } = response;
+  const result = outcome.result ?? null;
+  // Object results go out structured too; for a tool with an outputSchema that is its result.
+  const structured = !isError && isRecord(result) ? { structuredContent: result } : {};
+  return {
+    content: [{ type: 'text', text }],
+    ...(isError ? { isError: true } : {}),
+    ...structured,
+    _meta: { 'toolgate/call': callMeta(outcome) },
+  };
+}
+
+export function errorResult(code: string, message: string, details?: unknown): CallToolResult {
+  const error = { code, message, ...(details === undefined ? {} : { details }) };
+  return { content: [{ type: 'text', text: JSON.stringify({ error }) }], isError: true };
+}
+
+function callMeta(outcome: CallOutcome) {
+  return {
+    id: outcome.id,
+    status: outcome.status,
+    durationMs: outcome.durationMs,
+    cached: outcome.cached,
+  };
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}

@@ -184,7 +184,7 @@ describe.skipIf(reason !== undefined)('cancellation and live events (docker)', (
       2000,
     );
     const goneMs = performance.now() - asked;
-    console.log(
+    console.warn(
       `cancel → no process: ${processMs.toFixed(0)} ms, no container: ${goneMs.toFixed(0)} ms`,
     );
     expect(processGone).toBe(0);
@@ -295,7 +295,7 @@ describe.skipIf(reason !== undefined)('cancellation and live events (docker)', (
     const first = outputs[0]!;
     // The first line came while the call still had seconds to run.
     expect(outcome.at - first.at).toBeGreaterThan(1500);
-    console.log(`SSE first output after ${(first.at - opened).toFixed(0)} ms of the stream`);
+    console.warn(`SSE first output after ${(first.at - opened).toFixed(0)} ms of the stream`);
     // Ids are the call's event sequence: increasing.
     const ids = events.filter((e) => e.id).map((e) => Number(e.id));
     expect([...ids].sort((a, b) => a - b)).toEqual(ids);

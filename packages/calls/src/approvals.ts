@@ -82,6 +82,25 @@ export class Approvals {
     };
   }
 
+  /**
+   * Cancels a parked call (its client or an admin): it will never run. Undefined when a
+   * decision or the expiry got there first.
+   */
+  async cancel(id: string, by: string): Promise<CallRecord | undefined> {
+    const record = await this.store.get(id);
+    if (record?.status !== 'pending_approval') return undefined;
+    if ((await this.redis.zrem(this.keys.approvals, id)) !== 1) return undefined;
+    const cancelled: CallRecord = {
+      ...record,
+      status: 'cancelled',
+      outcome: cancelledOutcome(record, by),
+      cancel: { by, at: new Date().toISOString() },
+    };
+    delete cancelled.job;
+    await this.store.put(cancelled);
+    return cancelled;
+  }
+
   /** Marks calls whose approval window passed as expired; returns them. */
   async expireOverdue(): Promise<CallRecord[]> {
     const ids = await this.redis.zrangebyscore(this.keys.approvals, '-inf', Date.now());
@@ -123,4 +142,20 @@ export class Approvals {
     await this.store.put(settled);
     return settled;
   }
+}
+
+/** The outcome of a call stopped by a cancel (before or while it ran). */
+export function cancelledOutcome(
+  call: Pick<CallRecord, 'id' | 'tool'>,
+  by: string,
+  durationMs = 0,
+): CallOutcome {
+  return {
+    id: call.id,
+    tool: call.tool,
+    status: 'cancelled',
+    error: { code: 'cancelled', message: `The call was cancelled by ${by}.`, details: { by } },
+    durationMs,
+    cached: false,
+  };
 }

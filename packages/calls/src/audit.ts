@@ -5,7 +5,7 @@ import { maskText, redact } from './redact.js';
 export interface AuditEntry {
   at: string;
   /** call: a call ended; refused: the gateway turned it away; approval: an admin decided. */
-  event: 'call' | 'refused' | 'approval';
+  event: 'call' | 'refused' | 'approval' | 'cancel';
   client: string;
   tool: string;
   status: string;

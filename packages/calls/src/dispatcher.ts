@@ -54,7 +54,9 @@ export class Dispatcher {
     for (const q of Object.values(this.queues)) q.on('error', () => undefined);
     this.replyChannel = keys.reply(randomUUID());
     this.replies = subscriber;
-    this.replies.on('message', (_channel: string, message: string) => {
+    this.replies.on('message', (channel: string, message: string) => {
+      // The connection also carries other channels (call events).
+      if (channel !== this.replyChannel) return;
       const outcome = parseOutcome(message);
       this.settle(outcome.id, outcome);
     });
@@ -214,6 +216,27 @@ export class Dispatcher {
     }
     // Finished between the two reads (or approved and not yet enqueued).
     return (await this.store.get(id)) ?? record;
+  }
+
+  /**
+   * Takes a call that has not started out of its queue (waiting, prioritized or put back).
+   * Returns its job, or undefined when there was none to take: running (its lock makes
+   * BullMQ refuse), finished, or not a queued call.
+   */
+  async removeWaiting(id: string): Promise<{ job: CallJob; kind: QueueKind } | undefined> {
+    for (const kind of KINDS) {
+      const job = await this.queues[kind].getJob(id);
+      if (!job) continue;
+      const state = await job.getState();
+      if (state !== 'waiting' && state !== 'prioritized' && state !== 'delayed') return undefined;
+      try {
+        await job.remove();
+      } catch {
+        return undefined; // a worker took it in between
+      }
+      return { job: job.data as CallJob, kind };
+    }
+    return undefined;
   }
 
   /** Closes the queues and the reply subscription; bounded, since a close waits for a connection that may never come. */

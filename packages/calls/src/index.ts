@@ -6,7 +6,7 @@ export { Heartbeat, liveWorkers, workerAlive, WORKER_ALIVE_MS } from './heartbea
 export { createRedis, waitReady, isRedisDown, isConnectionLost } from './redis.js';
 export { Admission, fairPriority, MAX_PRIORITY } from './admission.js';
 export { RunLeases } from './leases.js';
-export { Approvals } from './approvals.js';
+export { Approvals, cancelledOutcome } from './approvals.js';
 export { AuditLog } from './audit.js';
 export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, percentile } from './stats.js';
@@ -19,6 +19,15 @@ export type { AuditEntry, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';
 export type { CallSummary, StatsReport, StatsView, ToolStats } from './stats.js';
 export { FINAL_STATUSES } from './types.js';
+export {
+  CallEventWriter,
+  CallEvents,
+  EVENT_BACKLOG,
+  EVENT_BACKLOG_TTL_SECONDS,
+  outcomeEvent,
+  publishOutcome,
+} from './events.js';
+export type { EventLimits, OutcomeEvent } from './events.js';
 export type {
   CallDone,
   CallError,

@@ -61,6 +61,29 @@ export class Keys {
     return `${this.prefix}:reply:${gatewayId}`;
   }
 
+  /**
+   * A call's event backlog (a capped stream, see CallEventWriter): what a reader that joins
+   * while the call runs replays before the live events.
+   */
+  events(id: string): string {
+    return `${this.prefix}:events:${id}`;
+  }
+
+  /** A call's live events (pub/sub): the same events as its backlog, and its outcome. */
+  eventsChannel(id: string): string {
+    return `${this.prefix}:ev:${id}`;
+  }
+
+  /** Channel every worker listens on for cancelled calls (`{id, by}`). */
+  get cancels(): string {
+    return `${this.prefix}:cancels`;
+  }
+
+  /** Marks a call as cancelled, for a worker that missed the message (short-lived). */
+  cancelled(id: string): string {
+    return `${this.prefix}:cancelled:${id}`;
+  }
+
   /** One audit stream per client, each capped on its own: a flood evicts only its sender's history. */
   audit(clientId: string): string {
     return `${this.prefix}:audit:${clientId}`;

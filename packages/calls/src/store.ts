@@ -84,8 +84,16 @@ export function finishedRecord(
     queue,
     createdAt: call.acceptedAt,
     outcome,
+    ...(outcome.status === 'cancelled'
+      ? { cancel: { by: cancelledBy(outcome), at: new Date().toISOString() } }
+      : {}),
     ...(call.approvedBy
       ? { approval: { decision: 'approved', by: call.approvedBy, at: new Date().toISOString() } }
       : {}),
   };
+}
+
+function cancelledBy(outcome: CallOutcome): string {
+  const details = outcome.error?.details as { by?: unknown } | undefined;
+  return typeof details?.by === 'string' ? details.by : 'unknown';
 }

@@ -88,6 +88,8 @@ export interface CallRecord {
   job?: CallJob;
   /** Epoch ms after which a pending approval expires. */
   expiresAt?: number;
+  /** Who cancelled the call, for cancelled calls. */
+  cancel?: { by: string; at: string };
   approval?: {
     decision: 'approved' | 'rejected' | 'expired';
     by: string;

@@ -132,6 +132,24 @@ export const ConfigSchema = Type.Object(
          * synchronous answer still carries the whole result.
          */
         maxResultBytes: Type.Integer({ minimum: 1024, default: 262_144 }),
+        /**
+         * Live events of running calls (`GET /v1/calls/{id}/events`, MCP progress): how much of
+         * a call's output is forwarded, how often it is flushed, and how many event streams a
+         * client may hold open on one gateway.
+         */
+        events: Type.Object(
+          {
+            maxOutputBytes: Type.Integer({ minimum: 0, default: 65_536 }),
+            flushMs: Type.Integer({ minimum: 10, maximum: 5000, default: 100 }),
+            maxStreamsPerClient: Type.Integer({ minimum: 1, default: 16 }),
+          },
+          closed,
+        ),
+        /**
+         * A dialect-bridge request (`POST /v1/tool-calls`) whose HTTP client disconnects
+         * cancels its calls that have not finished.
+         */
+        cancelOnDisconnect: Type.Boolean({ default: true }),
       },
       closed,
     ),

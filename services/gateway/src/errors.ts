@@ -15,6 +15,7 @@ export type ApiErrorCode =
   | 'rate_limited'
   | 'loop_limit'
   | 'too_many_in_flight'
+  | 'too_many_streams'
   | 'unavailable'
   | 'internal';
 
@@ -32,6 +33,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   rate_limited: 429,
   loop_limit: 429,
   too_many_in_flight: 429,
+  too_many_streams: 429,
   unavailable: 503,
   internal: 500,
 };

@@ -3,6 +3,7 @@ import {
   Admission,
   Approvals,
   AuditLog,
+  CallEvents,
   CallStore,
   Dispatcher,
   Keys,
@@ -61,7 +62,10 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const redis = createRedis(config.redis.url, 'command');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
   const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
-  const dispatcher = new Dispatcher(redis, createRedis(config.redis.url, 'blocking'), keys, store);
+  // One subscriber connection carries this gateway's replies and the events of watched calls.
+  const subscriber = createRedis(config.redis.url, 'blocking');
+  const dispatcher = new Dispatcher(redis, subscriber, keys, store);
+  const events = new CallEvents(redis, subscriber, keys);
   const { clients, dev } = resolveClients(config);
   const metrics = createMetrics();
   const requiresApproval = approvalRule(config.policy.approval);
@@ -79,6 +83,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     keys,
     store,
     dispatcher,
+    events,
     registry,
     limits,
     admission,
@@ -122,6 +127,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     const expired = await approvals.expireOverdue();
     for (const record of expired) {
       metrics.approvalDecisions.inc({ decision: 'expired' });
+      await pipeline.ended(record);
       await audit.append(
         audit.entry({
           event: 'approval',
@@ -190,7 +196,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(checkBodyShape);
   app.use(executeRoutes(pipeline)); // the hot route first
   app.use(toolRoutes(registry, requiresApproval));
-  app.use(toolCallRoutes(pipeline));
+  app.use(toolCallRoutes(pipeline, { cancelOnDisconnect: config.calls.cancelOnDisconnect }));
   app.use(
     mcpRoutes({
       registry,
@@ -202,7 +208,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       logger: log,
     }),
   );
-  app.use(callRoutes(pipeline));
+  app.use(callRoutes(pipeline, { maxStreamsPerClient: config.calls.events.maxStreamsPerClient }));
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
   app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics }));
   app.use(

@@ -1,14 +1,20 @@
 import { randomUUID } from 'node:crypto';
 import {
+  FINAL_STATUSES,
+  cancelledOutcome,
   canonicalDigest,
   isCallId,
   finishedRecord,
+  outcomeEvent,
+  publishOutcome,
   isConnectionLost,
   isRedisDown,
   liveWorkers,
   type Admission,
   type Approvals,
   type AuditLog,
+  type CallEvent,
+  type CallEvents,
   type CallJob,
   type CallOutcome,
   type CallRecord,
@@ -36,6 +42,10 @@ export interface CallRequest {
   conversationId?: string;
   /** What the request already paid at the door (`chargeRequests`); absent: the call pays. */
   prepaid?: Prepaid;
+  /** The call's live events (status, output, progress, outcome) while the request waits. */
+  onEvent?: (event: CallEvent) => void;
+  /** Aborting cancels the call if it has not finished (a client that went away). */
+  signal?: AbortSignal;
 }
 
 /** A finished call (200), or an accepted one still in flight or parked (202). */
@@ -53,6 +63,8 @@ export interface PipelineOptions {
   /** Per-client calls in flight and the fair queue order (docs/scheduling.md). */
   admission: Admission;
   approvals: Approvals;
+  /** Live events of calls (GET /v1/calls/{id}/events, MCP progress). */
+  events: CallEvents;
   audit: AuditLog;
   cache: ResultCache;
   stats: Stats;
@@ -70,6 +82,12 @@ const LIVENESS_CACHE_MS = 1000;
 const UNAVAILABLE = 'Redis is unavailable; the call was not accepted';
 /** When a client over its calls in flight may try again: calls end at no predictable time. */
 const IN_FLIGHT_RETRY_SECONDS = 2;
+/** How long a cancel waits for the worker to stop a running call before answering 202. */
+const CANCEL_WAIT_MS = 5000;
+/** How long a cancelled call's marker lives, for a worker that missed the cancel message. */
+const CANCEL_MARK_SECONDS = 3600;
+/** How often a watcher re-reads a call's record, in case its outcome message was lost. */
+const WATCH_POLL_MS = 2000;
 
 /**
  * One path for every call, whatever the dialect (docs/spec.md §6): rate limit and loop guard →
@@ -215,6 +233,7 @@ export class CallPipeline {
       const trace = injectContext();
       if (trace) job.trace = trace;
       let outcome: Promise<CallOutcome | undefined> | undefined;
+      let stopEvents: (() => void) | undefined;
       try {
         if (needsApproval) {
           await this.o.approvals.park(job, kind);
@@ -227,8 +246,11 @@ export class CallPipeline {
           ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
           : undefined;
         try {
+          // Subscribed before the job exists, so no event of it is missed.
+          if (req.wait && req.onEvent) stopEvents = await this.o.events.subscribe(id, req.onEvent);
           await this.o.dispatcher.enqueue(job, kind, admitted.priority);
         } catch (err) {
+          stopEvents?.();
           await this.o.admission.release(client.id, kind, id).catch(() => undefined);
           throw err;
         }
@@ -242,9 +264,190 @@ export class CallPipeline {
         throw err;
       }
       if (!outcome) return { kind: 'accepted', id, status: 'queued' };
-      const done = await outcome;
-      return done ? { kind: 'done', outcome: done } : { kind: 'accepted', id, status: 'running' };
+      // A client that went away cancels what it was waiting for; the cancelled outcome then
+      // ends the wait like any other.
+      const onAbort = () => {
+        this.cancelCall(id, client.id).catch(() => undefined);
+      };
+      req.signal?.addEventListener('abort', onAbort, { once: true });
+      if (req.signal?.aborted) onAbort();
+      try {
+        const done = await outcome;
+        return done ? { kind: 'done', outcome: done } : { kind: 'accepted', id, status: 'running' };
+      } finally {
+        req.signal?.removeEventListener('abort', onAbort);
+        stopEvents?.();
+      }
     }, this.o.redis);
+  }
+
+  /**
+   * Cancels a call the client may see (its own; admins any): a parked or queued call never
+   * runs, a running one is stopped by its worker (sandbox killed). Returns the call's record:
+   * `cancelled`, or still `running` if its worker did not confirm within CANCEL_WAIT_MS.
+   * A call that already ended is a 409 conflict.
+   */
+  async cancel(client: Client, id: string): Promise<CallRecord> {
+    const record = await this.get(client, id);
+    if (FINAL_STATUSES.has(record.status)) throw alreadyEnded(record);
+    return guardRedis(() => this.cancelCall(id, client.id, record), this.o.redis);
+  }
+
+  private async cancelCall(id: string, by: string, seen?: CallRecord): Promise<CallRecord> {
+    let record = seen ?? (await this.o.dispatcher.lookup(id));
+    if (!record) throw new ApiError('not_found', `no call with id "${id}"`);
+    if (record.status === 'pending_approval') {
+      const cancelled = await this.o.approvals.cancel(id, by);
+      if (cancelled) {
+        await this.ended(cancelled, by);
+        return cancelled;
+      }
+      // Decided or expired meanwhile: cancel whatever it is now.
+      record = await this.o.dispatcher.lookup(id);
+      if (!record || FINAL_STATUSES.has(record.status)) throw alreadyEnded(record ?? seen!);
+    }
+    // Workers first: a job that starts from now on ends cancelled without running, and the
+    // one running it now is stopped.
+    await this.o.redis
+      .multi()
+      .set(this.o.keys.cancelled(id), by, 'EX', CANCEL_MARK_SECONDS)
+      .publish(this.o.keys.cancels, JSON.stringify({ id, by }))
+      .exec();
+    const taken = await this.o.dispatcher.removeWaiting(id);
+    if (taken) {
+      const { job, kind } = taken;
+      const outcome = cancelledOutcome(job, by);
+      const cancelled = finishedRecord(job, kind, outcome);
+      const multi = this.o.redis.multi();
+      this.o.store.addTo(multi, cancelled);
+      this.o.admission.releaseIn(multi, job.clientId, kind, id);
+      this.o.stats.addTo(multi, outcome, job.clientId);
+      if (job.replyTo) multi.publish(job.replyTo, JSON.stringify(outcome));
+      await multi.exec();
+      await this.ended(cancelled, by);
+      return cancelled;
+    }
+    // Running (or finishing): its worker stops it and records the outcome.
+    await this.waitForEnd(id, CANCEL_WAIT_MS);
+    return (await this.o.dispatcher.lookup(id)) ?? record;
+  }
+
+  /**
+   * Tells whoever watches a call that it ended without a worker (cancelled before it ran,
+   * rejected, expired): its outcome event; and audits a cancel.
+   */
+  async ended(record: CallRecord, cancelledBy?: string): Promise<void> {
+    if (!record.outcome) return;
+    const multi = this.o.redis.multi();
+    publishOutcome(multi, this.o.keys, outcomeEvent(record.outcome));
+    if (cancelledBy !== undefined) {
+      this.o.metrics.calls.inc({ tool: record.tool, client: record.clientId, status: 'cancelled' });
+      this.o.audit.addTo(
+        multi,
+        this.o.audit.entry({
+          event: 'cancel',
+          client: record.clientId,
+          tool: record.tool,
+          callId: record.id,
+          status: 'cancelled',
+          by: cancelledBy,
+          reason: `cancelled before it ran (${record.approval ? 'approved' : record.job ? 'parked' : 'queued'})`,
+        }),
+      );
+    }
+    await multi.exec();
+  }
+
+  /**
+   * Streams a call's events to `onEvent`: its current status, the backlog of a running call,
+   * then live events, ending with the outcome (resolves after delivering it, or when `signal`
+   * aborts). Works on any gateway: events come through Redis.
+   */
+  async watch(
+    client: Client,
+    id: string,
+    onEvent: (event: CallEvent) => void,
+    signal?: AbortSignal,
+    /** Events up to this one were seen already (an SSE client's Last-Event-ID). */
+    afterSeq = 0,
+  ): Promise<void> {
+    const record = await this.get(client, id);
+    let lastSeq = afterSeq;
+    let finished = false;
+    let resolveEnd!: () => void;
+    const end = new Promise<void>((resolve) => (resolveEnd = resolve));
+    const deliver = (event: CallEvent) => {
+      if (finished) return;
+      if (event.type === 'outcome') {
+        finished = true;
+        onEvent(event);
+        resolveEnd();
+        return;
+      }
+      if (event.seq <= lastSeq) return;
+      lastSeq = event.seq;
+      onEvent(event);
+    };
+    const live: CallEvent[] = [];
+    let replaying = true;
+    const stop = await guardRedis(
+      () => this.o.events.subscribe(id, (e) => (replaying ? live.push(e) : deliver(e))),
+      this.o.redis,
+    );
+    let poll: NodeJS.Timeout | undefined;
+    const onAbort = () => resolveEnd();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const now = (await this.o.dispatcher.lookup(id)) ?? record;
+      onEvent({ type: 'status', status: now.status, seq: 0, at: Date.now() });
+      if (now.outcome) {
+        deliver(outcomeEvent(now.outcome));
+      } else {
+        for (const event of await this.o.events.backlog(id)) deliver(event);
+      }
+      replaying = false;
+      for (const event of live.sort((a, b) => a.seq - b.seq)) deliver(event);
+      // Backup for an outcome message lost in a reconnect: the record has it.
+      const check = () => {
+        poll = setTimeout(() => {
+          this.o.dispatcher.lookup(id).then(
+            (r) => (r?.outcome ? deliver(outcomeEvent(r.outcome)) : check()),
+            () => check(),
+          );
+        }, WATCH_POLL_MS);
+      };
+      if (!finished && !signal?.aborted) check();
+      await end;
+    } finally {
+      clearTimeout(poll);
+      signal?.removeEventListener('abort', onAbort);
+      stop();
+    }
+  }
+
+  /** Resolves when the call has an outcome, or after `timeoutMs`. */
+  private async waitForEnd(id: string, timeoutMs: number): Promise<void> {
+    const signal = AbortSignal.timeout(timeoutMs);
+    let resolveEnd!: () => void;
+    const end = new Promise<void>((resolve) => (resolveEnd = resolve));
+    const stop = await this.o.events.subscribe(id, (e) => {
+      if (e.type === 'outcome') resolveEnd();
+    });
+    signal.addEventListener('abort', () => resolveEnd(), { once: true });
+    let poll: NodeJS.Timeout | undefined;
+    const check = () => {
+      this.o.dispatcher.lookup(id).then(
+        (r) => (r?.outcome ? resolveEnd() : (poll = setTimeout(check, 250))),
+        () => (poll = setTimeout(check, 250)),
+      );
+    };
+    check();
+    try {
+      await end;
+    } finally {
+      clearTimeout(poll);
+      stop();
+    }
   }
 
   /** The current state of a call the client may see (its own; admins see all). */
@@ -365,6 +568,14 @@ export class CallPipeline {
     });
     this.o.audit.append(entry).catch(() => undefined);
   }
+}
+
+function alreadyEnded(record: CallRecord): ApiError {
+  return new ApiError(
+    'conflict',
+    `call ${record.id} has already ended (status: ${record.status}); there is nothing to cancel`,
+    { details: { status: record.status } },
+  );
 }
 
 /** Redis connection failures become 503 unavailable. */

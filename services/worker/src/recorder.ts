@@ -1,10 +1,13 @@
 import {
   finishedRecord,
+  publishOutcome,
   type Admission,
   type AuditLog,
   type CallJob,
   type CallOutcome,
   type CallStore,
+  type Keys,
+  type OutcomeEvent,
   type QueueKind,
   type Stats,
 } from '@toolgate/calls';
@@ -22,6 +25,8 @@ interface Finished {
   outcome: CallOutcome;
   /** Also end the client's in-flight entry (when the worker did not at once). */
   release: boolean;
+  /** The call's last event, to publish with the record (when the worker did not at once). */
+  end?: OutcomeEvent;
 }
 
 /**
@@ -39,6 +44,7 @@ export class Recorder {
   constructor(
     private readonly o: {
       redis: Redis;
+      keys: Keys;
       store: CallStore;
       admission: Admission;
       registry: ToolRegistry;
@@ -76,18 +82,22 @@ export class Recorder {
   }
 
   private async write(batch: Finished[]): Promise<void> {
-    const { redis, store, admission, registry, audit, stats, metrics } = this.o;
+    const { redis, store, admission, registry, audit, stats, metrics, keys } = this.o;
     const pipeline = redis.pipeline();
-    for (const { call, kind, outcome, release } of batch) {
+    for (const { call, kind, outcome, release, end } of batch) {
       if (release) admission.releaseIn(pipeline, call.clientId, kind, call.id);
       store.addTo(pipeline, finishedRecord(call, kind, outcome));
+      if (end) publishOutcome(pipeline, keys, end);
       audit.addTo(
         pipeline,
         audit.entry({
           event: 'call',
           client: call.clientId,
           tool: call.tool,
-          status: outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`,
+          status:
+            outcome.status === 'error'
+              ? `error:${outcome.error?.code ?? 'unknown'}`
+              : outcome.status,
           callId: call.id,
           durationMs: outcome.durationMs,
           args: call.args,

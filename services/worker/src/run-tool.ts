@@ -1,8 +1,28 @@
-import type { CallOutcome, CallJob } from '@toolgate/calls';
-import { ToolError, runPrecheck, type Tool, type ToolServices } from '@toolgate/registry';
+import { cancelledOutcome, type CallOutcome, type CallJob } from '@toolgate/calls';
+import {
+  ToolError,
+  runPrecheck,
+  type Tool,
+  type ToolEvents,
+  type ToolServices,
+} from '@toolgate/registry';
 
 /** Thrown inside runTool when the tool's own timeout passes. */
 class Timeout extends Error {}
+
+/** Thrown inside runTool when the call is cancelled; `by` who cancelled it. */
+class Cancelled extends Error {
+  constructor(readonly by: string) {
+    super(`cancelled by ${by}`);
+  }
+}
+
+export interface RunExtras {
+  /** Aborted (reason: who cancelled) when the call is cancelled. */
+  cancel?: AbortSignal;
+  /** Where the tool's live output and progress go. */
+  events?: ToolEvents;
+}
 
 /**
  * Runs one tool handler under its timeout. Every failure — a ToolError, any other exception,
@@ -13,18 +33,30 @@ export async function runTool(
   job: CallJob,
   services: ToolServices,
   shutdown: AbortSignal,
+  { cancel, events }: RunExtras = {},
 ): Promise<CallOutcome> {
   const started = performance.now();
   const controller = new AbortController();
   const onShutdown = () => controller.abort(new Error('worker shutting down'));
   shutdown.addEventListener('abort', onShutdown, { once: true });
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
+  let onCancel: (() => void) | undefined;
+  // The timeout and a cancel end the call now, whether or not the handler heeds its signal
+  // (sandboxed tools do: their sandbox is killed).
+  const stopped = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       controller.abort(new Timeout());
       reject(new Timeout());
     }, tool.timeoutMs);
+    onCancel = () => {
+      const stop = new Cancelled(String(cancel?.reason ?? 'a client'));
+      controller.abort(stop);
+      reject(stop);
+    };
+    if (cancel?.aborted) onCancel();
+    else cancel?.addEventListener('abort', onCancel, { once: true });
   });
+  stopped.catch(() => undefined); // settled by the race below, or by nobody (precheck refused)
   const base = { id: job.id, tool: tool.name, cached: false };
   try {
     // The tool's own policy again: the job may come from anywhere (an approval, another gateway).
@@ -37,9 +69,10 @@ export async function runTool(
           clientId: job.clientId,
           signal: controller.signal,
           services,
+          ...(events ? { events } : {}),
         }),
       ),
-      timeout,
+      stopped,
     ]);
     return {
       ...base,
@@ -48,9 +81,11 @@ export async function runTool(
       durationMs: elapsed(started),
     };
   } catch (err) {
+    if (err instanceof Cancelled) return cancelledOutcome(job, err.by, elapsed(started));
     return { ...base, status: 'error', error: describe(err, tool), durationMs: elapsed(started) };
   } finally {
     clearTimeout(timer);
+    if (onCancel) cancel?.removeEventListener('abort', onCancel);
     shutdown.removeEventListener('abort', onShutdown);
   }
 }

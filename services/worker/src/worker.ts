@@ -5,17 +5,21 @@ import { DelayedError, Worker, type Job } from 'bullmq';
 import {
   Admission,
   AuditLog,
+  CallEventWriter,
   CallStore,
   Heartbeat,
   Keys,
   ResultCache,
   RunLeases,
   Stats,
+  cancelledOutcome,
   createRedis,
+  publishOutcome,
   waitReady,
   type CallDone,
   type CallJob,
   type CallOutcome,
+  type OutcomeEvent,
   type QueueKind,
 } from '@toolgate/calls';
 import { CLIENT_LIMIT_DEFAULTS, type Config } from '@toolgate/config';
@@ -31,6 +35,9 @@ const LEASE_GRACE_MS = 60_000;
 /** First put-back delay of a call whose client is at its running cap; doubles, then jittered. */
 const DEFER_BASE_MS = 100;
 const DEFER_MAX_MS = 2000;
+/** Cancels heard for calls not running here are remembered this long (a job may start late). */
+const CANCEL_MEMORY_MS = 10 * 60_000;
+const CANCEL_MEMORY_MAX = 10_000;
 
 export interface WorkerOptions {
   config: Config;
@@ -96,6 +103,7 @@ export function createWorker({
   const workers: Worker[] = [];
   const recorder = new Recorder({
     redis,
+    keys,
     store,
     admission,
     registry,
@@ -105,6 +113,47 @@ export function createWorker({
     log,
   });
   let metricsServer: Server | undefined;
+  /** Calls running here, by id: aborting one cancels it (reason: who cancelled). */
+  const running = new Map<string, AbortController>();
+  /** Cancels heard on the channel, by call id → who, for calls that start after the message. */
+  const cancels = new Map<string, { by: string; at: number }>();
+  const cancelSubscriber = createRedis(config.redis.url, 'blocking');
+  cancelSubscriber.on('message', (_channel: string, message: string) => {
+    let id: unknown, by: unknown;
+    try {
+      ({ id, by } = JSON.parse(message) as { id?: unknown; by?: unknown });
+    } catch {
+      return;
+    }
+    if (typeof id !== 'string') return;
+    const who = typeof by === 'string' ? by : 'a client';
+    rememberCancel(id, who);
+    const controller = running.get(id);
+    if (controller && !controller.signal.aborted) {
+      log.info({ callId: id, by: who }, 'cancelling a running call');
+      controller.abort(who);
+    }
+  });
+
+  function rememberCancel(id: string, by: string): void {
+    const now = Date.now();
+    cancels.set(id, { by, at: now });
+    if (cancels.size <= CANCEL_MEMORY_MAX) return;
+    for (const [key, { at }] of cancels) {
+      if (now - at < CANCEL_MEMORY_MS && cancels.size <= CANCEL_MEMORY_MAX) break;
+      cancels.delete(key);
+    }
+  }
+
+  /** Who cancelled this call before it started here, if anyone. */
+  async function cancelledBefore(call: CallJob, kind: QueueKind): Promise<string | undefined> {
+    const heard = cancels.get(call.id);
+    if (heard) return heard.by;
+    // The marker backs up a missed message; read for sandbox calls only (a round trip is
+    // nothing next to a sandbox, and fast calls end before anyone could cancel them).
+    if (kind !== 'sandbox') return undefined;
+    return (await redis.get(keys.cancelled(call.id)).catch(() => null)) ?? undefined;
+  }
 
   async function processCall(
     job: Job<CallJob>,
@@ -135,12 +184,16 @@ export function createWorker({
     }
   }
 
-  /** Ends a call's in-flight entry and lease, and tells the waiting gateway: one round trip. */
-  function release(call: CallJob, kind: QueueKind, outcome?: CallOutcome): Promise<unknown> {
+  /**
+   * Ends a call's in-flight entry and lease, and tells the waiting gateway and the call's
+   * watchers: one round trip.
+   */
+  function release(call: CallJob, kind: QueueKind, end?: OutcomeEvent): Promise<unknown> {
     const done = redis.pipeline();
     admission.releaseIn(done, call.clientId, kind, call.id);
     if (kind === 'sandbox') leases.releaseIn(done, call.clientId, kind, call.id);
-    if (outcome && call.replyTo) done.publish(call.replyTo, JSON.stringify(outcome));
+    if (end && call.replyTo) done.publish(call.replyTo, JSON.stringify(end.outcome));
+    if (end) publishOutcome(done, keys, end);
     return done.exec();
   }
 
@@ -176,8 +229,17 @@ export function createWorker({
     const tool = registry.get(call.tool);
     let outcome: CallOutcome;
     metrics.inFlight.inc({ queue: kind });
+    const cancel = new AbortController();
+    running.set(call.id, cancel);
+    const events = new CallEventWriter(redis, keys, call.id, config.calls.events, (err) =>
+      log.debug({ err, callId: call.id }, 'could not write call events'),
+    );
     try {
-      if (!tool) {
+      const cancelledBy = await cancelledBefore(call, kind);
+      if (cancelledBy !== undefined) {
+        // Cancelled while it waited: it never runs.
+        outcome = cancelledOutcome(call, cancelledBy);
+      } else if (!tool) {
         outcome = errorOutcome(
           call,
           'unknown_tool',
@@ -192,7 +254,11 @@ export function createWorker({
           `the worker running ${call.tool} stopped mid-call; it was not run again because the tool is not idempotent`,
         );
       } else {
-        outcome = await runTool(tool, call, services, shutdown.signal);
+        if (kind === 'sandbox') events.status('running');
+        outcome = await runTool(tool, call, services, shutdown.signal, {
+          cancel: cancel.signal,
+          events: events.events,
+        });
         // Cached before anyone hears of the result, so an identical call right after it hits.
         if (tool.cacheTtlSeconds > 0 && outcome.status === 'ok') {
           const write = redis.multi();
@@ -210,9 +276,10 @@ export function createWorker({
       // message, not storage, bounded by the tools' own output limits), and the client's
       // in-flight entry and lease go in the same round trip, before the client can send its
       // next call. Calls nobody waits for are released in the record batch.
+      const end = await events.finish(outcome);
       const releaseNow = call.replyTo !== undefined || kind === 'sandbox';
-      recorder.add({ call, kind, outcome, release: !releaseNow });
-      if (releaseNow) release(call, kind, outcome).catch(() => undefined);
+      recorder.add({ call, kind, outcome, release: !releaseNow, ...(releaseNow ? {} : { end }) });
+      if (releaseNow) release(call, kind, end).catch(() => undefined);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(
@@ -221,6 +288,7 @@ export function createWorker({
       );
       return outcome;
     } finally {
+      running.delete(call.id);
       metrics.inFlight.dec({ queue: kind });
     }
   }
@@ -229,6 +297,8 @@ export function createWorker({
     id,
     async start() {
       await waitReady(redis);
+      // Listening before taking jobs: no cancel of a call this worker runs goes unheard.
+      await cancelSubscriber.subscribe(keys.cancels);
       for (const kind of queues) {
         const worker = new Worker<CallJob, CallDone>(
           keys.queue(kind),
@@ -302,6 +372,7 @@ export function createWorker({
       shutdown.abort();
       await heartbeat.stop();
       metricsServer?.close();
+      cancelSubscriber.disconnect();
       redis.disconnect();
       log.info('worker stopped');
     },

@@ -80,6 +80,7 @@ export function adminRoutes(deps: {
       );
     }
     if (decision === 'approve') await pipeline.enqueueApproved(record, admin);
+    else await pipeline.ended(record).catch(() => undefined);
     metrics.approvalDecisions.inc({ decision: decision === 'approve' ? 'approved' : 'rejected' });
     await audit
       .append(

@@ -13,7 +13,10 @@ const MAX_CALLS = 64;
 /** Refusals that concern the whole request, answered as the request's own error (with Retry-After). */
 const REQUEST_LEVEL = new Set(['unavailable', 'rate_limited', 'too_many_in_flight']);
 
-export function toolCallRoutes(pipeline: CallPipeline): Router {
+export function toolCallRoutes(
+  pipeline: CallPipeline,
+  { cancelOnDisconnect }: { cancelOnDisconnect: boolean },
+): Router {
   const router = Router();
   router.post('/v1/tool-calls', async (req, res) => {
     const body: unknown = req.body;
@@ -51,6 +54,14 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
     const client = clientOf(res);
     const conversationId = req.get('x-conversation-id');
     const prepaid = prepaidOf(res);
+    // A client that hangs up before the answer cancels the calls it no longer waits for
+    // (calls.cancelOnDisconnect); finished ones are unaffected.
+    const gone = new AbortController();
+    if (cancelOnDisconnect) {
+      res.on('close', () => {
+        if (!res.writableFinished) gone.abort();
+      });
+    }
     const slots = await Promise.all(
       calls.map(async (call): Promise<BridgeSlot> => {
         if (!call.name)
@@ -65,6 +76,7 @@ export function toolCallRoutes(pipeline: CallPipeline): Router {
             args: call.args.value,
             wait: true,
             prepaid,
+            signal: gone.signal,
             // The model's tool call id makes a re-sent message a retry; a call without one
             // runs as a new call (no key), never as whatever another `call_0` ran.
             ...(call.modelId ? { idempotencyKey: `tool-call:${call.callId}` } : {}),

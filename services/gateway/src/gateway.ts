@@ -206,6 +206,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       redis,
       keys,
       logger: log,
+      syncWaitGraceMs: config.server.syncWaitGraceMs,
     }),
   );
   app.use(callRoutes(pipeline, { maxStreamsPerClient: config.calls.events.maxStreamsPerClient }));

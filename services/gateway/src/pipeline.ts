@@ -46,6 +46,8 @@ export interface CallRequest {
   onEvent?: (event: CallEvent) => void;
   /** Aborting cancels the call if it has not finished (a client that went away). */
   signal?: AbortSignal;
+  /** Called with the call's id once it is queued, while the request still waits (MCP's cancel map). */
+  onAccepted?: (id: string) => void;
 }
 
 /** A finished call (200), or an accepted one still in flight or parked (202). */
@@ -264,6 +266,7 @@ export class CallPipeline {
         throw err;
       }
       if (!outcome) return { kind: 'accepted', id, status: 'queued' };
+      req.onAccepted?.(id);
       // A client that went away cancels what it was waiting for; the cancelled outcome then
       // ends the wait like any other.
       const onAbort = () => {

@@ -6,24 +6,31 @@
  */
 import type { Tool, ToolRegistry } from '@toolgate/registry';
 import {
+  LOG_LEVEL_META_KEY,
   ProtocolError,
   ProtocolErrorCode,
   Server,
   type CallToolResult,
+  type LoggingLevel,
   type McpRequestContext,
 } from '@modelcontextprotocol/server';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
 import type { CallPipeline, CallResponse } from '../pipeline.js';
 import type { Prepaid } from '../policy/limits.js';
-import type { LogLevels } from './log-level.js';
+import { isLoggingLevel, type LogLevels } from './log-level.js';
+import { CallNotifier } from './notifier.js';
+import type { McpRequests } from './requests.js';
 import { errorResult, toMcpTool, toResult } from './tools.js';
 
 export interface McpServerDeps {
   registry: ToolRegistry;
-  pipeline: Pick<CallPipeline, 'call'>;
+  pipeline: Pick<CallPipeline, 'call' | 'get' | 'cancel' | 'watch'>;
   requiresApproval: (tool: Tool) => boolean;
   logLevels: LogLevels;
+  requests: McpRequests;
+  /** Extra wait beyond a tool's timeout before a synchronous call answers "still running". */
+  syncWaitGraceMs: number;
   /** Reported to clients in the initialize / discover result. */
   version: string;
 }
@@ -58,8 +65,11 @@ export function callerOf(ctx: McpRequestContext): McpCaller {
   return caller;
 }
 
-export function createMcpServer(deps: McpServerDeps, caller: McpCaller): Server {
-  const { registry, pipeline, requiresApproval, logLevels } = deps;
+/** The protocol era a request speaks: 2025-era (`initialize`, sessions) or 2026-07-28. */
+export type Era = McpRequestContext['era'];
+
+export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era): Server {
+  const { registry, pipeline, requiresApproval, logLevels, requests } = deps;
   const { client, prepaid, conversationId } = caller;
   const server = new Server(
     { name: 'toolgate', version: deps.version },
@@ -79,8 +89,20 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller): Server 
     return {};
   });
 
-  server.setRequestHandler('tools/call', async (request): Promise<CallToolResult> => {
+  server.setRequestHandler('tools/call', async (request, ctx): Promise<CallToolResult> => {
     const { name, arguments: args } = request.params;
+    const tool = registry.get(name);
+    // 2026-07-28 requests carry their level (none: no log messages); older clients set it once.
+    const level: LoggingLevel | undefined =
+      era === 'modern' ? modernLevel(ctx.mcpReq.envelope) : await logLevels.get(client.id);
+    const notifier = new CallNotifier({
+      send: (n) => ctx.mcpReq.notify(n),
+      tool: name,
+      progressToken: ctx.mcpReq._meta?.progressToken,
+      level,
+    });
+    const requestId = ctx.mcpReq.id;
+    let callId: string | undefined;
     let response: CallResponse;
     try {
       response = await pipeline.call(client, {
@@ -89,8 +111,18 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller): Server 
         wait: true,
         ...(prepaid ? { prepaid } : {}),
         ...(conversationId ? { conversationId } : {}),
+        onEvent: notifier.onEvent,
+        onAccepted: (id) => {
+          callId = id;
+          const ttl = Math.ceil(((tool?.timeoutMs ?? 0) + deps.syncWaitGraceMs) / 1000) + 60;
+          requests.register(client.id, requestId, id, ttl).catch(() => undefined);
+        },
+        // On 2026-07-28 a closed response stream is the cancellation. A 2025-era client that
+        // disconnects has not cancelled (that spec says so): it sends notifications/cancelled.
+        ...(era === 'modern' ? { signal: ctx.mcpReq.signal } : {}),
       });
     } catch (err) {
+      await notifier.close();
       if (!(err instanceof ApiError)) throw err;
       if (TOOL_LEVEL_ERRORS.has(err.code)) return errorResult(err.code, err.message, err.details);
       // Unknown or forbidden tools are the client's mistake, not the model's (the tool was
@@ -100,9 +132,17 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller): Server 
           ? ProtocolErrorCode.InvalidParams
           : ProtocolErrorCode.InternalError;
       throw new ProtocolError(code, err.message, { code: err.code });
+    } finally {
+      if (callId) requests.release(client.id, requestId, callId).catch(() => undefined);
     }
+    await notifier.close();
     return toResult(response);
   });
 
   return server;
+}
+
+function modernLevel(envelope: Record<string, unknown> | undefined): LoggingLevel | undefined {
+  const level = envelope?.[LOG_LEVEL_META_KEY];
+  return isLoggingLevel(level) ? level : undefined;
 }

@@ -11,20 +11,23 @@ import { toNodeHandler, type NodeIncomingMessageLike } from '@modelcontextprotoc
 import { createMcpHandler, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import { Router, type Response } from 'express';
 import type { Redis } from 'ioredis';
+import { ApiError } from '../errors.js';
 import { clientOf, prepaidOf } from '../http.js';
 import { LogLevels } from '../mcp/log-level.js';
 import type { OriginPolicy } from '../mcp/origin.js';
+import { McpRequests } from '../mcp/requests.js';
 import { callerOf, createMcpServer, type McpCaller } from '../mcp/server.js';
 import type { CallPipeline } from '../pipeline.js';
 
 export interface McpDeps {
   registry: ToolRegistry;
-  pipeline: Pick<CallPipeline, 'call'>;
+  pipeline: Pick<CallPipeline, 'call' | 'get' | 'cancel' | 'watch'>;
   requiresApproval: (tool: Tool) => boolean;
   origins: OriginPolicy;
   redis: Redis;
   keys: Keys;
   logger: Logger;
+  syncWaitGraceMs: number;
   /** Reported to clients in the initialize result. */
   version?: string;
 }
@@ -32,14 +35,17 @@ export interface McpDeps {
 export function mcpRoutes(deps: McpDeps): Router {
   const { origins, logger } = deps;
   const log = logger.child({ component: 'mcp' });
+  const requests = new McpRequests(deps.redis, deps.keys);
   const serverDeps = {
     registry: deps.registry,
     pipeline: deps.pipeline,
     requiresApproval: deps.requiresApproval,
     logLevels: new LogLevels(deps.redis, deps.keys),
+    requests,
+    syncWaitGraceMs: deps.syncWaitGraceMs,
     version: deps.version ?? '0.1.0',
   };
-  const handler = createMcpHandler((ctx) => createMcpServer(serverDeps, callerOf(ctx)), {
+  const handler = createMcpHandler((ctx) => createMcpServer(serverDeps, callerOf(ctx), ctx.era), {
     onerror: (err) => log.debug({ err: err.message }, 'mcp request rejected'),
   });
   const serve = toNodeHandler(handler, {
@@ -47,7 +53,7 @@ export function mcpRoutes(deps: McpDeps): Router {
   });
   const router = Router();
 
-  router.post('/mcp', (req, res) => {
+  router.post('/mcp', async (req, res) => {
     const verdict = origins.check(req.get('origin'), req.get('host'));
     if (!verdict.ok) {
       jsonRpcError(res, 403, `Forbidden: ${verdict.reason}`);
@@ -69,7 +75,19 @@ export function mcpRoutes(deps: McpDeps): Router {
         extra: { 'toolgate/caller': caller },
       },
     });
-    void serve(request, res, req.body);
+    // 2025-era cancellation arrives as its own POST, maybe on another gateway than the call's
+    // request: the call is found through Redis. (The SDK then acknowledges it with 202.)
+    const cancelled = cancelledRequestId(req.body);
+    if (cancelled !== undefined) {
+      const callId = await requests.lookup(caller.client.id, cancelled).catch(() => undefined);
+      if (callId) {
+        await deps.pipeline.cancel(caller.client, callId).catch((err: unknown) => {
+          // Already ended or gone: the MCP spec lets a server ignore such a cancel.
+          if (!(err instanceof ApiError)) log.warn({ err }, 'mcp cancel failed');
+        });
+      }
+    }
+    await serve(request, res, req.body);
   });
 
   // Stateless: no server-initiated stream to open (GET) and no session to end (DELETE).
@@ -79,6 +97,15 @@ export function mcpRoutes(deps: McpDeps): Router {
   });
 
   return router;
+}
+
+/** The request a `notifications/cancelled` message names, if the body is one. */
+function cancelledRequestId(body: unknown): string | number | undefined {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
+  const { method, params } = body as { method?: unknown; params?: { requestId?: unknown } };
+  if (method !== 'notifications/cancelled') return undefined;
+  const id = params?.requestId;
+  return typeof id === 'string' || typeof id === 'number' ? id : undefined;
 }
 
 function jsonRpcError(res: Response, status: number, message: string): void {

@@ -65,6 +65,8 @@ const ROUTES: [string, string][] = [
   ['POST', '/tools/sleep/execute'],
   ['POST', '/v1/tool-calls'],
   ['GET', '/v1/calls/abc'],
+  ['POST', '/v1/calls/abc/cancel'],
+  ['GET', '/v1/calls/abc/events'],
   ['GET', '/v1/approvals'],
   ['POST', '/v1/approvals/x/approve'],
   ['POST', '/v1/approvals/x/reject'],
@@ -76,6 +78,8 @@ const ROUTES: [string, string][] = [
   ...ODD_SEGMENTS.flatMap((s): [string, string][] => [
     ['POST', `/tools/${s}/execute`],
     ['GET', `/v1/calls/${s}`],
+    ['POST', `/v1/calls/${s}/cancel`],
+    ['GET', `/v1/calls/${s}/events`],
     ['POST', `/v1/approvals/${s}/approve`],
     ['POST', `/v1/approvals/${s}/reject`],
     ['POST', `/v1/approvals/00000000-0000-4000-8000-000000000000/${s}`],

@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   Approvals,
+  CallEventWriter,
   CallStore,
   Keys,
   ResultCache,
@@ -108,6 +109,28 @@ describe('each key family at its bound stays under the documented figure', () =>
     });
     // The record around the result: ids, client, status, times, the truncation flag.
     within(used, bound(N, MAX_RESULT + 1024));
+  });
+
+  it('call event backlogs: a tool flooding output forwards at most calls.events.maxOutputBytes', async () => {
+    const maxOutput = 4096;
+    const used = await growth(keys.prefix, async () => {
+      for (let i = 0; i < N; i++) {
+        const id = randomUUID();
+        const writer = new CallEventWriter(redis, keys, id, {
+          maxOutputBytes: maxOutput,
+          flushMs: 10,
+        });
+        writer.status('running');
+        // 1 MB in 1 KB lines, and a progress report per line: one capped backlog per call.
+        for (let line = 0; line < 1024; line++) {
+          writer.events.output(line % 2 ? 'stderr' : 'stdout', `${'x'.repeat(1023)}\n`);
+          writer.events.progress(line, 1024, `line ${line}`);
+        }
+        await writer.finish({ id, tool: 't', status: 'ok', durationMs: 1, cached: false });
+      }
+    });
+    // The forwarded output, the notice where it stopped, the status and progress events.
+    within(used, bound(N, maxOutput + 2048));
   });
 
   it('idempotency keys at their longest', async () => {
@@ -334,6 +357,8 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
     const prefix = stack.config.redis.prefix;
     const families = [
       /^call:[^:]+$/,
+      /^events:[^:]+$/,
+      /^cancelled:[^:]+$/,
       /^idem:[^:]+:.+$/,
       /^workers$/,
       /^audit:[^:]+$/,

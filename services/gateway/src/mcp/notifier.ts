@@ -9,7 +9,7 @@ import type { LoggingLevel, Notification, ProgressToken } from '@modelcontextpro
 import { passes } from './log-level.js';
 
 /** Longest silence on a request with a progressToken (the issue asks for "every few seconds"). */
-export const KEEP_ALIVE_MS = 4000;
+export const KEEP_ALIVE_MS = 2000;
 
 /** MCP progress must grow with every notification; repeats are nudged up by this much. */
 const NUDGE = 0.001;
@@ -24,6 +24,8 @@ export interface NotifierOptions {
 }
 
 export class CallNotifier {
+  /** Set once the call is queued: status messages name it, for `GET /v1/calls/{id}`. */
+  callId: string | undefined;
   private chain: Promise<void> = Promise.resolve();
   private last = 0;
   private sentAny = false;
@@ -36,9 +38,12 @@ export class CallNotifier {
   constructor(private readonly o: NotifierOptions) {
     if (o.progressToken !== undefined) {
       const every = o.keepAliveMs ?? KEEP_ALIVE_MS;
-      this.timer = setInterval(() => {
-        if (Date.now() - this.lastSentAt >= every - 50) this.keepAlive();
-      }, Math.max(50, Math.floor(every / 4)));
+      this.timer = setInterval(
+        () => {
+          if (Date.now() - this.lastSentAt >= every - 50) this.keepAlive();
+        },
+        Math.max(50, Math.floor(every / 4)),
+      );
       this.timer.unref();
     }
   }
@@ -48,7 +53,7 @@ export class CallNotifier {
     switch (event.type) {
       case 'status':
         this.status = event.status;
-        this.log('debug', `call ${event.status}`, 'status');
+        this.log('debug', `call ${this.callId ? `${this.callId} ` : ''}${event.status}`, 'status');
         return;
       case 'progress':
         if (event.total !== undefined) this.total = event.total;
@@ -61,7 +66,8 @@ export class CallNotifier {
         return;
       case 'output': {
         const text = event.text.replace(/\r?\n$/, '');
-        if (text !== '') this.log(event.stream === 'stderr' ? 'warning' : 'info', text, event.stream);
+        if (text !== '')
+          this.log(event.stream === 'stderr' ? 'warning' : 'info', text, event.stream);
         return;
       }
       case 'outcome':

@@ -114,6 +114,7 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
         onEvent: notifier.onEvent,
         onAccepted: (id) => {
           callId = id;
+          notifier.callId = id;
           const ttl = Math.ceil(((tool?.timeoutMs ?? 0) + deps.syncWaitGraceMs) / 1000) + 60;
           requests.register(client.id, requestId, id, ttl).catch(() => undefined);
         },

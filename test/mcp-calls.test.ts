@@ -18,6 +18,10 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import {
   CallToolResultSchema,
+  CancelTaskResultSchema,
+  CreateTaskResultSchema,
+  ErrorCode,
+  GetTaskResultSchema,
   type LoggingMessageNotification,
 } from '@modelcontextprotocol/sdk/types.js';
 import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
@@ -81,11 +85,11 @@ describe.skipIf(reason !== undefined)('MCP long calls (docker sandbox)', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  async function legacyClient(on: Stack = stack) {
+  async function legacyClient(on: Stack = stack, key: string = KEYS.alice) {
     const client = new Client({ name: 'toolgate-test', version: '1.0.0' });
     await client.connect(
       new StreamableHTTPClientTransport(new URL(`${on.url}/mcp`), {
-        requestInit: { headers: { authorization: `Bearer ${KEYS.alice}` } },
+        requestInit: { headers: { authorization: `Bearer ${key}` } },
       }),
     );
     open.push(client);
@@ -225,6 +229,41 @@ describe.skipIf(reason !== undefined)('MCP long calls (docker sandbox)', () => {
       `mcp: notifications/cancelled on a replica → sandboxed call cancelled in ${(performance.now() - sent).toFixed(0)} ms`,
     );
     await reader.cancel();
+  }, 60_000);
+
+  it('2025-11-25: tasks/cancel stops a running task; cancelling it again is invalid params', async () => {
+    const { client } = await legacyClient();
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: { name: 'run_shell', arguments: { command: 'sleep 60' }, task: {} },
+      },
+      CreateTaskResultSchema,
+    );
+    const { taskId } = created.task;
+    expect(created.task.status).toBe('working');
+    for (let i = 0; i < 100 && (await statusOf(taskId)) !== 'running'; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const cancelled = await client.request(
+      { method: 'tasks/cancel', params: { taskId } },
+      CancelTaskResultSchema,
+    );
+    expect(cancelled).toMatchObject({ taskId, status: 'cancelled' });
+    expect(await statusOf(taskId)).toBe('cancelled');
+    expect(
+      await client.request({ method: 'tasks/get', params: { taskId } }, GetTaskResultSchema),
+    ).toMatchObject({ taskId, status: 'cancelled' });
+    await expect(
+      client.request({ method: 'tasks/cancel', params: { taskId } }, CancelTaskResultSchema),
+    ).rejects.toMatchObject({ code: ErrorCode.InvalidParams });
+    // Another client's task does not exist for it.
+    await expect(
+      (await legacyClient(stack, KEYS.bob)).client.request(
+        { method: 'tasks/get', params: { taskId } },
+        GetTaskResultSchema,
+      ),
+    ).rejects.toMatchObject({ code: ErrorCode.InvalidParams });
   }, 60_000);
 
   it('a 2026-07-28 client gets log messages at the level it sends, and closing the stream cancels the call', async () => {

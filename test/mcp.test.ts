@@ -5,7 +5,13 @@
 import { request as httpRequest } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolResultSchema,
+  CreateTaskResultSchema,
+  ErrorCode,
+  GetTaskResultSchema,
+  McpError,
+} from '@modelcontextprotocol/sdk/types.js';
 import {
   Client as ModernClient,
   StreamableHTTPClientTransport as ModernTransport,
@@ -382,5 +388,114 @@ describe('MCP Origin and Host checks', () => {
     } finally {
       await dev.close();
     }
+  });
+});
+
+describe('MCP tasks', () => {
+  const approve = (id: string) =>
+    stack.call(`/v1/approvals/${id}/approve`, { key: KEYS.admin, json: {} });
+
+  it('2025-11-25: a task-augmented call that needs approval is polled to its result after an admin approves', async () => {
+    const client = await connect();
+    expect(client.getServerCapabilities()?.tasks).toMatchObject({
+      cancel: {},
+      requests: { tools: { call: {} } },
+    });
+    const { tools } = await client.listTools();
+    expect(tools.find((t) => t.name === 'wipe_disk')?.execution).toEqual({
+      taskSupport: 'optional',
+    });
+
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: { name: 'wipe_disk', arguments: { disk: 'sdc' }, task: { ttl: 60_000 } },
+      },
+      CreateTaskResultSchema,
+    );
+    const { taskId } = created.task;
+    expect(created.task).toMatchObject({
+      status: 'working',
+      statusMessage: expect.stringContaining('approve'),
+      pollInterval: expect.any(Number),
+    });
+    // The task is the call: an admin sees it pending.
+    const call = await stack.call(`/v1/calls/${taskId}`, { key: KEYS.admin });
+    expect(((await call.json()) as { status: string }).status).toBe('pending_approval');
+
+    const get = () =>
+      client.request({ method: 'tasks/get', params: { taskId } }, GetTaskResultSchema);
+    expect((await get()).status).toBe('working');
+    // tasks/result blocks until the call has ended; the approval ends the wait.
+    const result = client.request(
+      { method: 'tasks/result', params: { taskId } },
+      CallToolResultSchema,
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    expect((await approve(taskId)).status).toBe(200);
+    const done = await result;
+    expect(text(done)).toBe('wiped sdc');
+    expect(done._meta?.['io.modelcontextprotocol/related-task']).toEqual({ taskId });
+    expect(await get()).toMatchObject({ taskId, status: 'completed' });
+  });
+
+  it('2026-07-28: a call that needs approval is a task for a client that takes tasks, polled until the result is in it', async () => {
+    const envelope = (extensions: Record<string, unknown> = {}) => ({
+      'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+      'io.modelcontextprotocol/clientInfo': { name: 'raw-modern', version: '1' },
+      'io.modelcontextprotocol/clientCapabilities': { extensions },
+    });
+    const rpc = async (method: string, params: Record<string, unknown>) => {
+      const res = await stack.call('/mcp', {
+        json: { jsonrpc: '2.0', id: 1, method, params },
+        headers: {
+          accept: 'application/json, text/event-stream',
+          'mcp-protocol-version': '2026-07-28',
+          'mcp-method': method,
+          ...(typeof params['name'] === 'string' ? { 'mcp-name': params['name'] } : {}),
+          ...(typeof params['taskId'] === 'string' ? { 'mcp-name': params['taskId'] } : {}),
+        },
+      });
+      return (await rpcBody(res)) as { result: Record<string, unknown> };
+    };
+    const withTasks = envelope({ 'io.modelcontextprotocol/tasks': {} });
+    const created = await rpc('tools/call', {
+      name: 'wipe_disk',
+      arguments: { disk: 'sdd' },
+      _meta: withTasks,
+    });
+    expect(created.result).toMatchObject({
+      resultType: 'task',
+      status: 'working',
+      ttlMs: stack.config.calls.ttlSeconds * 1000,
+      pollIntervalMs: expect.any(Number),
+    });
+    const taskId = created.result['taskId'] as string;
+    expect((await rpc('tasks/get', { taskId, _meta: withTasks })).result).toMatchObject({
+      resultType: 'complete',
+      status: 'working',
+    });
+    await approve(taskId);
+    let task: Record<string, unknown> = {};
+    for (let i = 0; i < 50 && task['status'] !== 'completed'; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      task = (await rpc('tasks/get', { taskId, _meta: withTasks })).result;
+    }
+    expect(task).toMatchObject({
+      status: 'completed',
+      result: { content: [{ type: 'text', text: 'wiped sdd' }] },
+    });
+    expect((await rpc('tasks/cancel', { taskId, _meta: withTasks })).result).toEqual({
+      resultType: 'complete',
+    });
+
+    // A client without the extension gets the answer of today: awaiting approval, no task.
+    const plain = await rpc('tools/call', {
+      name: 'wipe_disk',
+      arguments: { disk: 'sde' },
+      _meta: envelope(),
+    });
+    expect(plain.result['resultType']).not.toBe('task');
+    expect(JSON.stringify(plain.result)).toContain('pending_approval');
   });
 });

@@ -207,6 +207,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       keys,
       logger: log,
       syncWaitGraceMs: config.server.syncWaitGraceMs,
+      callTtlSeconds: config.calls.ttlSeconds,
     }),
   );
   app.use(callRoutes(pipeline, { maxStreamsPerClient: config.calls.events.maxStreamsPerClient }));

@@ -8,7 +8,6 @@ import type { Tool, ToolRegistry } from '@toolgate/registry';
 import {
   LOG_LEVEL_META_KEY,
   ProtocolError,
-  ProtocolErrorCode,
   Server,
   type CallToolResult,
   type LoggingLevel,
@@ -21,7 +20,8 @@ import type { Prepaid } from '../policy/limits.js';
 import { isLoggingLevel, type LogLevels } from './log-level.js';
 import { CallNotifier } from './notifier.js';
 import type { McpRequests } from './requests.js';
-import { errorResult, toMcpTool, toResult } from './tools.js';
+import { TASKS_EXTENSION } from './tasks.js';
+import { refusal, toMcpTool, toResult } from './tools.js';
 
 export interface McpServerDeps {
   registry: ToolRegistry;
@@ -46,18 +46,6 @@ const INSTRUCTIONS =
   'toolgate: tools shared by many assistants. Failed calls come back as readable errors ' +
   '(isError) you can act on; some calls wait for an administrator’s approval before they run.';
 
-/** ApiError codes that are the model's to fix: a tool result it reads, not a protocol error. */
-const TOOL_LEVEL_ERRORS = new Set([
-  'invalid_arguments',
-  'invalid_json',
-  'invalid_request',
-  'payload_too_large',
-  'rate_limited',
-  'loop_limit',
-  'idempotency_mismatch',
-  'too_many_in_flight',
-]);
-
 export function callerOf(ctx: McpRequestContext): McpCaller {
   const caller = ctx.authInfo?.extra?.['toolgate/caller'] as McpCaller | undefined;
   // The route always sets it; a request reaching the factory without it is a wiring bug.
@@ -74,13 +62,25 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
   const server = new Server(
     { name: 'toolgate', version: deps.version },
     {
-      capabilities: { tools: { listChanged: false }, logging: {} },
+      capabilities: {
+        tools: { listChanged: false },
+        logging: {},
+        // Tasks (mcp/tasks.ts answers them): the 2025-11-25 utility for task-augmented calls,
+        // the 2026-07-28 extension for calls that wait for approval.
+        ...(era === 'modern'
+          ? { extensions: { [TASKS_EXTENSION]: {} } }
+          : { tasks: { cancel: {}, requests: { tools: { call: {} } } } }),
+      },
       instructions: INSTRUCTIONS,
     },
   );
 
   server.setRequestHandler('tools/list', () => ({
-    tools: registry.list({ scope: client.scope }).map((t) => toMcpTool(t, requiresApproval)),
+    tools: registry.list({ scope: client.scope }).map((t) => ({
+      ...toMcpTool(t, requiresApproval),
+      // 2025-11-25: any call may be made a task; the 2026 extension needs no per-tool flag.
+      ...(era === 'legacy' ? { execution: { taskSupport: 'optional' as const } } : {}),
+    })),
   }));
 
   // 2025-era clients have no session here to hold the level: it is kept per client key.
@@ -125,14 +125,9 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
     } catch (err) {
       await notifier.close();
       if (!(err instanceof ApiError)) throw err;
-      if (TOOL_LEVEL_ERRORS.has(err.code)) return errorResult(err.code, err.message, err.details);
-      // Unknown or forbidden tools are the client's mistake, not the model's (the tool was
-      // never listed): a protocol error, as the MCP spec has it. Redis or workers down: internal.
-      const code =
-        err.code === 'unknown_tool' || err.code === 'forbidden'
-          ? ProtocolErrorCode.InvalidParams
-          : ProtocolErrorCode.InternalError;
-      throw new ProtocolError(code, err.message, { code: err.code });
+      const refused = refusal(err);
+      if ('result' in refused) return refused.result;
+      throw new ProtocolError(refused.error.code, refused.error.message, refused.error.data);
     } finally {
       if (callId) requests.release(client.id, requestId, callId).catch(() => undefined);
     }

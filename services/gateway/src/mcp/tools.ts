@@ -4,8 +4,13 @@
  */
 import type { CallOutcome } from '@toolgate/calls';
 import type { Tool } from '@toolgate/registry';
-import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/server';
+import {
+  ProtocolErrorCode,
+  type CallToolResult,
+  type Tool as McpTool,
+} from '@modelcontextprotocol/server';
 import { responseContent } from '../dialects/content.js';
+import type { ApiError } from '../errors.js';
 import type { CallResponse } from '../pipeline.js';
 
 export function toMcpTool(tool: Tool, requiresApproval: (tool: Tool) => boolean): McpTool {
@@ -59,6 +64,36 @@ export function toResult(response: CallResponse): CallToolResult {
     ...structured,
     _meta: { 'toolgate/call': callMeta(outcome) },
   };
+}
+
+/** ApiError codes that are the model's to fix: a tool result it reads, not a protocol error. */
+const TOOL_LEVEL_ERRORS = new Set([
+  'invalid_arguments',
+  'invalid_json',
+  'invalid_request',
+  'payload_too_large',
+  'rate_limited',
+  'loop_limit',
+  'idempotency_mismatch',
+  'too_many_in_flight',
+]);
+
+/**
+ * A refused call as MCP has it: the model's mistakes are an isError result it reads; unknown
+ * or forbidden tools are the client's (the tool was never listed), a JSON-RPC invalid-params
+ * error as the spec has it; Redis or workers down, an internal error.
+ */
+export function refusal(
+  err: ApiError,
+): { result: CallToolResult } | { error: { code: number; message: string; data: unknown } } {
+  if (TOOL_LEVEL_ERRORS.has(err.code)) {
+    return { result: errorResult(err.code, err.message, err.details) };
+  }
+  const code =
+    err.code === 'unknown_tool' || err.code === 'forbidden'
+      ? ProtocolErrorCode.InvalidParams
+      : ProtocolErrorCode.InternalError;
+  return { error: { code, message: err.message, data: { code: err.code } } };
 }
 
 export function errorResult(code: string, message: string, details?: unknown): CallToolResult {

@@ -17,6 +17,7 @@ import { LogLevels } from '../mcp/log-level.js';
 import type { OriginPolicy } from '../mcp/origin.js';
 import { McpRequests } from '../mcp/requests.js';
 import { callerOf, createMcpServer, type McpCaller } from '../mcp/server.js';
+import { McpTasks } from '../mcp/tasks.js';
 import type { CallPipeline } from '../pipeline.js';
 
 export interface McpDeps {
@@ -28,6 +29,8 @@ export interface McpDeps {
   keys: Keys;
   logger: Logger;
   syncWaitGraceMs: number;
+  /** How long call records live (`calls.ttlSeconds`): the lifetime of MCP tasks. */
+  callTtlSeconds: number;
   /** Reported to clients in the initialize result. */
   version?: string;
 }
@@ -36,6 +39,12 @@ export function mcpRoutes(deps: McpDeps): Router {
   const { origins, logger } = deps;
   const log = logger.child({ component: 'mcp' });
   const requests = new McpRequests(deps.redis, deps.keys);
+  const tasks = new McpTasks({
+    registry: deps.registry,
+    pipeline: deps.pipeline,
+    requiresApproval: deps.requiresApproval,
+    ttlMs: deps.callTtlSeconds * 1000,
+  });
   const serverDeps = {
     registry: deps.registry,
     pipeline: deps.pipeline,
@@ -75,6 +84,14 @@ export function mcpRoutes(deps: McpDeps): Router {
         extra: { 'toolgate/caller': caller },
       },
     });
+    // Tasks are answered from the call records, before (and instead of) the MCP server.
+    const gone = new AbortController();
+    res.on('close', () => gone.abort());
+    const answer = await tasks.answer(caller, req.body, gone.signal);
+    if (answer) {
+      res.json(answer);
+      return;
+    }
     // 2025-era cancellation arrives as its own POST, maybe on another gateway than the call's
     // request: the call is found through Redis. (The SDK then acknowledges it with 202.)
     const cancelled = cancelledRequestId(req.body);

@@ -320,6 +320,8 @@ export class DockerDriver implements SandboxDriver {
         exitReport.then((r) => ({ inBand: true as const, ...r })),
         armed.exited.then((code) => ({ inBand: false as const, exitCode: code, oomKills: 0 })),
       ]);
+      // Cancelled: the container is dead, its output no longer wanted; removal runs below.
+      watch.throwIfAborted();
       let exitCode = outcome.exitCode;
       let oomKilled = outcome.oomKills > 0 && exitCode === 137;
       if (!outcome.inBand) {

@@ -129,13 +129,23 @@ describe.each(drivers)('live output and cancellation: %s driver', (driver) => {
   it.skipIf(skip)('delivers no more than the output cap keeps', async () => {
     const { result, chunks } = await record(sandbox, {
       image: 'shell',
-      argv: ['bash', '-c', "head -c 5000 /dev/zero | tr '\\0' a; echo done >&2"],
+      // 3x the cap: cut, but short of the flood kill (4x), so the program goes on to stderr.
+      argv: ['bash', '-c', "head -c 3000 /dev/zero | tr '\\0' a; echo done >&2"],
       limits: { outputBytes: 1000 },
     });
-    expect(result.truncated).toBe(true);
+    expect(result).toMatchObject({ truncated: true, outputLimited: false, exitCode: 0 });
     expect(result.stdout).toBe('a'.repeat(1000));
     expect(joined(chunks, 'stdout')).toBe(result.stdout);
     expect(joined(chunks, 'stderr')).toBe('done\n');
+
+    // Far past the cap: killed as a flood; still no more live output than the result keeps.
+    const flood = await record(sandbox, {
+      image: 'shell',
+      argv: ['bash', '-c', "head -c 100000 /dev/zero | tr '\\0' b; sleep 5"],
+      limits: { outputBytes: 1000 },
+    });
+    expect(flood.result).toMatchObject({ outputLimited: true, stdout: 'b'.repeat(1000) });
+    expect(joined(flood.chunks, 'stdout')).toBe(flood.result.stdout);
   });
 
   it.skipIf(skip)('ignores a listener that throws', async () => {

@@ -290,7 +290,12 @@ export class DockerDriver implements SandboxDriver {
     let killing: Promise<void> | undefined;
     const watch = new RunWatchdog(
       req,
-      () => (killing = armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined)),
+      (cancelled) =>
+        (killing = cancelled
+          ? // Cancelled: nothing of the container is wanted any more; a forced removal kills
+            // and removes in one engine call (no OOM verdict or last output to read first).
+            this.removeContainer(armed.container)
+          : armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined)),
       t0,
     );
     // The entrypoint reports the exit on both streams; once both lines are in, the call is over.

@@ -188,7 +188,8 @@ describe.each(drivers)('live output and cancellation: %s driver', (driver) => {
       argv: [
         'bash',
         '-c',
-        `grep -o -m1 '[0-9a-f]\\{64\\}' /proc/self/cgroup; echo ready; sleep ${marker} & sleep ${marker}; wait`,
+        // The container's id, from its /etc/hostname bind mount (cgroup v1 and v2 alike).
+        `grep -o -m1 'containers/[0-9a-f]\\{64\\}' /proc/self/mountinfo; echo ready; sleep ${marker} & sleep ${marker}; wait`,
       ],
       timeoutMs: 120_000,
       signal: ac.signal,
@@ -245,6 +246,53 @@ describe.each(drivers)('live output and cancellation: %s driver', (driver) => {
 
   it.skipIf(skip)('abort while the sandbox is still being made stops it too', async () => {
     await abortRun('during start', { limits: { memoryMb: 310 } }, 'at-once');
+  });
+
+  it.skipIf(skip)('abort of six running calls at once leaves nothing within 2 s', async () => {
+    const marker = `61.${Date.now() % 100_000}${Math.floor(Math.random() * 1000)}`;
+    const ac = new AbortController();
+    const ids: string[] = [];
+    const runs = Array.from({ length: 6 }, () => {
+      let ready!: () => void;
+      const started = new Promise<void>((r) => (ready = r));
+      const run = sandbox.run({
+        image: 'shell',
+        argv: [
+          'bash',
+          '-c',
+          `grep -o -m1 'containers/[0-9a-f]\\{64\\}' /proc/self/mountinfo; echo ready; sleep ${marker}`,
+        ],
+        timeoutMs: 120_000,
+        signal: ac.signal,
+        onOutput: (_s, text) => {
+          const id = /[0-9a-f]{64}/.exec(text)?.[0];
+          if (id) ids.push(id);
+          if (text.includes('ready')) ready();
+        },
+      });
+      run.catch(() => undefined);
+      return { run, started };
+    });
+    await Promise.all(runs.map((r) => r.started));
+    expect((await processesWith(marker)).length).toBeGreaterThanOrEqual(6);
+    const abortedAt = performance.now();
+    ac.abort();
+    for (const { run } of runs) await expect(run).rejects.toMatchObject({ code: 'aborted' });
+    const rejectedMs = performance.now() - abortedAt;
+    const left = async () =>
+      (await processesWith(marker)).length +
+      (driver === 'docker' && ids.length ? (await dockerContainers({ id: ids })).length : 0);
+    while ((await left()) > 0 && performance.now() - abortedAt < 5000) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const goneMs = performance.now() - abortedAt;
+    console.warn(
+      `[cancel] ${driver} 6 at once: all rejected ${Math.round(rejectedMs)} ms after abort, ` +
+        `all gone after ${Math.round(goneMs)} ms`,
+    );
+    if (driver === 'docker') expect(ids).toHaveLength(6);
+    expect(await left()).toBe(0);
+    expect(goneMs).toBeLessThan(2000);
   });
 
   it.skipIf(skip)('gives the next call a working sandbox after an abort', async () => {

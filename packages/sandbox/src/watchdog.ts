@@ -31,8 +31,8 @@ export class RunWatchdog {
 
   constructor(
     private readonly req: PreparedRun,
-    /** Kills every process of the sandbox; called at most once. */
-    private readonly killSandbox: () => void,
+    /** Kills every process of the sandbox (`cancelled`: for an abort); called at most once. */
+    private readonly killSandbox: (cancelled: boolean) => void,
     private readonly startedAt = performance.now(),
   ) {
     this.stdout = new CappedOutput(req.outputBytes);
@@ -50,7 +50,7 @@ export class RunWatchdog {
   kill(): void {
     if (this.killed) return;
     this.killed = true;
-    this.killSandbox();
+    this.killSandbox(this.aborted);
   }
 
   /** Feeds the program's stdout; writing far past the cap kills the sandbox. */

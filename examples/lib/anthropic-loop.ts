@@ -3,7 +3,7 @@
  * blocks through toolgate, send back the tool_result blocks, repeat until it stops for good.
  */
 import type Anthropic from '@anthropic-ai/sdk';
-import { fetchTools, runToolCalls, type Toolgate } from './toolgate.ts';
+import { fetchTools, runLive, runToolCalls, type LiveCalls, type Toolgate } from './toolgate.ts';
 
 export interface AnthropicLoopOptions {
   toolgate: Toolgate;
@@ -13,6 +13,8 @@ export interface AnthropicLoopOptions {
   maxTokens?: number;
   maxTurns?: number;
   onToolResult?: (name: string, input: unknown, result: string) => void;
+  /** Show long calls' output as it comes, and cancel them on a signal (lib/toolgate.ts). */
+  live?: LiveCalls;
 }
 
 export async function runAnthropic(
@@ -37,6 +39,10 @@ export async function runAnthropic(
         .filter((b) => b.type === 'text')
         .map((b) => b.text)
         .join('');
+    }
+    if (options.live) {
+      const calls = uses.map((u) => ({ id: u.id, name: u.name, args: u.input }));
+      await runLive(toolgate, calls, options.live);
     }
     // One user message with a tool_result block per tool_use (is_error set on failures).
     const { messages: results } = await runToolCalls<Anthropic.MessageParam>(toolgate, {

@@ -9,7 +9,7 @@ import type {
   ChatCompletionTool,
   ChatCompletionToolMessageParam,
 } from 'openai/resources/chat/completions';
-import { fetchTools, runToolCalls, type Toolgate } from './toolgate.ts';
+import { fetchTools, runLive, runToolCalls, type LiveCalls, type Toolgate } from './toolgate.ts';
 
 export interface LoopOptions {
   toolgate: Toolgate;
@@ -20,6 +20,8 @@ export interface LoopOptions {
   maxTurns?: number;
   /** Called with each tool call and its result, for printing. */
   onToolResult?: (name: string, args: string, result: string) => void;
+  /** Show long calls' output as it comes, and cancel them on a signal (lib/toolgate.ts). */
+  live?: LiveCalls;
 }
 
 export async function runOpenAIChat(openai: OpenAI, options: LoopOptions): Promise<string> {
@@ -35,6 +37,14 @@ export async function runOpenAIChat(openai: OpenAI, options: LoopOptions): Promi
     if (!message) throw new Error('the model returned no choice');
     messages.push(message);
     if (!message.tool_calls?.length) return message.content ?? '';
+    if (options.live) {
+      const calls = message.tool_calls.flatMap((c) =>
+        c.type === 'function'
+          ? [{ id: c.id, name: c.function.name, args: parseArguments(c.function.arguments) }]
+          : [],
+      );
+      await runLive(toolgate, calls, options.live);
+    }
     // toolgate runs every call of the turn in parallel; the tool call id is the idempotency key.
     const { messages: results } = await runToolCalls<ChatCompletionToolMessageParam>(
       toolgate,
@@ -49,4 +59,13 @@ export async function runOpenAIChat(openai: OpenAI, options: LoopOptions): Promi
     messages.push(...results);
   }
   throw new Error(`no answer after ${maxTurns} turns`);
+}
+
+/** The model's arguments string as JSON; unparseable text is sent as it is (toolgate reports it). */
+function parseArguments(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }

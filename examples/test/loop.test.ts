@@ -7,6 +7,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEYS, startStack, type Stack } from '../../test/support/stack.ts';
+import { ticker } from '../../test/support/tools.ts';
 import { runAnthropic } from '../lib/anthropic-loop.ts';
 import { runOpenAIChat } from '../lib/openai-loop.ts';
 import type { Toolgate } from '../lib/toolgate.ts';
@@ -16,6 +17,8 @@ type Json = Record<string, unknown>;
 let stack: Stack;
 let model: Server;
 let modelUrl: string;
+/** What the fake OpenAI model asks for first (besides a broken call). */
+let firstCall = { name: 'calculator', arguments: '{"expression":"6*7"}' };
 const requests: { path: string; body: Json }[] = [];
 
 async function readJson(req: IncomingMessage): Promise<Json> {
@@ -35,9 +38,9 @@ function openaiReply(body: Json): Json {
         content: null,
         tool_calls: [
           {
-            id: `call_${requests.length}`,
+            id: `call_${requests.length}_${Date.now()}`,
             type: 'function',
-            function: { name: 'calculator', arguments: '{"expression":"6*7"}' },
+            function: firstCall,
           },
           {
             id: `call_bad_${requests.length}`,
@@ -81,7 +84,12 @@ function anthropicReply(body: Json): Json {
 }
 
 beforeAll(async () => {
-  stack = await startStack();
+  stack = await startStack({
+    tools: [ticker],
+    config: {
+      clients: [{ id: 'alice', key: KEYS.alice, tools: ['*'], rateLimit: { perMinute: 10_000 } }],
+    },
+  });
   model = createServer((req, res) => {
     void readJson(req).then((body) => {
       requests.push({ path: req.url ?? '', body });
@@ -150,5 +158,53 @@ describe('example tool loops', () => {
       role: 'user',
       content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '42' }],
     });
+  });
+
+  it('live: a long call’s output shows while it runs, then the model gets its result', async () => {
+    firstCall = { name: 'ticker', arguments: '{"n":3,"ms":400}' };
+    const lines: [string, number][] = [];
+    const seen: string[] = [];
+    try {
+      const answer = await runOpenAIChat(
+        new OpenAI({ baseURL: `${modelUrl}/v1`, apiKey: 'test' }),
+        {
+          toolgate: toolgate(),
+          model: 'fake-model',
+          prompt: 'Tick three times',
+          live: { onOutput: (tool, _stream, text) => lines.push([`${tool}: ${text}`, Date.now()]) },
+          onToolResult: (name, _args, result) => seen.push(`${name}=${result}`),
+        },
+      );
+      expect(lines.map(([l]) => l)).toEqual([
+        'ticker: tick 1\n',
+        'ticker: tick 2\n',
+        'ticker: tick 3\n',
+      ]);
+      // Live: the ticks arrived apart, not all at the end.
+      expect(lines[2]![1] - lines[0]![1]).toBeGreaterThan(500);
+      // The bridge answered with the result of the call that ran, not a second run.
+      expect(seen[0]).toBe('ticker={"ticks":3}');
+      expect(answer).toBe('The answer is {"ticks":3}.');
+    } finally {
+      firstCall = { name: 'calculator', arguments: '{"expression":"6*7"}' };
+    }
+  });
+
+  it('live: a signal cancels the running call and the model reads that it was cancelled', async () => {
+    firstCall = { name: 'ticker', arguments: '{"n":100,"ms":200}' };
+    const stop = new AbortController();
+    const seen: string[] = [];
+    try {
+      await runOpenAIChat(new OpenAI({ baseURL: `${modelUrl}/v1`, apiKey: 'test' }), {
+        toolgate: toolgate(),
+        model: 'fake-model',
+        prompt: 'Tick for a long time',
+        live: { signal: stop.signal, onOutput: () => stop.abort() },
+        onToolResult: (name, _args, result) => seen.push(`${name}=${result}`),
+      });
+      expect(seen[0]).toContain('"code":"cancelled"');
+    } finally {
+      firstCall = { name: 'calculator', arguments: '{"expression":"6*7"}' };
+    }
   });
 });

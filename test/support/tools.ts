@@ -1,4 +1,23 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Type, ToolError, defineTool } from '@toolgate/registry';
+
+/** A long call with live output (ctx.events): a line every `ms`, `n` times. */
+export const ticker = defineTool({
+  name: 'ticker',
+  description: 'Prints n ticks, one every ms milliseconds',
+  category: 'test',
+  parameters: Type.Object({
+    n: Type.Integer({ maximum: 1000 }),
+    ms: Type.Integer({ maximum: 5000 }),
+  }),
+  handler: async ({ n, ms }, ctx) => {
+    for (let i = 1; i <= n; i++) {
+      ctx.events?.output('stdout', `tick ${i}\n`);
+      await sleep(ms, undefined, { signal: ctx.signal });
+    }
+    return { ticks: n };
+  },
+});
 
 /** Tools the integration tests register next to the built-ins. */
 export const counter = { runs: 0 };

@@ -1,5 +1,6 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import type { Keys } from './keys.js';
+import { waitReady } from './redis.js';
 import type { CallEvent, CallOutcome, CallStatus } from './types.js';
 
 /** Entries a call's backlog keeps (the oldest go first); a reader joining late replays these. */
@@ -194,6 +195,8 @@ export class CallEvents {
     };
     if (first) {
       try {
+        // Not during the connection's ready check (see the worker's cancel subscriber).
+        await waitReady(this.subscriber, 5000);
         await this.subscriber.subscribe(this.keys.eventsChannel(id));
       } catch (err) {
         unsubscribe();

@@ -122,6 +122,18 @@ describe.skipIf(unavailable !== undefined)(`manifest tools in the ${driver} sand
     });
   });
 
+  it("forwards the program's output to ctx.events as it comes", async () => {
+    const seen: [string, string][] = [];
+    const c: ToolContext = {
+      ...ctx(),
+      events: { output: (stream, text) => seen.push([stream, text]), progress: () => undefined },
+    };
+    await expect(Promise.resolve(tools.get('fails')!.handler({}, c))).rejects.toMatchObject({
+      name: 'ToolError',
+    });
+    expect(seen).toEqual([['stderr', 'oops\n']]);
+  });
+
   it('jq_query (shell example) answers, and fails readably', async () => {
     const json = JSON.stringify({
       items: [

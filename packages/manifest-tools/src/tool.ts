@@ -77,6 +77,7 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
           network: m.network,
           ...(m.memoryMb ? { limits: { memoryMb: m.memoryMb } } : {}),
           signal: ctx.signal,
+          onOutput: (stream, text) => ctx.events?.output(stream, text),
           callId: ctx.callId,
         });
       } catch (err) {

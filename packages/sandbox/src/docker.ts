@@ -290,7 +290,12 @@ export class DockerDriver implements SandboxDriver {
     let killing: Promise<void> | undefined;
     const watch = new RunWatchdog(
       req,
-      () => (killing = armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined)),
+      (cancelled) =>
+        (killing = cancelled
+          ? // Cancelled: nothing of the container is wanted any more; a forced removal kills
+            // and removes in one engine call (no OOM verdict or last output to read first).
+            this.removeContainer(armed.container)
+          : armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined)),
       t0,
     );
     // The entrypoint reports the exit on both streams; once both lines are in, the call is over.
@@ -320,6 +325,8 @@ export class DockerDriver implements SandboxDriver {
         exitReport.then((r) => ({ inBand: true as const, ...r })),
         armed.exited.then((code) => ({ inBand: false as const, exitCode: code, oomKills: 0 })),
       ]);
+      // Cancelled: the container is dead, its output no longer wanted; removal runs below.
+      watch.throwIfAborted();
       let exitCode = outcome.exitCode;
       let oomKilled = outcome.oomKills > 0 && exitCode === 137;
       if (!outcome.inBand) {

@@ -107,6 +107,7 @@ export type { SandboxErrorCode } from './errors.js';
 export type {
   DriverName,
   DriverOptions,
+  OutputStream,
   ResourceLimits,
   RunRequest,
   RunResult,

@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { ExitMarkerScanner, encodeEnvelope } from './envelope.js';
 import { CappedOutput } from './output.js';
 import { parseSandboxConfig } from './config.js';
+import type { PreparedRun } from './run-request.js';
+import { RunWatchdog } from './watchdog.js';
 
 describe('CappedOutput', () => {
   it('keeps the first bytes up to the cap and says it truncated', () => {
@@ -60,5 +62,26 @@ describe('ExitMarkerScanner', () => {
     scanner.flush();
     expect(Buffer.concat(seen).toString()).toBe('x\x1eTGEXIT forged 0 0\n\x1eTG');
     expect(scanner.done).toBe(false);
+  });
+});
+
+describe('RunWatchdog live output', () => {
+  const prepared = (outputBytes: number, onOutput: (s: string, t: string) => void) =>
+    ({ key: 'shell', timeoutMs: 60_000, outputBytes, onOutput }) as unknown as PreparedRun;
+
+  it('adds up to the result, whole characters only, even when the cap cuts one', () => {
+    const seen: string[] = [];
+    const watch = new RunWatchdog(
+      prepared(5, (_s, t) => seen.push(t)),
+      () => undefined,
+    );
+    // "a€€": 61 e2 82 ac e2 82 ac, written a byte at a time; the cap keeps 5 bytes.
+    for (const byte of Buffer.from('a€€')) watch.onStdout(Buffer.from([byte]));
+    const result = watch.result('bwrap', { exitCode: 0, oomKilled: false, warm: false }, undefined);
+    watch.dispose();
+    expect(seen).toEqual(['a', '€', '\ufffd']);
+    expect(seen.join('')).toBe(result.stdout);
+    watch.onStdout(Buffer.from('late'));
+    expect(seen).toHaveLength(3);
   });
 });

@@ -3,6 +3,8 @@
  * `flooding` turns true once the program has written `killFactor` times the cap, which is when
  * drivers kill it rather than let it burn CPU until the timeout.
  */
+const EMPTY = Buffer.alloc(0);
+
 export class CappedOutput {
   private readonly chunks: Buffer[] = [];
   private kept = 0;
@@ -13,13 +15,15 @@ export class CappedOutput {
     private readonly killFactor = 4,
   ) {}
 
-  push(chunk: Buffer): void {
+  /** Adds a chunk; returns the part of it that was kept (empty past the cap). */
+  push(chunk: Buffer): Buffer {
     this.total += chunk.length;
     const room = this.cap - this.kept;
-    if (room <= 0) return;
-    const part = chunk.length <= room ? chunk : chunk.subarray(0, room);
-    this.chunks.push(Buffer.from(part));
+    if (room <= 0) return EMPTY;
+    const part = Buffer.from(chunk.length <= room ? chunk : chunk.subarray(0, room));
+    this.chunks.push(part);
     this.kept += part.length;
+    return part;
   }
 
   get truncated(): boolean {

@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import path from 'node:path';
 import type { SandboxConfig, SandboxImage } from './config.js';
 import { SandboxError } from './errors.js';
-import type { ResourceLimits, RunRequest, SandboxLogger } from './types.js';
+import type { OutputStream, ResourceLimits, RunRequest, SandboxLogger } from './types.js';
 
 export interface PreparedRun {
   key: string;
@@ -19,6 +19,7 @@ export interface PreparedRun {
   defaultResources: boolean;
   outputBytes: number;
   signal: AbortSignal | undefined;
+  onOutput: ((stream: OutputStream, text: string) => void) | undefined;
   callId: string | undefined;
 }
 
@@ -69,6 +70,7 @@ export function prepareRun(config: SandboxConfig, request: RunRequest): Prepared
     defaultResources,
     outputBytes: limits.outputBytes,
     signal: request.signal,
+    onOutput: request.onOutput,
     callId: request.callId,
   };
 }

@@ -3,6 +3,8 @@ import type { SandboxLimits } from './config.js';
 
 export type DriverName = 'docker' | 'bwrap';
 
+export type OutputStream = 'stdout' | 'stderr';
+
 /** Limits that shape the sandbox itself; timeouts and output caps are per call. */
 export type ResourceLimits = Pick<
   SandboxLimits,
@@ -26,8 +28,17 @@ export interface RunRequest {
   limits?: Partial<
     Omit<SandboxLimits, 'timeoutMs' | 'maxTimeoutMs' | 'workspaceMb' | 'workspaceInodes'>
   >;
-  /** Aborting kills the call; run() then rejects with SandboxError code `aborted`. */
+  /**
+   * Aborting kills every process of the sandbox and removes it; run() then rejects with
+   * SandboxError code `aborted`.
+   */
   signal?: AbortSignal;
+  /**
+   * Live output, called while the program runs: whole UTF-8 characters, in order per stream,
+   * and only what fits the output cap (the pieces of a stream add up to its RunResult text).
+   * Nothing is delivered once run() has settled. A throwing callback is ignored.
+   */
+  onOutput?: (stream: OutputStream, text: string) => void;
   /** For labels and logs. */
   callId?: string;
 }

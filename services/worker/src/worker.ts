@@ -297,7 +297,10 @@ export function createWorker({
     id,
     async start() {
       await waitReady(redis);
-      // Listening before taking jobs: no cancel of a call this worker runs goes unheard.
+      // Listening before taking jobs: no cancel of a call this worker runs goes unheard. (A
+      // SUBSCRIBE sent while the connection runs its ready check turns that check into an
+      // error and a reconnect that forgets the channel: subscribe once it is ready.)
+      await waitReady(cancelSubscriber);
       await cancelSubscriber.subscribe(keys.cancels);
       for (const kind of queues) {
         const worker = new Worker<CallJob, CallDone>(

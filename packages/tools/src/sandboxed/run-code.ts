@@ -45,6 +45,7 @@ export async function runInWorkspace(
       workspace,
       timeoutMs: timeoutSecs === undefined ? undefined : timeoutSecs * 1000,
       signal: ctx.signal,
+      onOutput: (stream, text) => ctx.events?.output(stream, text),
       callId: ctx.callId,
     });
   } catch (err) {
@@ -90,8 +91,9 @@ export const runPython = defineTool({
   sandbox: { image: 'python' },
   risk: 'sensitive',
   timeoutMs: (MAX_TIMEOUT_SECONDS + 30) * 1000,
+  // -u: print() reaches the live output as it happens, not in 8 KiB blocks at the exit.
   handler: (args, ctx) =>
-    runInWorkspace(ctx, 'python', ['python3', '-'], args.code, args.timeoutSeconds),
+    runInWorkspace(ctx, 'python', ['python3', '-u', '-'], args.code, args.timeoutSeconds),
 });
 
 export const runShell = defineTool({

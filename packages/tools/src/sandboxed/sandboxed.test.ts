@@ -154,6 +154,49 @@ describe.skipIf(unavailable !== undefined)(`sandboxed tools (${driver})`, () => 
     });
   });
 
+  /** A ToolContext whose events record each output chunk and when it came. */
+  const listening = () => {
+    const chunks: { stream: string; text: string; at: number }[] = [];
+    const c: ToolContext = {
+      ...ctx(),
+      events: {
+        output: (stream, text) => chunks.push({ stream, text, at: performance.now() }),
+        progress: () => undefined,
+      },
+    };
+    return { c, chunks };
+  };
+
+  it('run_python streams what it prints to ctx.events while it runs', async () => {
+    const { c, chunks } = listening();
+    const r = await runPython.handler(
+      { code: 'import time\nprint("first")\ntime.sleep(1)\nprint("second")' },
+      c,
+    );
+    const end = performance.now();
+    expect(r.stdout).toBe('first\nsecond\n');
+    // print() without flush: the first line arrives during the sleep, not at the exit.
+    const early = chunks.filter((ch) => end - ch.at > 800);
+    expect(early.map((ch) => ch.text).join('')).toBe('first\n');
+    expect(chunks.map((ch) => ch.text).join('')).toBe(r.stdout);
+  });
+
+  it('run_shell forwards stdout and stderr to ctx.events, each in order', async () => {
+    const { c, chunks } = listening();
+    const r = await runShell.handler(
+      { command: 'for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.1; done' },
+      c,
+    );
+    const of = (stream: string) =>
+      chunks
+        .filter((ch) => ch.stream === stream)
+        .map((ch) => ch.text)
+        .join('');
+    expect(of('stdout')).toBe('out1\nout2\nout3\n');
+    expect(of('stderr')).toBe('err1\nerr2\nerr3\n');
+    expect(r).toMatchObject({ stdout: 'out1\nout2\nout3\n', stderr: 'err1\nerr2\nerr3\n' });
+  });
+
   it('a cancelled call kills its sandbox and fails with cancelled', async () => {
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 300);

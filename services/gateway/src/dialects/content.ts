@@ -30,7 +30,8 @@ export function responseContent(response: CallResponse): { text: string; isError
     };
   }
   const { outcome } = response;
-  if (outcome.status === 'error')
+  // An error or a cancel: the model reads why (a cancelled call says who stopped it).
+  if (outcome.status !== 'ok')
     return { text: JSON.stringify({ error: outcome.error }), isError: true };
   return {
     text:

@@ -142,6 +142,26 @@ describe.skipIf(reason !== undefined)('MCP long calls (docker sandbox)', () => {
     }
   }, 60_000);
 
+  it('a sandboxed run_shell streams its stdout and stderr as log messages before it ends', async () => {
+    const { client, logs } = await legacyClient();
+    await client.setLoggingLevel('info');
+    const result = await client.callTool(
+      {
+        name: 'run_shell',
+        arguments: { command: 'for i in 1 2 3 4 5; do echo step $i; sleep 1; done; echo bye >&2' },
+      },
+      CallToolResultSchema,
+      { timeout: 30_000 },
+    );
+    const ended = Date.now();
+    expect(result.isError).toBeFalsy();
+    const text = logs.map((l) => `${l.level} ${String(l.data)}`).join('\n');
+    expect(text).toMatch(/info step 1[\s\S]*info step 5/);
+    expect(text).toContain('warning bye');
+    const first = logs.find((l) => String(l.data).includes('step 1'))!;
+    expect(ended - first.at).toBeGreaterThan(2500);
+  }, 60_000);
+
   it('keep-alive progress keeps a client with a 3 s timeout (reset on progress) waiting through a silent 9 s call', async () => {
     const { client } = await legacyClient();
     const result = await client.callTool(

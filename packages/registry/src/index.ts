@@ -2,8 +2,8 @@ export { ToolError } from './errors.js';
 export { ToolRegistry, RegistryError } from './registry.js';
 export { ToolScope } from './scope.js';
 export { defineTool, runPrecheck, DEFAULT_TIMEOUT_MS, TOOL_NAME } from './tool.js';
-export { toNative, toOpenAI, toAnthropic } from './dialects.js';
-export { toStrictSchema, closeObjects } from './schema.js';
+export { closeObjects } from './schema.js';
+export { strictSchemaIssue, STRICT_LIMITS } from './strict.js';
 export { Type } from '@sinclair/typebox';
 
 export type {
@@ -19,5 +19,4 @@ export type {
 } from './tool.js';
 export type { ListOptions, ValidationResult } from './registry.js';
 export type { ValidationIssue } from './schema.js';
-export type { NativeTool, OpenAITool, AnthropicTool } from './dialects.js';
 export type { Static, TSchema } from '@sinclair/typebox';

@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 import { Type } from '@sinclair/typebox';
 import { ToolRegistry, RegistryError } from './registry.js';
 import { ToolScope } from './scope.js';
-import { toAnthropic, toNative, toOpenAI } from './dialects.js';
 import { defineTool } from './tool.js';
 import { MAX_ISSUES } from './schema.js';
 
@@ -133,58 +132,56 @@ describe('ToolRegistry.list', () => {
   });
 });
 
-describe('dialects', () => {
-  it('renders the native, OpenAI and Anthropic shapes', () => {
-    const tool = registry().get('add_numbers')!;
-    const parameters = {
-      type: 'object',
-      properties: { a: { type: 'number' }, b: { type: 'number' } },
-      required: ['a', 'b'],
-      additionalProperties: false,
-    };
-    expect(toOpenAI(tool)).toEqual({
-      type: 'function',
-      function: { name: 'add_numbers', description: 'Add two numbers together', parameters },
+describe('registration', () => {
+  it('decides strict-mode qualification once: optional non-nullable fields disqualify', () => {
+    const r = registry();
+    expect(r.get('add_numbers')?.strict).toBe(true);
+    expect(r.get('get_weather')?.strict).toBe(false);
+    r.register({
+      name: 'get_weather_strict',
+      description: 'Current weather for a city',
+      category: 'web',
+      parameters: Type.Object({
+        city: Type.String(),
+        units: Type.Union([Type.Literal('c'), Type.Literal('f'), Type.Null()]),
+      }),
+      handler: () => 'sunny',
     });
-    expect(toAnthropic(tool)).toEqual({
-      name: 'add_numbers',
-      description: 'Add two numbers together',
-      input_schema: parameters,
-    });
-    expect(toNative(tool)).toEqual({
-      name: 'add_numbers',
-      description: 'Add two numbers together',
-      category: 'math',
-      parameters,
-      risk: 'safe',
-      requiresApproval: false,
-      sandboxed: false,
-      timeoutMs: 30_000,
-      cacheTtlSeconds: 0,
-    });
+    expect(r.get('get_weather_strict')?.strict).toBe(true);
+  });
+});
+
+describe('list order', () => {
+  const specs = [weather, add, { ...add, name: 'Zeta' }, { ...add, name: 'add_more' }];
+
+  it('is by name (code units), whatever the registration order', () => {
+    const forward = new ToolRegistry();
+    forward.registerAll(specs);
+    const backward = new ToolRegistry();
+    backward.registerAll([...specs].reverse());
+    const names = ['Zeta', 'add_more', 'add_numbers', 'get_weather'];
+    expect(forward.list().map((t) => t.name)).toEqual(names);
+    expect(backward.list().map((t) => t.name)).toEqual(names);
   });
 
-  it('makes OpenAI strict-mode schemas: all properties required, optional ones nullable', () => {
-    const { function: fn } = toOpenAI(registry().get('get_weather')!, { strict: true });
-    expect(fn.strict).toBe(true);
-    expect(fn.parameters).toMatchObject({
-      required: ['city', 'units', 'days'],
-      additionalProperties: false,
-      properties: {
-        city: { type: 'string' },
-        units: {
-          anyOf: [
-            {
-              anyOf: [
-                { const: 'c', type: 'string' },
-                { const: 'f', type: 'string' },
-              ],
-            },
-            { type: 'null' },
-          ],
-        },
-        days: { type: ['integer', 'null'] },
-      },
-    });
+  it('ranks a query the same whatever the registration order (ties by name)', () => {
+    const forward = new ToolRegistry();
+    forward.registerAll(specs);
+    const backward = new ToolRegistry();
+    backward.registerAll([...specs].reverse());
+    for (const q of ['add', 'numbers', 'math', 'weather']) {
+      const ranked = forward.list({ q }).map((t) => t.name);
+      expect(ranked.length, q).toBeGreaterThan(0);
+      expect(
+        backward.list({ q }).map((t) => t.name),
+        q,
+      ).toEqual(ranked);
+    }
+    // 'Zeta' and 'add_numbers' share a description: equal scores fall back to name order
+    expect(forward.list({ q: 'together' }).map((t) => t.name)).toEqual([
+      'Zeta',
+      'add_more',
+      'add_numbers',
+    ]);
   });
 });

@@ -3,6 +3,7 @@ import MiniSearch from 'minisearch';
 import { closeObjects, createAjv, dropNullOptionals, formatErrors, plainSchema } from './schema.js';
 import type { ValidateFunction, ValidationIssue } from './schema.js';
 import type { ToolScope } from './scope.js';
+import { strictSchemaIssue } from './strict.js';
 import {
   DEFAULT_TIMEOUT_MS,
   TOOL_NAME,
@@ -36,6 +37,7 @@ export class ToolRegistry {
   private readonly validators = new Map<string, ValidateFunction>();
   private index:
     MiniSearch<{ id: string; name: string; description: string; category: string }> | undefined;
+  private sorted: Tool[] | undefined;
 
   register<S extends TSchema, R>(spec: ToolSpec<S, R>): Tool {
     if (!TOOL_NAME.test(spec.name)) {
@@ -67,12 +69,14 @@ export class ToolRegistry {
       cacheScope: spec.cacheScope ?? 'global',
       idempotent: spec.idempotent ?? false,
       result: spec.result as Record<string, unknown> | undefined,
+      strict: strictSchemaIssue(parameters) === undefined,
       precheck: spec.precheck as Tool['precheck'],
       handler: spec.handler as Tool['handler'],
     };
     this.tools.set(tool.name, tool);
     this.validators.set(tool.name, validate);
     this.index = undefined;
+    this.sorted = undefined;
     return tool;
   }
 
@@ -106,7 +110,11 @@ export class ToolRegistry {
     return { ok: false, issues: formatErrors(validate.errors) };
   }
 
-  /** Tools in registration order, or ranked by `q`, filtered by scope and category. */
+  /**
+   * Tools by name, or ranked by `q` (ties by name), filtered by scope and category. The order
+   * never depends on registration or plugin load order: a listing that is byte-identical from
+   * one gateway to the next keeps the providers' prompt caches warm.
+   */
   list(options: ListOptions = {}): Tool[] {
     const { scope, category, q } = options;
     const keep = (t: Tool) => (!scope || scope.allows(t)) && (!category || t.category === category);
@@ -118,10 +126,11 @@ export class ToolRegistry {
         boost: { name: 3, category: 2 },
       });
       result = hits
+        .sort((a, b) => b.score - a.score || byName(a.id as string, b.id as string))
         .map((h) => this.tools.get(h.id as string))
         .filter((t): t is Tool => !!t && keep(t));
     } else {
-      result = [...this.tools.values()].filter(keep);
+      result = this.nameOrder().filter(keep);
     }
     const limit = options.limit;
     return limit !== undefined && limit >= 0 ? result.slice(0, limit) : result;
@@ -131,6 +140,11 @@ export class ToolRegistry {
     return [...new Set([...this.tools.values()].map((t) => t.category))].sort();
   }
 
+  private nameOrder(): Tool[] {
+    this.sorted ??= [...this.tools.values()].sort((a, b) => byName(a.name, b.name));
+    return this.sorted;
+  }
+
   private searchIndex() {
     if (!this.index) {
       this.index = new MiniSearch({
@@ -138,8 +152,10 @@ export class ToolRegistry {
         // tool names are snake_case: index their words too
         tokenize: (text) => text.split(/[\s_\-.,;:!?()[\]{}"'/]+/).filter(Boolean),
       });
+      // Indexed in name order: the scores' floating-point sums then come out the same
+      // whatever order the tools were registered in.
       this.index.addAll(
-        [...this.tools.values()].map((t) => ({
+        this.nameOrder().map((t) => ({
           id: t.name,
           name: t.name,
           description: t.description,
@@ -149,4 +165,9 @@ export class ToolRegistry {
     }
     return this.index;
   }
+}
+
+/** Code-unit order: the same on every machine, whatever its locale. */
+function byName(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }

@@ -97,6 +97,11 @@ export interface Tool {
   idempotent: boolean;
   /** The result's JSON Schema, when the tool declares one. */
   result: Record<string, unknown> | undefined;
+  /**
+   * Whether `parameters` qualifies for OpenAI strict mode as it stands (decided at
+   * registration, see strict.ts): only then do listings offer `strict: true`.
+   */
+  strict: boolean;
   precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;
   handler: (args: unknown, ctx: ToolContext) => Promise<unknown> | unknown;
 }

@@ -8,6 +8,7 @@ export { Type } from '@sinclair/typebox';
 
 export type {
   AnyToolSpec,
+  HandlerResult,
   PrecheckContext,
   Risk,
   SandboxNeeds,
@@ -17,7 +18,7 @@ export type {
   ToolServices,
   ToolSpec,
 } from './tool.js';
-export type { ListOptions, ValidationResult } from './registry.js';
+export type { ListOptions, ResultCheck, ValidationResult } from './registry.js';
 export type { ValidationIssue } from './schema.js';
 export type { NativeTool, OpenAITool, AnthropicTool } from './dialects.js';
-export type { Static, TSchema } from '@sinclair/typebox';
+export type { Static, TObject, TSchema } from '@sinclair/typebox';

@@ -1,5 +1,6 @@
 import type { CallOutcome, CallJob } from '@toolgate/calls';
 import { ToolError, runPrecheck, type Tool, type ToolServices } from '@toolgate/registry';
+import type { ResultChecker } from './result-check.js';
 
 /** Thrown inside runTool when the tool's own timeout passes. */
 class Timeout extends Error {}
@@ -13,6 +14,8 @@ export async function runTool(
   job: CallJob,
   services: ToolServices,
   shutdown: AbortSignal,
+  /** Compares an ok result with the tool's result schema (docs/tool-results.md). */
+  checkResult?: ResultChecker,
 ): Promise<CallOutcome> {
   const started = performance.now();
   const controller = new AbortController();
@@ -41,6 +44,7 @@ export async function runTool(
       ),
       timeout,
     ]);
+    checkResult?.(tool, result, job.id);
     return {
       ...base,
       status: 'ok',

@@ -25,6 +25,7 @@ import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
 import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
+import { createResultChecker } from './result-check.js';
 
 /** A lease outlives its call's timeout by this much before it counts as a dead worker's. */
 const LEASE_GRACE_MS = 60_000;
@@ -105,6 +106,7 @@ export function createWorker({
     log,
   });
   let metricsServer: Server | undefined;
+  const checkResult = createResultChecker(registry, metrics, log);
 
   async function processCall(
     job: Job<CallJob>,
@@ -192,7 +194,7 @@ export function createWorker({
           `the worker running ${call.tool} stopped mid-call; it was not run again because the tool is not idempotent`,
         );
       } else {
-        outcome = await runTool(tool, call, services, shutdown.signal);
+        outcome = await runTool(tool, call, services, shutdown.signal, checkResult);
         // Cached before anyone hears of the result, so an identical call right after it hits.
         if (tool.cacheTtlSeconds > 0 && outcome.status === 'ok') {
           const write = redis.multi();

@@ -7,8 +7,10 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadPlugins, type LoadResult } from '@toolgate/plugins';
+import { ToolRegistry } from '@toolgate/registry';
 import { createToolRegistry } from '@toolgate/tools';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT } from './support/process.js';
 import { startStack, type Stack } from './support/stack.js';
 
 const quiet = { debug() {}, info() {}, warn() {}, error() {} };
@@ -113,5 +115,23 @@ describe('plugin result schemas', () => {
       result: { words: '2' },
     });
     expect(await mismatches('count_words')).toBe(1);
+  });
+});
+
+describe('the example plugins', () => {
+  it('text_stats declares its result, and what it returns fits it', async () => {
+    const examples = await loadPlugins([path.join(ROOT, 'plugins/examples')], quiet, {
+      env: { STOCK_QUOTE_TOKEN: 'unused' },
+    });
+    const registry = new ToolRegistry();
+    registry.registerAll(examples.tools);
+    const textStats = registry.get('text_stats')!;
+    expect(textStats.result).toMatchObject({ type: 'object', additionalProperties: false });
+    for (const text of ['', 'One line.', 'Two sentences! Really?\n\nA second paragraph…']) {
+      const result = await textStats.handler({ text }, {} as never);
+      expect(registry.checkResult('text_stats', result), JSON.stringify(result)).toEqual({
+        ok: true,
+      });
+    }
   });
 });

@@ -1,5 +1,6 @@
 // Type-level: a tool's declared result schema types its handler's return, as parameters type
 // its arguments; tools without one stay as they were (plugins, examples).
+import { defineTool as pluginDefineTool } from '@toolgate/plugins';
 import { Type, defineTool, type HandlerResult, type Static } from '@toolgate/registry';
 import { describe, expectTypeOf, it } from 'vitest';
 
@@ -110,5 +111,9 @@ describe('defineTool with a result schema', () => {
     });
     expectTypeOf(plain.handler).returns.toEqualTypeOf<number | Promise<number>>();
     expectTypeOf<HandlerResult<undefined>>().toBeUnknown();
+  });
+
+  it('is what @toolgate/plugins hands TypeScript plugins', () => {
+    expectTypeOf(pluginDefineTool).toEqualTypeOf(defineTool);
   });
 });

@@ -8,6 +8,7 @@ export { Type } from '@sinclair/typebox';
 
 export type {
   AnyToolSpec,
+  HandlerResult,
   PrecheckContext,
   Risk,
   SandboxNeeds,
@@ -17,6 +18,6 @@ export type {
   ToolServices,
   ToolSpec,
 } from './tool.js';
-export type { ListOptions, ValidationResult } from './registry.js';
+export type { ListOptions, ResultCheck, ValidationResult } from './registry.js';
 export type { ValidationIssue } from './schema.js';
-export type { Static, TSchema } from '@sinclair/typebox';
+export type { Static, TObject, TSchema } from '@sinclair/typebox';

@@ -15,6 +15,9 @@ import {
 export type ValidationResult =
   { ok: true; args: Record<string, unknown> } | { ok: false; issues: ValidationIssue[] };
 
+/** A result checked against its tool's result schema (always ok for tools without one). */
+export type ResultCheck = { ok: true } | { ok: false; issues: ValidationIssue[] };
+
 export interface ListOptions {
   scope?: ToolScope;
   /** Free-text query: ranks by relevance (fuzzy, prefix) and drops non-matches. */
@@ -33,8 +36,14 @@ export class RegistryError extends Error {
 /** Describes every tool once; the gateway, the worker and every dialect read from it. */
 export class ToolRegistry {
   private readonly ajv = createAjv();
+  /**
+   * Results are checked on the worker for every call and can be large (a file listing, a
+   * search): stopping at the first error keeps a badly wrong result as cheap as a right one.
+   */
+  private readonly resultAjv = createAjv({ allErrors: false });
   private readonly tools = new Map<string, Tool>();
   private readonly validators = new Map<string, ValidateFunction>();
+  private readonly resultValidators = new Map<string, ValidateFunction>();
   private index:
     MiniSearch<{ id: string; name: string; description: string; category: string }> | undefined;
   private sorted: Tool[] | undefined;
@@ -55,6 +64,7 @@ export class ToolRegistry {
     } catch (err) {
       throw new RegistryError(`tool "${spec.name}": invalid schema: ${(err as Error).message}`);
     }
+    const { result, validateResult } = this.compileResult(spec);
     const risk = spec.risk ?? 'safe';
     const tool: Tool = {
       name: spec.name,
@@ -68,16 +78,46 @@ export class ToolRegistry {
       cacheTtlSeconds: spec.cacheTtlSeconds ?? 0,
       cacheScope: spec.cacheScope ?? 'global',
       idempotent: spec.idempotent ?? false,
-      result: spec.result as Record<string, unknown> | undefined,
+      result,
       strict: strictSchemaIssue(parameters) === undefined,
       precheck: spec.precheck as Tool['precheck'],
       handler: spec.handler as Tool['handler'],
     };
     this.tools.set(tool.name, tool);
     this.validators.set(tool.name, validate);
+    if (validateResult) this.resultValidators.set(tool.name, validateResult);
     this.index = undefined;
     this.sorted = undefined;
     return tool;
+  }
+
+  /**
+   * The declared result schema as plain JSON, compiled once. Not closed the way parameters
+   * are: a result schema says what the tool returns, and only its author knows whether more
+   * fields may come.
+   */
+  private compileResult(spec: AnyToolSpec): {
+    result: Record<string, unknown> | undefined;
+    validateResult: ValidateFunction | undefined;
+  } {
+    if (spec.result === undefined) return { result: undefined, validateResult: undefined };
+    if (typeof spec.result !== 'object' || spec.result === null || Array.isArray(spec.result)) {
+      throw new RegistryError(`tool "${spec.name}": result must be a JSON Schema object`);
+    }
+    const result = plainSchema(spec.result);
+    if (result.type !== 'object') {
+      throw new RegistryError(
+        `tool "${spec.name}": result must be an object schema (type: "object"), as MCP requires ` +
+          `of an outputSchema; leave it out for a tool whose result is not an object`,
+      );
+    }
+    try {
+      return { result, validateResult: this.resultAjv.compile(result) };
+    } catch (err) {
+      throw new RegistryError(
+        `tool "${spec.name}": invalid result schema: ${(err as Error).message}`,
+      );
+    }
   }
 
   registerAll(specs: readonly AnyToolSpec[]): void {
@@ -107,6 +147,17 @@ export class ToolRegistry {
     }
     const cleaned = dropNullOptionals(tool.parameters, args as Record<string, unknown>);
     if (validate(cleaned)) return { ok: true, args: cleaned };
+    return { ok: false, issues: formatErrors(validate.errors) };
+  }
+
+  /**
+   * Checks a handler's result against the tool's result schema: the first mismatch only
+   * (bounded whatever the result's size). Tools without a result schema always pass.
+   */
+  checkResult(name: string, result: unknown): ResultCheck {
+    if (!this.tools.has(name)) throw new RegistryError(`unknown tool "${name}"`);
+    const validate = this.resultValidators.get(name);
+    if (!validate || validate(result)) return { ok: true };
     return { ok: false, issues: formatErrors(validate.errors) };
   }
 

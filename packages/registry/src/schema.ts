@@ -8,10 +8,10 @@ const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
  * Strict argument validation: unknown properties rejected, no type coercion, every error
  * reported. One Ajv instance per registry; validators compiled once at registration.
  */
-export function createAjv(): Ajv {
+export function createAjv(options: { allErrors?: boolean } = {}): Ajv {
   const ajv = new Ajv({
     strict: true,
-    allErrors: true,
+    allErrors: options.allErrors ?? true,
     coerceTypes: false,
     useDefaults: false,
     removeAdditional: false,

@@ -49,7 +49,7 @@ function setup() {
       { id: `c${++n}`, tool: name, args, clientId: 'alice', acceptedAt: Date.now() },
       {} as never,
       new AbortController().signal,
-      check,
+      { checkResult: check },
     );
   const mismatches = async () =>
     (await metrics.resultMismatches.get()).values.map((v) => [v.labels.tool, v.value]);

@@ -59,6 +59,7 @@ const ODD_SEGMENTS = [
 const ROUTES: [string, string][] = [
   ['GET', '/tools'],
   ['GET', '/tools/openai'],
+  ['GET', '/tools/openai-responses'],
   ['GET', '/tools/anthropic'],
   ['POST', '/tools/calculator/execute'],
   ['POST', '/tools/current_time/execute'],
@@ -98,6 +99,11 @@ const QUERIES = [
   '?q[a]=b',
   '?dialect=__proto__',
   '?limit=1e3',
+  '?defer_loading=%ff,category:,*,,',
+  '?defer_loading=constructor&cache_control=ephemeral',
+  '?defer_loading=*&cache_control=ephemeral',
+  '?cache_control[type]=ephemeral&ttl=1h',
+  '?tool_search=__proto__',
 ];
 
 function deep(n: number, open: string, close: string) {

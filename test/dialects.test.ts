@@ -1,3 +1,4 @@
+import { DIALECTS } from '@toolgate/gateway';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { counter, testTools } from './support/tools.js';
@@ -224,4 +225,31 @@ describe('bad bridge requests', () => {
     expect(res.status).toBe(400);
     expect((await res.json()).error.message).toContain('gemini');
   });
+});
+
+describe('the dialect table', () => {
+  it('has unique names and listing paths', () => {
+    expect(new Set(DIALECTS.map((d) => d.name)).size).toBe(DIALECTS.length);
+    expect(new Set(DIALECTS.map((d) => d.listingPath)).size).toBe(DIALECTS.length);
+  });
+
+  it.each(DIALECTS.map((d) => [d.name, d] as const))(
+    '%s has a listing route holding the native list, and is a ?dialect= name',
+    async (_, dialect) => {
+      const native = (await (await stack.call('/tools')).json()) as { name: string }[];
+      const res = await stack.call(`/tools/${dialect.listingPath}`);
+      expect(res.status).toBe(200);
+      const listed = (await res.json()) as unknown[];
+      expect(listed).toHaveLength(native.length);
+      // each entry names its tool, in the native list's order
+      listed.forEach((entry, i) => expect(JSON.stringify(entry)).toContain(`"${native[i]!.name}"`));
+
+      const bridged = await stack.call(`/v1/tool-calls?dialect=${dialect.name}`, {
+        json: { nothing: 'here' },
+      });
+      expect(bridged.status).toBe(400);
+      const { error } = (await bridged.json()) as { error: { message: string } };
+      expect(error.message).toContain('no tool calls found');
+    },
+  );
 });

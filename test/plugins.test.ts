@@ -77,6 +77,29 @@ describe('example plugins', () => {
     expect(tools[0]?.function.name).toBe('stock_quote');
   });
 
+  it('two gateways with the plugins loaded in opposite orders list byte-identical tools', async () => {
+    expect(plugins.tools.length).toBeGreaterThan(1);
+    const reversed = await startStack({ tools: [...plugins.tools].reverse() });
+    try {
+      const paths = [
+        '/tools',
+        '/tools/openai',
+        '/tools/openai?strict=true',
+        '/tools/openai-responses',
+        '/tools/anthropic?cache_control=ephemeral',
+        '/tools/anthropic?defer_loading=stock_quote,text_stats&tool_search=bm25',
+        '/tools/openai?q=text',
+      ];
+      for (const p of paths) {
+        const [a, b] = await Promise.all([stack.call(p), reversed.call(p)]);
+        expect(a.status, p).toBe(200);
+        expect(await b.text(), p).toBe(await a.text());
+      }
+    } finally {
+      await reversed.close();
+    }
+  });
+
   it('stock_quote asks the configured upstream once per minute per symbol', async () => {
     upstreamHits = 0;
     const first = await execute('stock_quote', { symbol: 'msft' });

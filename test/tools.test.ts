@@ -14,9 +14,21 @@ const getWeather = defineTool({
   handler: ({ city, units }) => ({ city, units: units ?? 'celsius', temperature: 21 }),
 });
 
+// Qualifies for strict mode: every property required, the optional one nullable.
+const getForecast = defineTool({
+  name: 'get_forecast',
+  description: 'Get the weather forecast for a city',
+  category: 'web',
+  parameters: Type.Object({
+    city: Type.String({ description: 'City name' }),
+    days: Type.Union([Type.Integer(), Type.Null()], { description: 'Days ahead; null for 3' }),
+  }),
+  handler: ({ city, days }) => ({ city, days: days ?? 3 }),
+});
+
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack({ tools: [getWeather] });
+  stack = await startStack({ tools: [getWeather, getForecast] });
 });
 afterAll(async () => {
   await stack?.close();
@@ -61,14 +73,40 @@ describe('GET /tools/openai', () => {
     });
   });
 
-  it('?strict=true gives strict-mode schemas', async () => {
-    const { body } = await get('/tools/openai?strict=true&q=weather&limit=1');
-    expect(body).toHaveLength(1);
-    expect(body[0].function).toMatchObject({
-      name: 'get_weather',
+  it('?strict=true marks only the tools whose schema qualifies; the others keep their schema', async () => {
+    const { body } = await get('/tools/openai?strict=true&category=web');
+    const byName = Object.fromEntries(
+      body.map((t: { function: { name: string } }) => [t.function.name, t.function]),
+    );
+    expect(byName.get_forecast).toEqual({
+      name: 'get_forecast',
+      description: 'Get the weather forecast for a city',
       strict: true,
-      parameters: { required: ['city', 'units'], additionalProperties: false },
+      parameters: {
+        type: 'object',
+        properties: {
+          city: { type: 'string', description: 'City name' },
+          days: {
+            anyOf: [{ type: 'integer' }, { type: 'null' }],
+            description: 'Days ahead; null for 3',
+          },
+        },
+        required: ['city', 'days'],
+        additionalProperties: false,
+      },
     });
+    // optional `units` is not nullable: no strict, and the schema exactly as without ?strict
+    const plain = await get('/tools/openai?category=web');
+    expect(byName.get_weather).not.toHaveProperty('strict');
+    expect(byName.get_weather).toEqual(
+      plain.body.find((t: { function: { name: string } }) => t.function.name === 'get_weather')
+        .function,
+    );
+    // calculator's expression has minLength/maxLength, which strict mode does not take
+    const all = (await get('/tools/openai?strict=true')).body;
+    expect(
+      all.find((t: { function: { name: string } }) => t.function.name === 'calculator').function,
+    ).not.toHaveProperty('strict');
   });
 
   it('a strict-mode model sending null for an optional field still validates', async () => {
@@ -124,20 +162,158 @@ describe('GET /tools/anthropic and /tools', () => {
       risk: 'safe',
       requiresApproval: false,
       sandboxed: false,
+      strict: false,
       timeoutMs: 1000,
       cacheTtlSeconds: 0,
     });
   });
 });
 
-describe('every listing holds only the tools the client may call', () => {
-  it.each(['/tools', '/tools/openai', '/tools/anthropic'])('%s', async (path) => {
-    const { body } = await get(path, KEYS.bob);
-    const names = body
-      .map((t: { name?: string; function?: { name: string } }) => t.name ?? t.function?.name)
-      .sort();
-    expect(names).toEqual(['calculator', 'current_time']);
-    const all = await get(path, KEYS.alice);
-    expect(all.body.length).toBeGreaterThan(2);
+type Listed = { name?: string; function?: { name: string } };
+const nameOf = (t: Listed) => t.name ?? t.function?.name;
+
+describe('GET /tools/openai-responses', () => {
+  it('lists the flat Responses shape, strict only where the schema qualifies', async () => {
+    const { status, body } = await get('/tools/openai-responses');
+    expect(status).toBe(200);
+    for (const entry of body) {
+      expect(Object.keys(entry).sort()).toEqual([
+        'description',
+        'name',
+        'parameters',
+        'strict',
+        'type',
+      ]);
+      expect(entry.type).toBe('function');
+    }
+    const byName = Object.fromEntries(body.map((t: { name: string }) => [t.name, t]));
+    expect(byName.get_forecast).toEqual({
+      type: 'function',
+      name: 'get_forecast',
+      description: 'Get the weather forecast for a city',
+      parameters: expect.objectContaining({ required: ['city', 'days'] }),
+      strict: true,
+    });
+    expect(byName.get_weather).toMatchObject({ name: 'get_weather', strict: false });
+    expect(byName.calculator.strict).toBe(false);
   });
+
+  it('?strict=false turns strict off everywhere; a bad value is 400', async () => {
+    const { body } = await get('/tools/openai-responses?strict=false');
+    expect(body.every((t: { strict: boolean }) => t.strict === false)).toBe(true);
+    const bad = await get('/tools/openai-responses?strict=1');
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatchObject({
+      code: 'invalid_request',
+      message: expect.stringContaining('strict'),
+    });
+  });
+
+  it('a strict-mode model may send null for the nullable field', async () => {
+    const res = await stack.call('/tools/get_forecast/execute', {
+      json: { city: 'Oslo', days: null },
+    });
+    expect(await res.json()).toMatchObject({ status: 'ok', result: { city: 'Oslo', days: 3 } });
+  });
+});
+
+describe('GET /tools/anthropic options', () => {
+  it('?cache_control=ephemeral puts the breakpoint on the last tool only, nothing else changes', async () => {
+    const plain = (await get('/tools/anthropic')).body;
+    const cached = (await get('/tools/anthropic?cache_control=ephemeral')).body;
+    expect(cached.length).toBeGreaterThan(2);
+    expect(cached.slice(0, -1)).toEqual(plain.slice(0, -1));
+    expect(cached.at(-1)).toEqual({ ...plain.at(-1), cache_control: { type: 'ephemeral' } });
+    const hour = (await get('/tools/anthropic?cache_control=ephemeral&ttl=1h')).body;
+    expect(hour.at(-1).cache_control).toEqual({ type: 'ephemeral', ttl: '1h' });
+    expect(hour.filter((t: object) => 'cache_control' in t)).toHaveLength(1);
+  });
+
+  it('?defer_loading= defers the named tools and categories', async () => {
+    const { body } = await get('/tools/anthropic?defer_loading=category:web,calculator');
+    const web = (await get('/tools?category=web')).body.map(nameOf);
+    expect(web).toEqual(expect.arrayContaining(['get_forecast', 'get_weather']));
+    const deferred = body.filter((t: { defer_loading?: boolean }) => t.defer_loading === true);
+    expect(deferred.map(nameOf)).toEqual(['calculator', ...web].sort());
+    expect(body.filter((t: object) => 'defer_loading' in t)).toHaveLength(deferred.length);
+    expect(body.length).toBeGreaterThan(deferred.length);
+  });
+
+  it('?defer_loading=* with ?tool_search=regex: the search tool first and up front, carrying the breakpoint', async () => {
+    const { body } = await get(
+      '/tools/anthropic?defer_loading=*&tool_search=regex&cache_control=ephemeral',
+    );
+    expect(body[0]).toEqual({
+      type: 'tool_search_tool_regex_20251119',
+      name: 'tool_search_tool_regex',
+      cache_control: { type: 'ephemeral' },
+    });
+    expect(body.length).toBeGreaterThan(2);
+    for (const tool of body.slice(1)) {
+      expect(tool.defer_loading).toBe(true);
+      expect(tool).not.toHaveProperty('cache_control');
+    }
+    // with some tools up front, the breakpoint goes on the last of those
+    const some = (
+      await get(
+        '/tools/anthropic?defer_loading=category:web&cache_control=ephemeral&tool_search=bm25',
+      )
+    ).body;
+    const marked = some.filter((t: object) => 'cache_control' in t);
+    expect(marked).toHaveLength(1);
+    const upFront = some.filter((t: object) => !('defer_loading' in t));
+    expect(marked[0]).toBe(upFront.at(-1));
+    expect(some[0].name).toBe('tool_search_tool_bm25');
+  });
+
+  it.each([
+    ['defer_loading=no_such_tool', 'no_such_tool'],
+    ['defer_loading=category:nope', 'nope'],
+    ['defer_loading=', 'defer_loading'],
+    ['defer_loading=calculator&defer_loading=sleep', 'defer_loading'],
+    ['defer_loading=bad%20name', 'bad name'],
+    ['cache_control=persistent', 'cache_control'],
+    ['cache_control=ephemeral&ttl=2h', 'ttl'],
+    ['ttl=1h', 'cache_control=ephemeral'],
+    ['tool_search=fuzzy', 'tool_search'],
+    ['defer_loading=*&cache_control=ephemeral', 'not deferred'],
+  ])('?%s is 400 invalid_request naming the problem', async (query, mentions) => {
+    const { status, body } = await get(`/tools/anthropic?${query}`);
+    expect(status).toBe(400);
+    expect(body.error.code).toBe('invalid_request');
+    expect(body.error.message).toContain(mentions);
+  });
+
+  it('a client cannot name tools outside its scope', async () => {
+    const { status } = await get('/tools/anthropic?defer_loading=get_weather', KEYS.bob);
+    expect(status).toBe(400);
+    const own = await get('/tools/anthropic?defer_loading=calculator', KEYS.bob);
+    expect(own.status).toBe(200);
+  });
+});
+
+describe('listing order', () => {
+  it.each(['/tools', '/tools/openai', '/tools/openai-responses', '/tools/anthropic'])(
+    '%s is sorted by name',
+    async (path) => {
+      const names = (await get(path)).body.map(nameOf);
+      expect(names.length).toBeGreaterThan(5);
+      expect(names).toEqual([...names].sort());
+    },
+  );
+});
+
+describe('every listing holds only the tools the client may call', () => {
+  it.each(['/tools', '/tools/openai', '/tools/openai-responses', '/tools/anthropic'])(
+    '%s',
+    async (path) => {
+      const { body } = await get(path, KEYS.bob);
+      const names = body
+        .map((t: { name?: string; function?: { name: string } }) => t.name ?? t.function?.name)
+        .sort();
+      expect(names).toEqual(['calculator', 'current_time']);
+      const all = await get(path, KEYS.alice);
+      expect(all.body.length).toBeGreaterThan(2);
+    },
+  );
 });

@@ -41,6 +41,12 @@ describe('parseManifest', () => {
       'parameters: must be a JSON Schema with type: object',
     ],
     [(({ description: _d, ...rest }) => rest)(base), /^description: Expected required property/],
+    [
+      { ...base, output: 'json', result: { type: 'array' } },
+      'result: must be a JSON Schema with type: object',
+    ],
+    [{ ...base, result: { type: 'object' } }, 'result: needs output: json'],
+    [{ ...base, output: 'text', result: { type: 'object' } }, 'result: needs output: json'],
     [['a list'], 'the manifest must be a mapping of fields'],
   ])('rejects %j with a message naming the field', (raw, message) => {
     expect(() => parseManifest(raw)).toThrow(message);
@@ -62,6 +68,14 @@ const ok = (over: Partial<RunResult>): RunResult => ({
 });
 
 describe('manifestTool', () => {
+  it('declares the result schema it was given, and none otherwise', () => {
+    const result = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
+    const tool = (extra: object) =>
+      manifestTool({ manifest: parseManifest({ ...base, ...extra }), dir: '.', files: [] });
+    expect(tool({ output: 'json', result }).result).toEqual(result);
+    expect(tool({}).result).toBeUndefined();
+  });
+
   it('caches per client when the tool reads the caller workspace', () => {
     const tool = (extra: object) =>
       manifestTool({ manifest: parseManifest({ ...base, ...extra }), dir: '.', files: [] });

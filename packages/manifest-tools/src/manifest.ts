@@ -44,6 +44,11 @@ export const ManifestSchema = Type.Object(
     output: Type.Union([Type.Literal('auto'), Type.Literal('json'), Type.Literal('text')], {
       default: 'auto',
     }),
+    /**
+     * JSON Schema of what the program prints (an object schema, with `output: json`): MCP
+     * clients get it as the tool's outputSchema and the result as structuredContent.
+     */
+    result: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
     risk: Type.Optional(Risk),
     requiresApproval: Type.Optional(Type.Boolean()),
     cacheTtlSeconds: Type.Integer({ minimum: 0, default: 0 }),
@@ -119,6 +124,13 @@ export function parseManifest(raw: unknown): Manifest {
   const manifest = value as Manifest;
   if (manifest.parameters.type !== 'object') {
     throw new ManifestError('parameters: must be a JSON Schema with type: object');
+  }
+  if (manifest.result && manifest.result.type !== 'object') {
+    throw new ManifestError('result: must be a JSON Schema with type: object');
+  }
+  // With auto or text output a run may answer a string: no object schema can promise its shape.
+  if (manifest.result && manifest.output !== 'json') {
+    throw new ManifestError('result: needs output: json');
   }
   return manifest;
 }

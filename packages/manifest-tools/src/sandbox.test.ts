@@ -6,7 +6,7 @@
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AnyToolSpec, ToolContext } from '@toolgate/registry';
+import { ToolRegistry, type AnyToolSpec, type ToolContext } from '@toolgate/registry';
 import { createSandbox, createWorkspaces, type Sandbox, type Workspaces } from '@toolgate/sandbox';
 import { REPO_ROOT, testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -111,8 +111,9 @@ describe.skipIf(unavailable !== undefined)(`manifest tools in the ${driver} sand
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('word_freq (Python example) answers JSON from stdin', async () => {
-    expect(await call('word_freq', { text: 'The cat and the hat. The CAT sat!', top: 2 })).toEqual({
+  it('word_freq (Python example) answers JSON from stdin, as its result schema says', async () => {
+    const answer = await call('word_freq', { text: 'The cat and the hat. The CAT sat!', top: 2 });
+    expect(answer).toEqual({
       total: 8,
       distinct: 5,
       top: [
@@ -120,6 +121,13 @@ describe.skipIf(unavailable !== undefined)(`manifest tools in the ${driver} sand
         { word: 'hat', count: 1 },
       ],
     });
+    const registry = new ToolRegistry();
+    registry.register(tools.get('word_freq')!);
+    expect(registry.get('word_freq')?.result).toMatchObject({ type: 'object' });
+    expect(registry.checkResult('word_freq', answer)).toEqual({ ok: true });
+    const empty = await call('word_freq', { text: '' });
+    expect(empty).toEqual({ total: 0, distinct: 0, top: [] });
+    expect(registry.checkResult('word_freq', empty)).toEqual({ ok: true });
   });
 
   it("forwards the program's output to ctx.events as it comes", async () => {

@@ -45,6 +45,7 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
     description: m.description,
     category: m.category,
     parameters: m.parameters as AnyToolSpec['parameters'],
+    ...(m.result ? { result: m.result as AnyToolSpec['result'] } : {}),
     sandbox: { image: m.image, ...(m.network ? { network: true } : {}) },
     ...(m.risk ? { risk: m.risk } : {}),
     ...(m.requiresApproval !== undefined ? { requiresApproval: m.requiresApproval } : {}),

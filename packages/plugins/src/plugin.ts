@@ -1,5 +1,5 @@
 /** What a plugin module default-exports, and the helper that types it. */
-import { ToolError, Type, type AnyToolSpec } from '@toolgate/registry';
+import { ToolError, Type, defineTool, type AnyToolSpec } from '@toolgate/registry';
 
 /** pino-compatible; plugins and the loader never log through console. */
 export interface PluginLogger {
@@ -41,4 +41,5 @@ export function definePlugin<P extends PluginExport>(plugin: P): P {
   return plugin;
 }
 
-export { ToolError, Type };
+/** For plugins written in TypeScript: schemas type the handler's arguments and result. */
+export { ToolError, Type, defineTool };

@@ -80,6 +80,14 @@ export default function plugin({ ToolError, env }) {
           },
           required: ['name'],
         },
+        // Optional: JSON Schema of what the handler returns (an object). MCP clients get it as
+        // the tool's outputSchema; the worker counts results that do not match it.
+        result: {
+          type: 'object',
+          properties: { message: { type: 'string' } },
+          required: ['message'],
+          additionalProperties: false,
+        },
         timeoutMs: 5000,
         // Optional: cacheTtlSeconds: 60 caches results per arguments; risk: 'destructive'
         // makes every call wait for an admin's approval.

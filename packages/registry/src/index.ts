@@ -2,12 +2,13 @@ export { ToolError } from './errors.js';
 export { ToolRegistry, RegistryError } from './registry.js';
 export { ToolScope } from './scope.js';
 export { defineTool, runPrecheck, DEFAULT_TIMEOUT_MS, TOOL_NAME } from './tool.js';
-export { toNative, toOpenAI, toAnthropic } from './dialects.js';
-export { toStrictSchema, closeObjects } from './schema.js';
+export { closeObjects } from './schema.js';
+export { strictSchemaIssue, STRICT_LIMITS } from './strict.js';
 export { Type } from '@sinclair/typebox';
 
 export type {
   AnyToolSpec,
+  HandlerResult,
   PrecheckContext,
   Risk,
   SandboxNeeds,
@@ -17,7 +18,6 @@ export type {
   ToolServices,
   ToolSpec,
 } from './tool.js';
-export type { ListOptions, ValidationResult } from './registry.js';
+export type { ListOptions, ResultCheck, ValidationResult } from './registry.js';
 export type { ValidationIssue } from './schema.js';
-export type { NativeTool, OpenAITool, AnthropicTool } from './dialects.js';
-export type { Static, TSchema } from '@sinclair/typebox';
+export type { Static, TObject, TSchema } from '@sinclair/typebox';

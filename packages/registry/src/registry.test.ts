@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 import { Type } from '@sinclair/typebox';
 import { ToolRegistry, RegistryError } from './registry.js';
 import { ToolScope } from './scope.js';
-import { toAnthropic, toNative, toOpenAI } from './dialects.js';
 import { defineTool } from './tool.js';
 import { MAX_ISSUES } from './schema.js';
 
@@ -133,58 +132,164 @@ describe('ToolRegistry.list', () => {
   });
 });
 
-describe('dialects', () => {
-  it('renders the native, OpenAI and Anthropic shapes', () => {
-    const tool = registry().get('add_numbers')!;
-    const parameters = {
-      type: 'object',
-      properties: { a: { type: 'number' }, b: { type: 'number' } },
-      required: ['a', 'b'],
-      additionalProperties: false,
-    };
-    expect(toOpenAI(tool)).toEqual({
-      type: 'function',
-      function: { name: 'add_numbers', description: 'Add two numbers together', parameters },
+describe('registration', () => {
+  it('decides strict-mode qualification once: optional non-nullable fields disqualify', () => {
+    const r = registry();
+    expect(r.get('add_numbers')?.strict).toBe(true);
+    expect(r.get('get_weather')?.strict).toBe(false);
+    r.register({
+      name: 'get_weather_strict',
+      description: 'Current weather for a city',
+      category: 'web',
+      parameters: Type.Object({
+        city: Type.String(),
+        units: Type.Union([Type.Literal('c'), Type.Literal('f'), Type.Null()]),
+      }),
+      handler: () => 'sunny',
     });
-    expect(toAnthropic(tool)).toEqual({
-      name: 'add_numbers',
-      description: 'Add two numbers together',
-      input_schema: parameters,
-    });
-    expect(toNative(tool)).toEqual({
-      name: 'add_numbers',
-      description: 'Add two numbers together',
-      category: 'math',
-      parameters,
-      risk: 'safe',
-      requiresApproval: false,
-      sandboxed: false,
-      timeoutMs: 30_000,
-      cacheTtlSeconds: 0,
-    });
+    expect(r.get('get_weather_strict')?.strict).toBe(true);
+  });
+});
+
+describe('list order', () => {
+  const specs = [weather, add, { ...add, name: 'Zeta' }, { ...add, name: 'add_more' }];
+
+  it('is by name (code units), whatever the registration order', () => {
+    const forward = new ToolRegistry();
+    forward.registerAll(specs);
+    const backward = new ToolRegistry();
+    backward.registerAll([...specs].reverse());
+    const names = ['Zeta', 'add_more', 'add_numbers', 'get_weather'];
+    expect(forward.list().map((t) => t.name)).toEqual(names);
+    expect(backward.list().map((t) => t.name)).toEqual(names);
   });
 
-  it('makes OpenAI strict-mode schemas: all properties required, optional ones nullable', () => {
-    const { function: fn } = toOpenAI(registry().get('get_weather')!, { strict: true });
-    expect(fn.strict).toBe(true);
-    expect(fn.parameters).toMatchObject({
-      required: ['city', 'units', 'days'],
-      additionalProperties: false,
-      properties: {
-        city: { type: 'string' },
-        units: {
-          anyOf: [
-            {
-              anyOf: [
-                { const: 'c', type: 'string' },
-                { const: 'f', type: 'string' },
-              ],
-            },
-            { type: 'null' },
-          ],
-        },
-        days: { type: ['integer', 'null'] },
-      },
+  it('ranks a query the same whatever the registration order (ties by name)', () => {
+    const forward = new ToolRegistry();
+    forward.registerAll(specs);
+    const backward = new ToolRegistry();
+    backward.registerAll([...specs].reverse());
+    for (const q of ['add', 'numbers', 'math', 'weather']) {
+      const ranked = forward.list({ q }).map((t) => t.name);
+      expect(ranked.length, q).toBeGreaterThan(0);
+      expect(
+        backward.list({ q }).map((t) => t.name),
+        q,
+      ).toEqual(ranked);
+    }
+    // 'Zeta' and 'add_numbers' share a description: equal scores fall back to name order
+    expect(forward.list({ q: 'together' }).map((t) => t.name)).toEqual([
+      'Zeta',
+      'add_more',
+      'add_numbers',
+    ]);
+  });
+});
+
+describe('result schemas', () => {
+  const Listing = Type.Object(
+    {
+      path: Type.String(),
+      entries: Type.Array(Type.Object({ name: Type.String(), size: Type.Integer() })),
+    },
+    { additionalProperties: false },
+  );
+  const listing = defineTool({
+    name: 'list_things',
+    description: 'Lists things',
+    category: 'test',
+    parameters: Type.Object({}),
+    result: Listing,
+    handler: () => ({ path: '.', entries: [] }),
+  });
+  const spec = (name: string, result: unknown) =>
+    ({
+      name,
+      description: 'd',
+      category: 'test',
+      parameters: Type.Object({}),
+      result,
+      handler: () => ({}),
+    }) as never;
+
+  it('keeps the declared schema as plain JSON, not closed the way parameters are', () => {
+    const r = new ToolRegistry();
+    const open = r.register(spec('open_result', Type.Object({ a: Type.String() })));
+    expect(open.result).toEqual({
+      type: 'object',
+      properties: { a: { type: 'string' } },
+      required: ['a'],
     });
+    expect(Object.getOwnPropertySymbols(open.result)).toEqual([]);
+    expect(r.checkResult('open_result', { a: 'x', more: 1 })).toEqual({ ok: true });
+    expect(r.register(add).result).toBeUndefined();
+  });
+
+  it('refuses a result schema that is not an object schema, saying why', () => {
+    const r = new ToolRegistry();
+    for (const [name, result] of [
+      ['string_result', Type.String()],
+      ['array_result', Type.Array(Type.String())],
+      ['union_result', Type.Union([Type.Object({ a: Type.String() }), Type.Object({})])],
+      ['plain_result', { properties: { a: { type: 'string' } } }],
+    ] as const) {
+      expect(() => r.register(spec(name, result))).toThrow(
+        new RegistryError(
+          `tool "${name}": result must be an object schema (type: "object"), as MCP requires of an outputSchema; leave it out for a tool whose result is not an object`,
+        ),
+      );
+    }
+    expect(() => r.register(spec('null_result', null))).toThrow(
+      'result must be a JSON Schema object',
+    );
+    expect(r.size).toBe(0);
+  });
+
+  it('compiles the result schema at registration: a broken one is refused there', () => {
+    const r = new ToolRegistry();
+    expect(() =>
+      r.register(spec('typo_type', { type: 'object', properties: { a: { type: 'strng' } } })),
+    ).toThrow(/^tool "typo_type": invalid result schema: /);
+    // strict mode: an unknown keyword is a mistake, not a comment
+    expect(() => r.register(spec('unknown_kw', { type: 'object', requird: ['a'] }))).toThrow(
+      /invalid result schema: strict mode: unknown keyword: "requird"/,
+    );
+    expect(r.get('typo_type')).toBeUndefined();
+  });
+
+  it('checkResult passes a fitting result and reports the first mismatch of another', () => {
+    const r = new ToolRegistry();
+    r.register(listing);
+    r.register(add);
+    expect(r.checkResult('list_things', { path: '.', entries: [{ name: 'a', size: 1 }] })).toEqual({
+      ok: true,
+    });
+    expect(r.checkResult('list_things', { path: '.', entries: [{ name: 'a' }] })).toEqual({
+      ok: false,
+      issues: [
+        {
+          path: '/entries/0',
+          message: "must have required property 'size'",
+          keyword: 'required',
+          params: { missingProperty: 'size' },
+        },
+      ],
+    });
+    expect(r.checkResult('list_things', 42)).toMatchObject({
+      ok: false,
+      issues: [{ path: '/', keyword: 'type' }],
+    });
+    // no schema, nothing to check
+    expect(r.checkResult('add_numbers', 'anything')).toEqual({ ok: true });
+    expect(() => r.checkResult('nope', {})).toThrow(RegistryError);
+  });
+
+  it('stops at the first mismatch however wrong a large result is', () => {
+    const r = new ToolRegistry();
+    r.register(listing);
+    const entries = Array.from({ length: 100_000 }, (_, i) => ({ name: i, size: 'big' }));
+    const check = r.checkResult('list_things', { path: '.', entries, extra: true });
+    expect(check.ok).toBe(false);
+    if (!check.ok) expect(check.issues).toHaveLength(1);
   });
 });

@@ -3,6 +3,7 @@ import MiniSearch from 'minisearch';
 import { closeObjects, createAjv, dropNullOptionals, formatErrors, plainSchema } from './schema.js';
 import type { ValidateFunction, ValidationIssue } from './schema.js';
 import type { ToolScope } from './scope.js';
+import { strictSchemaIssue } from './strict.js';
 import {
   DEFAULT_TIMEOUT_MS,
   TOOL_NAME,
@@ -13,6 +14,9 @@ import {
 
 export type ValidationResult =
   { ok: true; args: Record<string, unknown> } | { ok: false; issues: ValidationIssue[] };
+
+/** A result checked against its tool's result schema (always ok for tools without one). */
+export type ResultCheck = { ok: true } | { ok: false; issues: ValidationIssue[] };
 
 export interface ListOptions {
   scope?: ToolScope;
@@ -32,10 +36,17 @@ export class RegistryError extends Error {
 /** Describes every tool once; the gateway, the worker and every dialect read from it. */
 export class ToolRegistry {
   private readonly ajv = createAjv();
+  /**
+   * Results are checked on the worker for every call and can be large (a file listing, a
+   * search): stopping at the first error keeps a badly wrong result as cheap as a right one.
+   */
+  private readonly resultAjv = createAjv({ allErrors: false });
   private readonly tools = new Map<string, Tool>();
   private readonly validators = new Map<string, ValidateFunction>();
+  private readonly resultValidators = new Map<string, ValidateFunction>();
   private index:
     MiniSearch<{ id: string; name: string; description: string; category: string }> | undefined;
+  private sorted: Tool[] | undefined;
 
   register<S extends TSchema, R>(spec: ToolSpec<S, R>): Tool {
     if (!TOOL_NAME.test(spec.name)) {
@@ -53,6 +64,7 @@ export class ToolRegistry {
     } catch (err) {
       throw new RegistryError(`tool "${spec.name}": invalid schema: ${(err as Error).message}`);
     }
+    const { result, validateResult } = this.compileResult(spec);
     const risk = spec.risk ?? 'safe';
     const tool: Tool = {
       name: spec.name,
@@ -66,14 +78,46 @@ export class ToolRegistry {
       cacheTtlSeconds: spec.cacheTtlSeconds ?? 0,
       cacheScope: spec.cacheScope ?? 'global',
       idempotent: spec.idempotent ?? false,
-      result: spec.result as Record<string, unknown> | undefined,
+      result,
+      strict: strictSchemaIssue(parameters) === undefined,
       precheck: spec.precheck as Tool['precheck'],
       handler: spec.handler as Tool['handler'],
     };
     this.tools.set(tool.name, tool);
     this.validators.set(tool.name, validate);
+    if (validateResult) this.resultValidators.set(tool.name, validateResult);
     this.index = undefined;
+    this.sorted = undefined;
     return tool;
+  }
+
+  /**
+   * The declared result schema as plain JSON, compiled once. Not closed the way parameters
+   * are: a result schema says what the tool returns, and only its author knows whether more
+   * fields may come.
+   */
+  private compileResult(spec: AnyToolSpec): {
+    result: Record<string, unknown> | undefined;
+    validateResult: ValidateFunction | undefined;
+  } {
+    if (spec.result === undefined) return { result: undefined, validateResult: undefined };
+    if (typeof spec.result !== 'object' || spec.result === null || Array.isArray(spec.result)) {
+      throw new RegistryError(`tool "${spec.name}": result must be a JSON Schema object`);
+    }
+    const result = plainSchema(spec.result);
+    if (result.type !== 'object') {
+      throw new RegistryError(
+        `tool "${spec.name}": result must be an object schema (type: "object"), as MCP requires ` +
+          `of an outputSchema; leave it out for a tool whose result is not an object`,
+      );
+    }
+    try {
+      return { result, validateResult: this.resultAjv.compile(result) };
+    } catch (err) {
+      throw new RegistryError(
+        `tool "${spec.name}": invalid result schema: ${(err as Error).message}`,
+      );
+    }
   }
 
   registerAll(specs: readonly AnyToolSpec[]): void {
@@ -106,7 +150,22 @@ export class ToolRegistry {
     return { ok: false, issues: formatErrors(validate.errors) };
   }
 
-  /** Tools in registration order, or ranked by `q`, filtered by scope and category. */
+  /**
+   * Checks a handler's result against the tool's result schema: the first mismatch only
+   * (bounded whatever the result's size). Tools without a result schema always pass.
+   */
+  checkResult(name: string, result: unknown): ResultCheck {
+    if (!this.tools.has(name)) throw new RegistryError(`unknown tool "${name}"`);
+    const validate = this.resultValidators.get(name);
+    if (!validate || validate(result)) return { ok: true };
+    return { ok: false, issues: formatErrors(validate.errors) };
+  }
+
+  /**
+   * Tools by name, or ranked by `q` (ties by name), filtered by scope and category. The order
+   * never depends on registration or plugin load order: a listing that is byte-identical from
+   * one gateway to the next keeps the providers' prompt caches warm.
+   */
   list(options: ListOptions = {}): Tool[] {
     const { scope, category, q } = options;
     const keep = (t: Tool) => (!scope || scope.allows(t)) && (!category || t.category === category);
@@ -118,10 +177,11 @@ export class ToolRegistry {
         boost: { name: 3, category: 2 },
       });
       result = hits
+        .sort((a, b) => b.score - a.score || byName(a.id as string, b.id as string))
         .map((h) => this.tools.get(h.id as string))
         .filter((t): t is Tool => !!t && keep(t));
     } else {
-      result = [...this.tools.values()].filter(keep);
+      result = this.nameOrder().filter(keep);
     }
     const limit = options.limit;
     return limit !== undefined && limit >= 0 ? result.slice(0, limit) : result;
@@ -131,6 +191,11 @@ export class ToolRegistry {
     return [...new Set([...this.tools.values()].map((t) => t.category))].sort();
   }
 
+  private nameOrder(): Tool[] {
+    this.sorted ??= [...this.tools.values()].sort((a, b) => byName(a.name, b.name));
+    return this.sorted;
+  }
+
   private searchIndex() {
     if (!this.index) {
       this.index = new MiniSearch({
@@ -138,8 +203,10 @@ export class ToolRegistry {
         // tool names are snake_case: index their words too
         tokenize: (text) => text.split(/[\s_\-.,;:!?()[\]{}"'/]+/).filter(Boolean),
       });
+      // Indexed in name order: the scores' floating-point sums then come out the same
+      // whatever order the tools were registered in.
       this.index.addAll(
-        [...this.tools.values()].map((t) => ({
+        this.nameOrder().map((t) => ({
           id: t.name,
           name: t.name,
           description: t.description,
@@ -149,4 +216,9 @@ export class ToolRegistry {
     }
     return this.index;
   }
+}
+
+/** Code-unit order: the same on every machine, whatever its locale. */
+function byName(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }

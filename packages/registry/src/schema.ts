@@ -8,10 +8,10 @@ const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
  * Strict argument validation: unknown properties rejected, no type coercion, every error
  * reported. One Ajv instance per registry; validators compiled once at registration.
  */
-export function createAjv(): Ajv {
+export function createAjv(options: { allErrors?: boolean } = {}): Ajv {
   const ajv = new Ajv({
     strict: true,
-    allErrors: true,
+    allErrors: options.allErrors ?? true,
     coerceTypes: false,
     useDefaults: false,
     removeAdditional: false,
@@ -81,33 +81,6 @@ export function closeObjects(schema: Json): Json {
     }
   });
   return copy;
-}
-
-/**
- * OpenAI strict mode: every object closed, every property listed in `required`, and the
- * properties that were optional made nullable (the model sends null to omit them).
- */
-export function toStrictSchema(schema: Json): Json {
-  const copy = plainSchema(schema);
-  eachSubschema(copy, (s) => {
-    delete s.default;
-    if (!isObject(s.properties)) return;
-    const required = new Set(Array.isArray(s.required) ? (s.required as string[]) : []);
-    for (const [name, prop] of Object.entries(s.properties)) {
-      if (!required.has(name) && isObject(prop)) s.properties[name] = nullable(prop);
-    }
-    s.required = Object.keys(s.properties);
-    s.additionalProperties = false;
-  });
-  return copy;
-}
-
-function nullable(prop: Json): Json {
-  if (typeof prop.type === 'string') return { ...prop, type: [prop.type, 'null'] };
-  if (Array.isArray(prop.type)) {
-    return prop.type.includes('null') ? prop : { ...prop, type: [...prop.type, 'null'] };
-  }
-  return { anyOf: [prop, { type: 'null' }] };
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { Static, TSchema } from '@sinclair/typebox';
+import type { Static, TObject, TSchema } from '@sinclair/typebox';
 import { ToolError } from './errors.js';
 
 export type Risk = 'safe' | 'sensitive' | 'destructive';
@@ -48,7 +48,11 @@ export interface SandboxNeeds {
   network?: boolean;
 }
 
-export interface ToolSpec<S extends TSchema = TSchema, R = unknown> {
+export interface ToolSpec<
+  S extends TSchema = TSchema,
+  R = unknown,
+  O extends TSchema | undefined = TSchema | undefined,
+> {
   name: string;
   description: string;
   parameters: S;
@@ -67,9 +71,10 @@ export interface ToolSpec<S extends TSchema = TSchema, R = unknown> {
   idempotent?: boolean;
   /**
    * JSON Schema of the handler's result (MCP `outputSchema`, `structuredContent`). An object
-   * schema; tools whose result is not an object leave it out.
+   * schema (the registry refuses any other); tools whose result is not an object leave it out.
+   * With defineTool, the handler must return its static type (docs/tool-results.md).
    */
-  result?: TSchema;
+  result?: O;
   /**
    * The tool's own policy on its (already validated) arguments: throw a ToolError to refuse
    * them. Runs on the gateway before the call is queued (the refusal is an error outcome the
@@ -99,6 +104,11 @@ export interface Tool {
   idempotent: boolean;
   /** The result's JSON Schema, when the tool declares one. */
   result: Record<string, unknown> | undefined;
+  /**
+   * Whether `parameters` qualifies for OpenAI strict mode as it stands (decided at
+   * registration, see strict.ts): only then do listings offer `strict: true`.
+   */
+  strict: boolean;
   precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;
   handler: (args: unknown, ctx: ToolContext) => Promise<unknown> | unknown;
 }
@@ -106,8 +116,33 @@ export interface Tool {
 export const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 export const DEFAULT_TIMEOUT_MS = 30_000;
 
-/** Identity helper that ties the handler's argument type to the schema. */
-export function defineTool<S extends TSchema, R>(spec: ToolSpec<S, R>): ToolSpec<S, R> {
+/** Read-only all the way down: a handler may return readonly arrays where the schema says array. */
+type DeepReadonly<T> = T extends (infer U)[]
+  ? readonly DeepReadonly<U>[]
+  : T extends object
+    ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
+    : T;
+
+/**
+ * What a handler may return for the result schema `O`: its static type (arrays may be readonly),
+ * or anything when the tool declares no result schema.
+ */
+export type HandlerResult<O extends TSchema | undefined> = [O] extends [TSchema]
+  ? DeepReadonly<Static<O>>
+  : unknown;
+
+/**
+ * Identity helper that ties the handler's types to the schemas: its arguments come from
+ * `parameters` and, when the tool declares a `result` schema, it must return that schema's
+ * static type (a compile-time error otherwise). `R` is `const` so a returned literal such as
+ * `encoding: 'utf-8'` keeps its literal type against a schema's `Type.Literal` union (a
+ * generic return type would widen it to string).
+ */
+export function defineTool<
+  S extends TSchema,
+  const R extends HandlerResult<O>,
+  O extends TObject | undefined = undefined,
+>(spec: ToolSpec<S, R, O>): ToolSpec<S, R, O> {
   return spec;
 }
 

@@ -19,6 +19,21 @@ export default {
         },
         required: ['text'],
       },
+      // What the handler returns, as JSON Schema: MCP clients get it as the tool's
+      // outputSchema, and the worker counts results that do not match it.
+      result: {
+        type: 'object',
+        properties: {
+          characters: { type: 'integer', minimum: 0 },
+          words: { type: 'integer', minimum: 0 },
+          sentences: { type: 'integer', minimum: 0 },
+          lines: { type: 'integer', minimum: 0 },
+          paragraphs: { type: 'integer', minimum: 0 },
+          readingMinutes: { type: 'number', minimum: 0 },
+        },
+        required: ['characters', 'words', 'sentences', 'lines', 'paragraphs', 'readingMinutes'],
+        additionalProperties: false,
+      },
       timeoutMs: 2000,
       cacheTtlSeconds: 300,
       idempotent: true,

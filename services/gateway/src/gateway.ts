@@ -1,4 +1,5 @@
 import type { Server } from 'node:http';
+import type { Socket } from 'node:net';
 import {
   Admission,
   Approvals,
@@ -55,6 +56,9 @@ export interface Gateway {
   /** Stops accepting, lets in-flight requests finish, closes Redis. */
   close(): Promise<void>;
 }
+
+/** How long close() lets requests in progress finish before it closes their connections. */
+const CLOSE_GRACE_MS = 30_000;
 
 export function createGateway({ config, registry, logger }: GatewayOptions): Gateway {
   const log = logger.child({ component: 'gateway' });
@@ -147,6 +151,9 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       await multi.exec();
     }
   };
+  const sockets = new Set<Socket>();
+  /** Aborted when close() begins. */
+  const closing = new AbortController();
   const sweeper = setInterval(() => {
     if (redis.status === 'ready')
       sweep().catch((err: unknown) => log.debug({ err }, 'sweep failed'));
@@ -210,7 +217,12 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       callTtlSeconds: config.calls.ttlSeconds,
     }),
   );
-  app.use(callRoutes(pipeline, { maxStreamsPerClient: config.calls.events.maxStreamsPerClient }));
+  app.use(
+    callRoutes(pipeline, {
+      maxStreamsPerClient: config.calls.events.maxStreamsPerClient,
+      shutdown: closing.signal,
+    }),
+  );
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
   app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics }));
   app.use(
@@ -232,6 +244,10 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         const s = app.listen(port, host, (err?: Error) => (err ? reject(err) : resolve(s)));
       });
       server.keepAliveTimeout = 65_000;
+      server.on('connection', (socket) => {
+        sockets.add(socket);
+        socket.once('close', () => sockets.delete(socket));
+      });
       const address = server.address();
       const bound =
         typeof address === 'object' && address
@@ -242,12 +258,20 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     },
     async close() {
       clearInterval(sweeper);
+      closing.abort(); // event streams end; their clients reconnect to another gateway
       if (server) {
         const s = server;
-        // Keep-alive connections become idle as their last responses go out: close them then.
-        const idle = setInterval(() => s.closeIdleConnections(), 50);
+        // Keep-alive connections become idle as their last responses go out: close them then,
+        // and connections that never sent a request (HTTP clients open spare ones) at once.
+        // Requests still running after CLOSE_GRACE_MS are cut off.
+        const idle = setInterval(() => {
+          s.closeIdleConnections();
+          for (const socket of sockets) if (socket.bytesRead === 0) socket.destroy();
+        }, 50);
+        const force = setTimeout(() => s.closeAllConnections(), CLOSE_GRACE_MS);
         await new Promise<void>((resolve) => s.close(() => resolve()));
         clearInterval(idle);
+        clearTimeout(force);
       }
       await dispatcher.close();
       redis.disconnect();

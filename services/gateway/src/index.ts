@@ -1,4 +1,13 @@
 export { createGateway } from './gateway.js';
 export { ApiError } from './errors.js';
+export { DIALECTS } from './dialects/index.js';
 export type { Gateway, GatewayOptions } from './gateway.js';
 export type { ApiErrorCode } from './errors.js';
+export type {
+  AnthropicTool,
+  AnthropicToolSearchTool,
+  Dialect,
+  OpenAIChatTool,
+  OpenAIResponsesTool,
+} from './dialects/index.js';
+export type { NativeTool } from './routes/tools.js';

@@ -1,3 +1,5 @@
 export { createWorker } from './worker.js';
 export { runTool } from './run-tool.js';
+export { createResultChecker, MISMATCH_LOG_INTERVAL_MS } from './result-check.js';
+export type { ResultChecker } from './result-check.js';
 export type { ToolWorker, WorkerOptions } from './worker.js';

@@ -57,6 +57,12 @@ export function createMetrics() {
     labelNames: ['image', 'result'] as const,
     registers: [registry],
   });
+  const resultMismatches = new Counter({
+    name: 'toolgate_tool_result_mismatches_total',
+    help: "Results that did not match their tool's declared result schema (returned anyway), by tool",
+    labelNames: ['tool'] as const,
+    registers: [registry],
+  });
   let warmSource: (() => Record<string, number>) | undefined;
   new Gauge({
     name: 'toolgate_sandbox_warm_containers',
@@ -77,6 +83,7 @@ export function createMetrics() {
     sandboxStart,
     sandboxRun,
     sandboxOutcomes,
+    resultMismatches,
     setWarmSource(fn: () => Record<string, number>) {
       warmSource = fn;
     },

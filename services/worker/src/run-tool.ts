@@ -6,6 +6,7 @@ import {
   type ToolEvents,
   type ToolServices,
 } from '@toolgate/registry';
+import type { ResultChecker } from './result-check.js';
 
 /** Thrown inside runTool when the tool's own timeout passes. */
 class Timeout extends Error {}
@@ -22,6 +23,8 @@ export interface RunExtras {
   cancel?: AbortSignal;
   /** Where the tool's live output and progress go. */
   events?: ToolEvents;
+  /** Compares an ok result with the tool's result schema (docs/tool-results.md). */
+  checkResult?: ResultChecker;
 }
 
 /**
@@ -33,7 +36,7 @@ export async function runTool(
   job: CallJob,
   services: ToolServices,
   shutdown: AbortSignal,
-  { cancel, events }: RunExtras = {},
+  { cancel, events, checkResult }: RunExtras = {},
 ): Promise<CallOutcome> {
   const started = performance.now();
   const controller = new AbortController();
@@ -74,6 +77,7 @@ export async function runTool(
       ),
       stopped,
     ]);
+    checkResult?.(tool, result, job.id);
     return {
       ...base,
       status: 'ok',

@@ -29,6 +29,7 @@ import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
 import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
+import { createResultChecker } from './result-check.js';
 
 /** A lease outlives its call's timeout by this much before it counts as a dead worker's. */
 const LEASE_GRACE_MS = 60_000;
@@ -154,6 +155,7 @@ export function createWorker({
     if (kind !== 'sandbox') return undefined;
     return (await redis.get(keys.cancelled(call.id)).catch(() => null)) ?? undefined;
   }
+  const checkResult = createResultChecker(registry, metrics, log);
 
   async function processCall(
     job: Job<CallJob>,
@@ -258,6 +260,7 @@ export function createWorker({
         outcome = await runTool(tool, call, services, shutdown.signal, {
           cancel: cancel.signal,
           events: events.events,
+          checkResult,
         });
         // Cached before anyone hears of the result, so an identical call right after it hits.
         if (tool.cacheTtlSeconds > 0 && outcome.status === 'ok') {

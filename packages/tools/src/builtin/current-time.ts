@@ -29,6 +29,18 @@ export function isoInZone(date: Date, timeZone: string): string {
   return `${parts.year}-${parts.month}-${parts.day}T${parts.hour}:${parts.minute}:${parts.second}.${ms}${offset === '+00:00' && timeZone === 'UTC' ? 'Z' : offset}`;
 }
 
+export const CurrentTimeResult = Type.Object(
+  {
+    iso: Type.String({
+      format: 'date-time',
+      description: 'ISO 8601 in the zone, with its offset ("Z" for UTC)',
+    }),
+    timezone: Type.String({ description: 'The IANA zone used' }),
+    unixMs: Type.Integer({ description: 'Milliseconds since 1970-01-01T00:00:00Z' }),
+  },
+  { additionalProperties: false },
+);
+
 export const currentTime = defineTool({
   name: 'current_time',
   description:
@@ -39,6 +51,7 @@ export const currentTime = defineTool({
       Type.String({ minLength: 1, maxLength: 64, description: 'IANA zone, default "UTC"' }),
     ),
   }),
+  result: CurrentTimeResult,
   timeoutMs: 1000,
   idempotent: true,
   handler: ({ timezone }) => {

@@ -29,6 +29,25 @@ const headers = Type.Optional(
   ),
 );
 
+/** HttpResult as a schema: every field always present, nothing else. */
+export const HttpResultSchema = Type.Object(
+  {
+    status: Type.Integer({ minimum: 100, maximum: 999, description: 'HTTP status code' }),
+    statusText: Type.String({ description: 'Reason phrase (may be empty)' }),
+    url: Type.String({ description: 'The final URL, after redirects' }),
+    headers: Type.Record(Type.String({ pattern: "^[!#$%&'*+.^_`|~0-9a-z-]+$" }), Type.String(), {
+      additionalProperties: false,
+      description: 'A safe subset of the response headers, names in lower case',
+    }),
+    body: Type.String({ description: 'Text, or base64 when encoding is "base64"' }),
+    encoding: Type.Union([Type.Literal('utf-8'), Type.Literal('base64')]),
+    truncated: Type.Boolean({ description: 'The body was cut at the size limit' }),
+    bytes: Type.Integer({ minimum: 0, description: 'Bytes of body received' }),
+    redirects: Type.Integer({ minimum: 0, description: 'Redirects followed' }),
+  },
+  { additionalProperties: false },
+);
+
 const RESULT_DOC =
   'Returns {status, statusText, url (final, after redirects), headers (a safe subset), body, ' +
   'encoding ("utf-8", or "base64" for binary), truncated (body cut at the size limit), bytes, redirects}. ' +
@@ -40,6 +59,7 @@ export const httpGet = defineTool({
   description: `Fetch a URL with HTTP GET and return the response. ${RESULT_DOC}`,
   category: 'web',
   parameters: Type.Object({ url, headers }),
+  result: HttpResultSchema,
   risk: 'safe',
   timeoutMs: HTTP_TOOL_TIMEOUT_MS,
   cacheTtlSeconds: 300,
@@ -65,6 +85,7 @@ export const httpPost = defineTool({
     }),
     headers,
   }),
+  result: HttpResultSchema,
   risk: 'sensitive',
   timeoutMs: HTTP_TOOL_TIMEOUT_MS,
   idempotent: false,

@@ -20,6 +20,41 @@ function memoryOf(ctx: ToolContext): MemoryStore {
 
 export const MAX_SEARCH_RESULTS = 50;
 
+const savedAt = Type.String({ format: 'date-time', description: 'When it was saved (UTC)' });
+
+export const MemorySaveResult = Type.Object(
+  {
+    id: Type.String({ description: 'Its id, for memory_delete' }),
+    savedAt,
+    entries: Type.Integer({ minimum: 1, description: 'Memories you now keep' }),
+  },
+  { additionalProperties: false },
+);
+
+export const MemorySearchResult = Type.Object(
+  {
+    results: Type.Array(
+      Type.Object(
+        {
+          id: Type.String(),
+          text: Type.String(),
+          tags: Type.Array(Type.String()),
+          savedAt,
+          score: Type.Number({ description: 'Relevance, higher is better' }),
+        },
+        { additionalProperties: false },
+      ),
+      { maxItems: MAX_SEARCH_RESULTS, description: 'Best match first; empty when none matched' },
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const MemoryDeleteResult = Type.Object(
+  { deleted: Type.String({ description: 'The id of the memory forgotten' }) },
+  { additionalProperties: false },
+);
+
 export const memorySave = defineTool({
   name: 'memory_save',
   description:
@@ -39,6 +74,7 @@ export const memorySave = defineTool({
       }),
     ),
   }),
+  result: MemorySaveResult,
   risk: 'sensitive',
   timeoutMs: 5000,
   handler: async ({ text, tags }, ctx) => {
@@ -63,6 +99,7 @@ export const memorySearch = defineTool({
       }),
     ),
   }),
+  result: MemorySearchResult,
   timeoutMs: 5000,
   idempotent: true,
   handler: async ({ query, limit }, ctx) => ({
@@ -75,6 +112,7 @@ export const memoryDelete = defineTool({
   description: 'Forget one memory by the id memory_save or memory_search gave.',
   category: 'memory',
   parameters: Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }),
+  result: MemoryDeleteResult,
   risk: 'sensitive',
   timeoutMs: 5000,
   idempotent: true,

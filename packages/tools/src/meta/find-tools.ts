@@ -11,6 +11,32 @@ declare module '@toolgate/registry' {
 
 export const MAX_FIND_RESULTS = 25;
 
+export const FindToolsResult = Type.Object(
+  {
+    tools: Type.Array(
+      Type.Object(
+        {
+          name: Type.String(),
+          description: Type.String(),
+          category: Type.String(),
+          // The registry holds parameters as plain JSON (Record<string, unknown>) and admits only
+          // object schemas: say so in JSON Schema without narrowing the static type.
+          parameters: Type.Unsafe<Record<string, unknown>>({
+            type: 'object',
+            properties: { type: { const: 'object' } },
+            required: ['type'],
+            additionalProperties: true,
+            description: 'JSON Schema of the arguments',
+          }),
+        },
+        { additionalProperties: false },
+      ),
+      { maxItems: MAX_FIND_RESULTS, description: 'Best match first; empty when none matched' },
+    ),
+  },
+  { additionalProperties: false },
+);
+
 export const findTools = defineTool({
   name: 'find_tools',
   description:
@@ -27,6 +53,7 @@ export const findTools = defineTool({
       }),
     ),
   }),
+  result: FindToolsResult,
   timeoutMs: 2000,
   idempotent: true,
   handler: ({ query, limit }, ctx) => {

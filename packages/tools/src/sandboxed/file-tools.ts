@@ -44,7 +44,10 @@ async function fileOp<T>(ctx: ToolContext, request: Op): Promise<T> {
     const workspace = await workspaces.ensure(ctx.clientId);
     const result = await sandbox.run({
       image: 'python',
-      argv: ['python3', '-c', FILE_OPS],
+      // -I (isolated): the working directory is the client's workspace, and `python3 -c` would
+      // put it first on sys.path — a json.py there would run in place of the stdlib module and
+      // answer for FILE_OPS. Isolated mode leaves it (and PYTHON* variables) out.
+      argv: ['python3', '-I', '-c', FILE_OPS],
       stdin: JSON.stringify(request),
       workspace,
       timeoutMs: FILE_TIMEOUT_MS,
@@ -90,6 +93,20 @@ export interface FileReadResult {
   truncated: boolean;
 }
 
+const resultPath = Type.String({ description: 'The path, relative to the workspace' });
+const size = Type.Integer({ minimum: 0, description: 'Size in bytes' });
+
+export const FileReadResultSchema = Type.Object(
+  {
+    path: resultPath,
+    size,
+    content: Type.String({ description: 'Text, or base64 when encoding is "base64"' }),
+    encoding: Type.Union([Type.Literal('utf-8'), Type.Literal('base64')]),
+    truncated: Type.Boolean({ description: `Only the first ${MAX_READ_BYTES} bytes came back` }),
+  },
+  { additionalProperties: false },
+);
+
 export const fileRead = defineTool({
   name: 'file_read',
   description: `Read a file from your workspace (path relative to /workspace). Text comes back as UTF-8, binary as base64; at most ${MAX_READ_BYTES} bytes.`,
@@ -97,6 +114,7 @@ export const fileRead = defineTool({
   parameters: Type.Object({
     path: pathParam('File path relative to the workspace, e.g. "data/report.csv"'),
   }),
+  result: FileReadResultSchema,
   sandbox: { image: 'python' },
   risk: 'safe',
   timeoutMs: FILE_TIMEOUT_MS + 10_000,
@@ -110,6 +128,15 @@ export interface FileWriteResult {
   size: number;
 }
 
+export const FileWriteResultSchema = Type.Object(
+  {
+    path: resultPath,
+    bytesWritten: Type.Integer({ minimum: 0, description: 'Bytes of content written' }),
+    size: Type.Integer({ minimum: 0, description: 'Size of the file after the write' }),
+  },
+  { additionalProperties: false },
+);
+
 export const fileWrite = defineTool({
   name: 'file_write',
   description:
@@ -122,6 +149,7 @@ export const fileWrite = defineTool({
       Type.Boolean({ description: 'Append instead of replacing (default false)' }),
     ),
   }),
+  result: FileWriteResultSchema,
   sandbox: { image: 'python' },
   risk: 'sensitive',
   timeoutMs: FILE_TIMEOUT_MS + 10_000,
@@ -140,6 +168,32 @@ export interface FileListResult {
   truncated: boolean;
 }
 
+export const FileListResultSchema = Type.Object(
+  {
+    path: resultPath,
+    entries: Type.Array(
+      Type.Object(
+        {
+          name: Type.String(),
+          type: Type.Union([
+            Type.Literal('file'),
+            Type.Literal('directory'),
+            Type.Literal('symlink'),
+            Type.Literal('other'),
+          ]),
+          size,
+        },
+        { additionalProperties: false },
+      ),
+      { maxItems: MAX_LIST_ENTRIES, description: 'Sorted by name' },
+    ),
+    truncated: Type.Boolean({
+      description: `Only the first ${MAX_LIST_ENTRIES} entries came back`,
+    }),
+  },
+  { additionalProperties: false },
+);
+
 export const fileList = defineTool({
   name: 'file_list',
   description:
@@ -148,6 +202,7 @@ export const fileList = defineTool({
   parameters: Type.Object({
     path: Type.Optional(pathParam('Directory relative to the workspace (default ".")')),
   }),
+  result: FileListResultSchema,
   sandbox: { image: 'python' },
   risk: 'safe',
   timeoutMs: FILE_TIMEOUT_MS + 10_000,
@@ -164,12 +219,21 @@ export interface FileDeleteResult {
   deleted: 'file' | 'directory' | 'symlink';
 }
 
+export const FileDeleteResultSchema = Type.Object(
+  {
+    path: resultPath,
+    deleted: Type.Union([Type.Literal('file'), Type.Literal('directory'), Type.Literal('symlink')]),
+  },
+  { additionalProperties: false },
+);
+
 export const fileDelete = defineTool({
   name: 'file_delete',
   description:
     'Delete a file, a symbolic link, or a directory with everything in it, from your workspace. Needs approval.',
   category: 'files',
   parameters: Type.Object({ path: pathParam('Path relative to the workspace') }),
+  result: FileDeleteResultSchema,
   sandbox: { image: 'python' },
   risk: 'destructive',
   timeoutMs: FILE_TIMEOUT_MS + 10_000,

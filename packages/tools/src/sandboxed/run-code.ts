@@ -18,6 +18,18 @@ export interface RunToolResult {
 
 const MAX_TIMEOUT_SECONDS = 300;
 
+/** RunToolResult as a schema (run_python and run_shell). */
+export const RunResultSchema = Type.Object(
+  {
+    stdout: Type.String(),
+    stderr: Type.String({ description: "The program's stderr, then [sandbox] notes" }),
+    exitCode: Type.Integer({ description: '137 when the sandbox killed it' }),
+    timedOut: Type.Boolean(),
+    truncated: Type.Boolean({ description: 'The output was cut at the output limit' }),
+  },
+  { additionalProperties: false },
+);
+
 const timeoutSeconds = Type.Optional(
   Type.Integer({
     minimum: 1,
@@ -88,6 +100,7 @@ export const runPython = defineTool({
     code: Type.String({ minLength: 1, maxLength: 200_000, description: 'Python source to run' }),
     timeoutSeconds,
   }),
+  result: RunResultSchema,
   sandbox: { image: 'python' },
   risk: 'sensitive',
   timeoutMs: (MAX_TIMEOUT_SECONDS + 30) * 1000,
@@ -108,6 +121,7 @@ export const runShell = defineTool({
     command: Type.String({ minLength: 1, maxLength: 32_768, description: 'bash command line' }),
     timeoutSeconds,
   }),
+  result: RunResultSchema,
   sandbox: { image: 'shell' },
   risk: 'sensitive',
   timeoutMs: (MAX_TIMEOUT_SECONDS + 30) * 1000,

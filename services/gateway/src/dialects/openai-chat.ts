@@ -1,12 +1,49 @@
+import type { Tool } from '@toolgate/registry';
 import { isRecord, parseArguments, slotContent, str } from './content.js';
+import { booleanOption } from './listing.js';
 import type { BridgeCall, Dialect } from './types.js';
 
+/** A Chat Completions function tool (`tools` of a chat completion request). */
+export interface OpenAIChatTool {
+  type: 'function';
+  function: {
+    name: string;
+    description: string;
+    parameters: Record<string, unknown>;
+    strict?: true;
+  };
+}
+
 /**
- * OpenAI Chat Completions: an assistant message (or `{tool_calls}`, or a whole completion
- * with `choices`) → `{messages: [{role:"tool", tool_call_id, content}]}`.
+ * Chat Completions functions are not strict unless they say so: `strict: true` only with
+ * `strict` asked for, and then only on tools whose schema qualifies (Tool.strict); the others
+ * are listed as they are, never with a schema strict mode would reject.
+ */
+export function toOpenAIChat(tool: Tool, options: { strict?: boolean } = {}): OpenAIChatTool {
+  return {
+    type: 'function',
+    function: {
+      name: tool.name,
+      description: tool.description,
+      parameters: tool.parameters,
+      ...(options.strict && tool.strict ? { strict: true as const } : {}),
+    },
+  };
+}
+
+/**
+ * OpenAI Chat Completions. Listing `GET /tools/openai` (`?strict=true`); an assistant message
+ * (or `{tool_calls}`, or a whole completion with `choices`) →
+ * `{messages: [{role:"tool", tool_call_id, content}]}`.
  */
 export const openaiChat: Dialect = {
   name: 'openai-chat',
+  // `/tools/openai` predates the Responses listing; clients use it, so it keeps its path.
+  listingPath: 'openai',
+  listing(tools, request) {
+    const strict = booleanOption(request, 'strict') ?? false;
+    return tools.map((t) => toOpenAIChat(t, { strict }));
+  },
   extract(body) {
     if (Array.isArray(body)) return undefined;
     const choice = Array.isArray(body.choices) ? body.choices[0] : undefined;

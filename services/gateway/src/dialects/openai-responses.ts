@@ -1,12 +1,47 @@
+import type { Tool } from '@toolgate/registry';
 import { isRecord, parseArguments, slotContent, str } from './content.js';
+import { booleanOption } from './listing.js';
 import type { BridgeCall, Dialect } from './types.js';
 
+/** A Responses API function tool: flat, no `function` wrapper. */
+export interface OpenAIResponsesTool {
+  type: 'function';
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
+  strict: boolean;
+}
+
 /**
- * OpenAI Responses: `function_call` items (an array, or a response's `output`) →
+ * `strict` is always spelled out, never left to the API's default: that default has been
+ * `true` in the Responses API (its SDK types make the field mandatory), and a tool whose schema
+ * does not qualify, listed as strict, would get the whole request rejected.
+ */
+export function toOpenAIResponses(
+  tool: Tool,
+  options: { strict?: boolean } = {},
+): OpenAIResponsesTool {
+  return {
+    type: 'function',
+    name: tool.name,
+    description: tool.description,
+    parameters: tool.parameters,
+    strict: (options.strict ?? true) && tool.strict,
+  };
+}
+
+/**
+ * OpenAI Responses. Listing `GET /tools/openai-responses` (strict where the schema qualifies;
+ * `?strict=false` turns it off); `function_call` items (an array, or a response's `output`) →
  * `{items: [{type:"function_call_output", call_id, output}]}` to append to the next input.
  */
 export const openaiResponses: Dialect = {
   name: 'openai-responses',
+  listingPath: 'openai-responses',
+  listing(tools, request) {
+    const strict = booleanOption(request, 'strict') ?? true;
+    return tools.map((t) => toOpenAIResponses(t, { strict }));
+  },
   extract(body) {
     const list = Array.isArray(body)
       ? body

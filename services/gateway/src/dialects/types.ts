@@ -1,3 +1,4 @@
+import type { Tool } from '@toolgate/registry';
 import type { CallResponse } from '../pipeline.js';
 import type { ApiError } from '../errors.js';
 
@@ -24,8 +25,28 @@ export interface BridgeSlot {
   error?: ApiError;
 }
 
+/** What a dialect's listing sees of its request. */
+export interface ListingRequest {
+  /** One query parameter: undefined when absent; given twice, 400 `invalid_request`. */
+  option(name: string): string | undefined;
+  /** Every tool the client may call, before `?q`, `?category` and `?limit`: what options may name. */
+  readonly visible: readonly Tool[];
+}
+
+/**
+ * One provider API, all of it: its tool listing, how its tool calls are found in what a model
+ * produced, and how results go back. Registered once in `index.ts`.
+ */
 export interface Dialect {
-  readonly name: 'openai-chat' | 'openai-responses' | 'anthropic';
+  /** `?dialect=` on POST /v1/tool-calls, and `dialect` in its answer. */
+  readonly name: string;
+  /** The listing's route: `GET /tools/<listingPath>`. */
+  readonly listingPath: string;
+  /**
+   * The provider's `tools` array. `tools` come scoped to the client, filtered and in their
+   * stable order; a bad option throws ApiError `invalid_request`.
+   */
+  listing(tools: readonly Tool[], request: ListingRequest): unknown[];
   /** The tool calls in `body`, or undefined when `body` is not this dialect. */
   extract(body: Record<string, unknown> | unknown[]): BridgeCall[] | undefined;
   format(slots: BridgeSlot[]): Record<string, unknown>;

@@ -12,6 +12,8 @@ const MAX_STREAM_MS = 3_600_000;
 export interface CallRouteOptions {
   /** Event streams one client may hold open on this gateway (`calls.events.maxStreamsPerClient`). */
   maxStreamsPerClient: number;
+  /** Aborted when the gateway stops: open event streams end (clients reconnect elsewhere). */
+  shutdown: AbortSignal;
 }
 
 export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): Router {
@@ -48,6 +50,8 @@ export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): R
     streams.set(client.id, open + 1);
     const stop = new AbortController();
     res.on('close', () => stop.abort());
+    const onShutdown = () => stop.abort();
+    options.shutdown.addEventListener('abort', onShutdown, { once: true });
     const lifetime = setTimeout(() => stop.abort(), MAX_STREAM_MS);
     res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
@@ -72,6 +76,7 @@ export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): R
           : { code: 'internal', message: 'the event stream failed' };
       if (!res.writableEnded) res.write(`event: error\ndata: ${JSON.stringify(error)}\n\n`);
     } finally {
+      options.shutdown.removeEventListener('abort', onShutdown);
       clearInterval(keepAlive);
       clearTimeout(lifetime);
       const left = (streams.get(client.id) ?? 1) - 1;

@@ -1,9 +1,41 @@
-import { toAnthropic, toNative, toOpenAI, type Tool, type ToolRegistry } from '@toolgate/registry';
-import { Router, type Request } from 'express';
+import type { Tool, ToolRegistry } from '@toolgate/registry';
+import { Router, type Request, type Response } from 'express';
+import { DIALECTS, type ListingRequest } from '../dialects/index.js';
 import { ApiError } from '../errors.js';
 import { clientOf } from '../http.js';
 
 const MAX_LIMIT = 1000;
+
+/** GET /tools: everything a client needs to know about a tool. */
+export interface NativeTool {
+  name: string;
+  description: string;
+  category: string;
+  parameters: Record<string, unknown>;
+  risk: Tool['risk'];
+  requiresApproval: boolean;
+  sandboxed: boolean;
+  /** Whether the parameters qualify for OpenAI strict mode (docs/dialects.md). */
+  strict: boolean;
+  timeoutMs: number;
+  cacheTtlSeconds: number;
+}
+
+/** `requiresApproval` may be widened by policy (config), so the caller passes the final word. */
+export function toNative(tool: Tool, requiresApproval = tool.requiresApproval): NativeTool {
+  return {
+    name: tool.name,
+    description: tool.description,
+    category: tool.category,
+    parameters: tool.parameters,
+    risk: tool.risk,
+    requiresApproval,
+    sandboxed: tool.sandbox !== undefined,
+    strict: tool.strict,
+    timeoutMs: tool.timeoutMs,
+    cacheTtlSeconds: tool.cacheTtlSeconds,
+  };
+}
 
 function single(req: Request, name: string): string | undefined {
   const v = req.query[name];
@@ -13,7 +45,8 @@ function single(req: Request, name: string): string | undefined {
   return v;
 }
 
-function listOptions(req: Request) {
+/** The filters every listing takes; each dialect reads its own options besides. */
+function filters(req: Request) {
   const q = single(req, 'q');
   const category = single(req, 'category');
   const limitText = single(req, 'limit');
@@ -24,32 +57,35 @@ function listOptions(req: Request) {
     }
     limit = Number(limitText);
   }
-  const strictText = single(req, 'strict');
-  if (strictText !== undefined && strictText !== 'true' && strictText !== 'false') {
-    throw new ApiError('invalid_request', '"strict" must be true or false');
-  }
-  return { q, category, limit, strict: strictText === 'true' };
+  return { q, category, limit };
 }
 
-/** Tool listings, each holding only the tools the calling client may use. */
+/**
+ * Tool listings, each holding only the tools the calling client may use, in the registry's
+ * stable order: the native `GET /tools`, and `GET /tools/<listingPath>` for every dialect.
+ */
 export function toolRoutes(
   registry: ToolRegistry,
   requiresApproval: (tool: Tool) => boolean,
 ): Router {
   const router = Router();
-  const visible = (req: Request, res: Parameters<typeof clientOf>[0]) => {
-    const { strict, ...options } = listOptions(req);
-    return { tools: registry.list({ ...options, scope: clientOf(res).scope }), strict };
-  };
+  const listed = (req: Request, res: Response) =>
+    registry.list({ ...filters(req), scope: clientOf(res).scope });
   router.get('/tools', (req, res) => {
-    res.json(visible(req, res).tools.map((t) => toNative(t, requiresApproval(t))));
+    res.json(listed(req, res).map((t) => toNative(t, requiresApproval(t))));
   });
-  router.get('/tools/openai', (req, res) => {
-    const { tools, strict } = visible(req, res);
-    res.json(tools.map((t) => toOpenAI(t, { strict })));
-  });
-  router.get('/tools/anthropic', (req, res) => {
-    res.json(visible(req, res).tools.map(toAnthropic));
-  });
+  for (const dialect of DIALECTS) {
+    router.get(`/tools/${dialect.listingPath}`, (req, res) => {
+      const tools = listed(req, res);
+      let visible: readonly Tool[] | undefined;
+      const request: ListingRequest = {
+        option: (name) => single(req, name),
+        get visible() {
+          return (visible ??= registry.list({ scope: clientOf(res).scope }));
+        },
+      };
+      res.json(dialect.listing(tools, request));
+    });
+  }
   return router;
 }

@@ -318,7 +318,14 @@ describe('MCP tool listings', () => {
     const result = await client.callTool({ name: 'forecast', arguments: { city: 'Oslo' } });
     expect(result.structuredContent).toEqual({ city: 'Oslo', celsius: 4 });
     expect(JSON.parse(text(result))).toEqual(result.structuredContent);
-    // Tools without one keep their listing as it was.
+    // The built-ins declare theirs (calculator answers a plain string: none).
+    for (const name of ['current_time', 'http_get', 'run_python', 'file_read', 'find_tools']) {
+      expect(tools.find((t) => t.name === name)?.outputSchema, name).toMatchObject({
+        type: 'object',
+      });
+    }
+    const time = await client.callTool({ name: 'current_time', arguments: { timezone: 'UTC' } });
+    expect(time.structuredContent).toMatchObject({ timezone: 'UTC' });
     expect(tools.find((t) => t.name === 'calculator')?.outputSchema).toBeUndefined();
   });
 });

@@ -17,6 +17,10 @@ type Json = Record<string, unknown>;
 let stack: Stack;
 let model: Server;
 let modelUrl: string;
+/** What the fake Anthropic model asks for first. */
+let firstUse: { name: string; input: Json } = { name: 'calculator', input: { expression: '6*7' } };
+/** toolu_1 for the calculator (the tests check it); unique for other calls. */
+const toolUseId = () => (firstUse.name === 'calculator' ? 'toolu_1' : `toolu_${Date.now()}`);
 /** What the fake OpenAI model asks for first (besides a broken call). */
 let firstCall = { name: 'calculator', arguments: '{"expression":"6*7"}' };
 const requests: { path: string; body: Json }[] = [];
@@ -75,7 +79,7 @@ function anthropicReply(body: Json): Json {
       ? [{ type: 'text', text: `The answer is ${String(result.content)}.` }]
       : [
           { type: 'text', text: 'Let me calculate.' },
-          { type: 'tool_use', id: 'toolu_1', name: 'calculator', input: { expression: '6*7' } },
+          { type: 'tool_use', id: toolUseId(), ...firstUse },
         ],
     stop_reason: result ? 'end_turn' : 'tool_use',
     stop_sequence: null,
@@ -205,6 +209,33 @@ describe('example tool loops', () => {
       expect(seen[0]).toContain('"code":"cancelled"');
     } finally {
       firstCall = { name: 'calculator', arguments: '{"expression":"6*7"}' };
+    }
+  });
+
+  it('live with Anthropic: output while the call runs; a signal cancels it', async () => {
+    firstUse = { name: 'ticker', input: { n: 100, ms: 200 } };
+    const anthropic = new Anthropic({ baseURL: modelUrl, apiKey: 'test' });
+    const stop = new AbortController();
+    const lines: string[] = [];
+    const seen: string[] = [];
+    try {
+      await runAnthropic(anthropic, {
+        toolgate: toolgate(),
+        model: 'fake-claude',
+        prompt: 'Tick for a long time',
+        live: {
+          signal: stop.signal,
+          onOutput: (tool, _stream, text) => {
+            lines.push(`${tool}: ${text}`);
+            if (lines.length === 2) stop.abort();
+          },
+        },
+        onToolResult: (name, _input, result) => seen.push(`${name}=${result}`),
+      });
+      expect(lines.slice(0, 2)).toEqual(['ticker: tick 1\n', 'ticker: tick 2\n']);
+      expect(seen[0]).toContain('"code":"cancelled"');
+    } finally {
+      firstUse = { name: 'calculator', input: { expression: '6*7' } };
     }
   });
 });

@@ -375,7 +375,31 @@ export class CallPipeline {
     afterSeq = 0,
   ): Promise<void> {
     const record = await this.get(client, id);
-    let lastSeq = afterSeq;
+    await guardRedis(
+      () => this.follow(id, onEvent, { signal, afterSeq, seen: record, pollMs: WATCH_POLL_MS }),
+      this.o.redis,
+    );
+  }
+
+  /** Resolves when the call has an outcome, or after `timeoutMs`. */
+  private waitForEnd(id: string, timeoutMs: number): Promise<void> {
+    return this.follow(id, () => undefined, {
+      signal: AbortSignal.timeout(timeoutMs),
+      pollMs: 250,
+    });
+  }
+
+  /**
+   * Follows a call: subscribes to its live events first (buffered), then reads its state and
+   * backlog, then delivers the buffered and live events in order, each once (by `seq`); the
+   * outcome last. Re-reads the record every `pollMs` in case the outcome message was lost.
+   */
+  private async follow(
+    id: string,
+    onEvent: (event: CallEvent) => void,
+    o: { signal?: AbortSignal; afterSeq?: number; seen?: CallRecord; pollMs: number },
+  ): Promise<void> {
+    let lastSeq = o.afterSeq ?? 0;
     let finished = false;
     let resolveEnd!: () => void;
     const end = new Promise<void>((resolve) => (resolveEnd = resolve));
@@ -393,62 +417,30 @@ export class CallPipeline {
     };
     const live: CallEvent[] = [];
     let replaying = true;
-    const stop = await guardRedis(
-      () => this.o.events.subscribe(id, (e) => (replaying ? live.push(e) : deliver(e))),
-      this.o.redis,
-    );
+    const stop = await this.o.events.subscribe(id, (e) => (replaying ? live.push(e) : deliver(e)));
     let poll: NodeJS.Timeout | undefined;
     const onAbort = () => resolveEnd();
-    signal?.addEventListener('abort', onAbort, { once: true });
+    o.signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      const now = (await this.o.dispatcher.lookup(id)) ?? record;
-      onEvent({ type: 'status', status: now.status, seq: 0, at: Date.now() });
-      if (now.outcome) {
-        deliver(outcomeEvent(now.outcome));
-      } else {
-        for (const event of await this.o.events.backlog(id)) deliver(event);
-      }
+      const now = (await this.o.dispatcher.lookup(id)) ?? o.seen;
+      if (now) onEvent({ type: 'status', status: now.status, seq: 0, at: Date.now() });
+      if (now?.outcome) deliver(outcomeEvent(now.outcome));
+      else for (const event of await this.o.events.backlog(id)) deliver(event);
       replaying = false;
       for (const event of live.sort((a, b) => a.seq - b.seq)) deliver(event);
-      // Backup for an outcome message lost in a reconnect: the record has it.
       const check = () => {
         poll = setTimeout(() => {
           this.o.dispatcher.lookup(id).then(
             (r) => (r?.outcome ? deliver(outcomeEvent(r.outcome)) : check()),
             () => check(),
           );
-        }, WATCH_POLL_MS);
+        }, o.pollMs);
       };
-      if (!finished && !signal?.aborted) check();
+      if (!finished && !o.signal?.aborted) check();
       await end;
     } finally {
       clearTimeout(poll);
-      signal?.removeEventListener('abort', onAbort);
-      stop();
-    }
-  }
-
-  /** Resolves when the call has an outcome, or after `timeoutMs`. */
-  private async waitForEnd(id: string, timeoutMs: number): Promise<void> {
-    const signal = AbortSignal.timeout(timeoutMs);
-    let resolveEnd!: () => void;
-    const end = new Promise<void>((resolve) => (resolveEnd = resolve));
-    const stop = await this.o.events.subscribe(id, (e) => {
-      if (e.type === 'outcome') resolveEnd();
-    });
-    signal.addEventListener('abort', () => resolveEnd(), { once: true });
-    let poll: NodeJS.Timeout | undefined;
-    const check = () => {
-      this.o.dispatcher.lookup(id).then(
-        (r) => (r?.outcome ? resolveEnd() : (poll = setTimeout(check, 250))),
-        () => (poll = setTimeout(check, 250)),
-      );
-    };
-    check();
-    try {
-      await end;
-    } finally {
-      clearTimeout(poll);
+      o.signal?.removeEventListener('abort', onAbort);
       stop();
     }
   }

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEYS, startStack, type Stack } from '../../test/support/stack.ts';
 import { ticker } from '../../test/support/tools.ts';
 import { runAnthropic } from '../lib/anthropic-loop.ts';
+import { callOverMcp } from '../lib/mcp-call.ts';
 import { runOpenAIChat } from '../lib/openai-loop.ts';
 import type { Toolgate } from '../lib/toolgate.ts';
 
@@ -237,5 +238,36 @@ describe('example tool loops', () => {
     } finally {
       firstUse = { name: 'calculator', input: { expression: '6*7' } };
     }
+  });
+
+  it('MCP: output as log messages while the call runs; aborting cancels it', async () => {
+    const lines: string[] = [];
+    const done = await callOverMcp(
+      toolgate(),
+      'ticker',
+      { n: 3, ms: 300 },
+      { onOutput: (level, text) => lines.push(`${level} ${text}`) },
+    );
+    expect(lines).toEqual(['info tick 1', 'info tick 2', 'info tick 3']);
+    expect(done).toMatchObject({ cancelled: false, isError: false, text: '{"ticks":3}' });
+
+    const stop = new AbortController();
+    const cancelled = await callOverMcp(
+      toolgate(),
+      'ticker',
+      { n: 100, ms: 200 },
+      { onOutput: () => stop.abort(), signal: stop.signal },
+    );
+    expect(cancelled).toEqual({ cancelled: true });
+    // toolgate heard the MCP cancel: the call ended cancelled, not after its 20 s.
+    let status = '';
+    for (let i = 0; i < 50 && status !== 'cancelled'; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const stats = (await (
+        await fetch(`${stack.url}/v1/stats`, { headers: { authorization: `Bearer ${KEYS.alice}` } })
+      ).json()) as { recent: { tool: string; status: string }[] };
+      status = stats.recent.find((c) => c.tool === 'ticker')?.status ?? '';
+    }
+    expect(status).toBe('cancelled');
   });
 });

@@ -31,6 +31,59 @@ function registry() {
   return r;
 }
 
+describe('JSON Schema 2020-12', () => {
+  const spec = (parameters: Record<string, unknown>) => ({
+    name: 'with_defs',
+    description: 'x',
+    category: 'test',
+    parameters: parameters as never,
+    handler: () => null,
+  });
+  const schema = {
+    type: 'object',
+    $defs: { address: { type: 'object', properties: { city: { type: 'string' } } } },
+    properties: { address: { $ref: '#/$defs/address' } },
+    additionalProperties: false,
+  };
+
+  it('a schema that declares 2020-12 is compiled in that dialect, $defs and $ref included', () => {
+    const registry = new ToolRegistry();
+    registry.register(spec({ $schema: 'https://json-schema.org/draft/2020-12/schema', ...schema }));
+    expect(registry.validate('with_defs', { address: { city: 'Oslo' } })).toMatchObject({
+      ok: true,
+    });
+    expect(registry.validate('with_defs', { address: { city: 7 } })).toMatchObject({ ok: false });
+    // Listed as written.
+    expect(registry.get('with_defs')!.parameters).toMatchObject({
+      $schema: 'https://json-schema.org/draft/2020-12/schema',
+      $defs: { address: { type: 'object' } },
+    });
+  });
+
+  it('2020-12 keywords work (prefixItems); a $schema no compiler knows is refused at registration', () => {
+    const registry = new ToolRegistry();
+    registry.register(
+      spec({
+        $schema: 'https://json-schema.org/draft/2020-12/schema',
+        type: 'object',
+        properties: {
+          point: {
+            type: 'array',
+            prefixItems: [{ type: 'number' }, { type: 'string' }],
+            minItems: 2,
+            items: false,
+          },
+        },
+      }),
+    );
+    expect(registry.validate('with_defs', { point: [1, 'a'] })).toMatchObject({ ok: true });
+    expect(registry.validate('with_defs', { point: ['a', 1] })).toMatchObject({ ok: false });
+    expect(() =>
+      new ToolRegistry().register(spec({ $schema: 'https://example.com/my-dialect', ...schema })),
+    ).toThrow(/invalid schema/);
+  });
+});
+
 describe('ToolRegistry.validate', () => {
   it('accepts valid arguments', () => {
     expect(registry().validate('get_weather', { city: 'Oslo', units: 'c' })).toEqual({

@@ -1,6 +1,12 @@
 import type { TSchema } from '@sinclair/typebox';
 import MiniSearch from 'minisearch';
-import { closeObjects, createAjv, dropNullOptionals, formatErrors, plainSchema } from './schema.js';
+import {
+  SchemaCompiler,
+  closeObjects,
+  dropNullOptionals,
+  formatErrors,
+  plainSchema,
+} from './schema.js';
 import type { ValidateFunction, ValidationIssue } from './schema.js';
 import type { ToolScope } from './scope.js';
 import { strictSchemaIssue } from './strict.js';
@@ -35,12 +41,12 @@ export class RegistryError extends Error {
 
 /** Describes every tool once; the gateway, the worker and every dialect read from it. */
 export class ToolRegistry {
-  private readonly ajv = createAjv();
+  private readonly ajv = new SchemaCompiler();
   /**
    * Results are checked on the worker for every call and can be large (a file listing, a
    * search): stopping at the first error keeps a badly wrong result as cheap as a right one.
    */
-  private readonly resultAjv = createAjv({ allErrors: false });
+  private readonly resultAjv = new SchemaCompiler({ allErrors: false });
   private readonly tools = new Map<string, Tool>();
   private readonly validators = new Map<string, ValidateFunction>();
   private readonly resultValidators = new Map<string, ValidateFunction>();

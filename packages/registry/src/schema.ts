@@ -1,23 +1,54 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 
 // ajv-formats ships CJS with a default export; NodeNext sees the module object.
-const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
+const addFormats = addFormatsModule as unknown as (ajv: Ajv | Ajv2020) => Ajv;
+
+/** The `$schema` of JSON Schema 2020-12 (MCP's default dialect for tool schemas). */
+export const DRAFT_2020_12 = 'https://json-schema.org/draft/2020-12/schema';
 
 /**
  * Strict argument validation: unknown properties rejected, no type coercion, every error
  * reported. One Ajv instance per registry; validators compiled once at registration.
  */
 export function createAjv(options: { allErrors?: boolean } = {}): Ajv {
-  const ajv = new Ajv({
+  const ajv = new Ajv(ajvOptions(options));
+  addFormats(ajv);
+  return ajv;
+}
+
+function ajvOptions(options: { allErrors?: boolean }) {
+  return {
     strict: true,
     allErrors: options.allErrors ?? true,
     coerceTypes: false,
     useDefaults: false,
     removeAdditional: false,
-  });
-  addFormats(ajv);
-  return ajv;
+  };
+}
+
+/**
+ * Compiles a schema in its own dialect: draft-07 (TypeBox's, and Ajv's default) unless the
+ * schema declares JSON Schema 2020-12 with `$schema` (`$defs`, `prefixItems`, … as MCP
+ * clients send them). The 2020-12 compiler is made on first use.
+ */
+export class SchemaCompiler {
+  private readonly draft07: Ajv;
+  private draft2020: Ajv2020 | undefined;
+
+  constructor(private readonly options: { allErrors?: boolean } = {}) {
+    this.draft07 = createAjv(options);
+  }
+
+  compile(schema: Record<string, unknown>): ValidateFunction {
+    if (schema.$schema !== DRAFT_2020_12) return this.draft07.compile(schema);
+    if (!this.draft2020) {
+      this.draft2020 = new Ajv2020(ajvOptions(this.options));
+      addFormats(this.draft2020);
+    }
+    return this.draft2020.compile(schema);
+  }
 }
 
 export type { ValidateFunction };

@@ -435,7 +435,7 @@ const header = [
   'p95/2s'.padStart(7),
   'live p50/p95'.padStart(13),
   'p50/flush'.padStart(10),
-  '202→1st p50/p95'.padStart(16),
+  'accept→1st p50/p95'.padStart(19),
   '1st before end'.padStart(15),
   ' verdict',
 ];
@@ -449,7 +449,7 @@ for (const r of rows) {
       r.ratio.padStart(7),
       r.live.padStart(13),
       r.liveRatio.padStart(10),
-      r.first.padStart(16),
+      r.first.padStart(19),
       r.beforeEnd.padStart(15),
       ` ${verdict(r.pass)}`,
     ].join(' '),

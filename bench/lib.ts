@@ -1,8 +1,11 @@
 // Shared helpers for the benchmarks: a Redis to run against, child services, percentiles.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { parseSandboxConfig } from '@toolgate/sandbox';
+import { DockerDriver, LABEL_DEPLOYMENT } from '@toolgate/sandbox/docker';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -115,4 +118,63 @@ export function unmountUnder(dir: string): void {
       // already gone
     }
   }
+}
+
+/**
+ * Host processes whose command line contains `marker`. A sandbox's processes are host
+ * processes (docker and bwrap alike), so a unique argument finds a call's program.
+ */
+export function processesWith(marker: string): number {
+  let found = 0;
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').includes(marker))
+        found++;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return found;
+}
+
+/** One request to the Docker engine API on its unix socket; the parsed JSON answer, if any. */
+function dockerApi(method: 'GET' | 'DELETE', path: string): Promise<unknown> {
+  const socketPath = parseSandboxConfig({}).docker.socketPath;
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, method, path }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => {
+        if ((res.statusCode ?? 500) >= 400 && res.statusCode !== 404) {
+          reject(new Error(`docker ${method} ${path}: ${res.statusCode} ${body}`));
+        } else resolve(body ? (JSON.parse(body) as unknown) : undefined);
+      });
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/**
+ * Ids of the containers, running or not, of the deployment whose state lives in `stateDir`
+ * (the label every container of a deployment carries: host + stateDir), so a toolgate running
+ * beside a bench is left alone. Straight from the engine API: a `docker ps` costs ~50 ms, too
+ * coarse to time a removal.
+ */
+export async function deploymentContainers(stateDir: string): Promise<string[]> {
+  const deployment = new DockerDriver(parseSandboxConfig({ stateDir })).deploymentId;
+  const filters = encodeURIComponent(
+    JSON.stringify({ label: [`${LABEL_DEPLOYMENT}=${deployment}`] }),
+  );
+  const list = (await dockerApi('GET', `/containers/json?all=1&filters=${filters}`)) as {
+    Id: string;
+  }[];
+  return list.map((c) => c.Id);
+}
+
+/** Force-removes containers (gone already is fine). */
+export async function removeContainers(ids: string[]): Promise<void> {
+  await Promise.all(ids.map((id) => dockerApi('DELETE', `/containers/${id}?force=1`)));
 }

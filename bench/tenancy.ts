@@ -19,14 +19,12 @@
 // BENCH_PHASES (all: flood,bombs,refusals); BENCH_LIMITS (auto | on | off): A's
 // `clients[].limits` (queued 16, sandboxInFlight 2) — `auto` keeps them when this build's
 // config accepts them and runs without them when it refuses them.
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { parseSandboxConfig } from '@toolgate/sandbox';
-import { DockerDriver, LABEL_DEPLOYMENT } from '@toolgate/sandbox/docker';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 // The queue names and prefix as the gateway builds them (one place for key names).
@@ -34,8 +32,10 @@ import { Keys } from '../packages/calls/src/keys.js';
 import {
   benchRedis,
   benchRedisPid,
+  deploymentContainers,
   freePort,
   percentile,
+  removeContainers,
   ROOT,
   startTs,
   stop,
@@ -45,7 +45,6 @@ import { HELLO } from './sandbox/sandbox-bench.js';
 import { describe, isReply, send, sleep, type Attempt } from './tenancy/http.js';
 import type { NoisyCounts, NoisyMode } from './tenancy/noisy-client.js';
 
-const exec = promisify(execFile);
 const env = process.env;
 const phaseSeconds = Number(env.BENCH_PHASE_SECONDS ?? 8);
 const rampMs = Number(env.BENCH_RAMP_MS ?? 1500);
@@ -240,18 +239,9 @@ async function shutdown(): Promise<number> {
     started[name] = undefined; // from here on an exit is expected
     if (child) await stop(child);
   }
-  // Only this run's containers: the label every container of this deployment (host + stateDir)
-  // carries, so a toolgate running beside the bench is left alone.
-  const deployment = new DockerDriver(parseSandboxConfig({ stateDir })).deploymentId;
-  const left = await exec('docker', [
-    'ps',
-    '-aq',
-    '--filter',
-    `label=${LABEL_DEPLOYMENT}=${deployment}`,
-  ])
-    .then(({ stdout }) => stdout.split('\n').filter(Boolean))
-    .catch(() => [] as string[]);
-  if (left.length > 0) await exec('docker', ['rm', '-f', ...left]).catch(() => undefined);
+  // Only this run's containers (its deployment), so a toolgate running beside it is left alone.
+  const left = await deploymentContainers(stateDir).catch(() => [] as string[]);
+  await removeContainers(left).catch(() => undefined);
   if (benchRedisPid !== undefined) process.kill(benchRedisPid, 'SIGTERM');
   unmountUnder(dir);
   rmSync(dir, { recursive: true, force: true });

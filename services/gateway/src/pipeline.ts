@@ -330,9 +330,12 @@ export class CallPipeline {
       await this.ended(cancelled, by);
       return cancelled;
     }
-    // Running (or finishing): its worker stops it and records the outcome.
-    await this.waitForEnd(id, CANCEL_WAIT_MS);
-    return (await this.o.dispatcher.lookup(id)) ?? record;
+    // Running (or finishing): its worker stops it and records the outcome. The worker
+    // publishes the outcome before its batched record write lands: answer from the outcome.
+    const outcome = await this.waitForEnd(id, CANCEL_WAIT_MS);
+    const now = (await this.o.dispatcher.lookup(id)) ?? record;
+    if (now.outcome || !outcome) return now;
+    return { ...now, ...finishedRecord({ ...now, acceptedAt: now.createdAt }, now.queue, outcome) };
   }
 
   /**
@@ -382,11 +385,17 @@ export class CallPipeline {
   }
 
   /** Resolves when the call has an outcome, or after `timeoutMs`. */
-  private waitForEnd(id: string, timeoutMs: number): Promise<void> {
-    return this.follow(id, () => undefined, {
-      signal: AbortSignal.timeout(timeoutMs),
-      pollMs: 250,
-    });
+  /** The call's outcome once it has one, or undefined after `timeoutMs`. */
+  private async waitForEnd(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
+    let outcome: CallOutcome | undefined;
+    await this.follow(
+      id,
+      (event) => {
+        if (event.type === 'outcome') outcome = event.outcome;
+      },
+      { signal: AbortSignal.timeout(timeoutMs), pollMs: 250 },
+    );
+    return outcome;
   }
 
   /**

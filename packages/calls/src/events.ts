@@ -25,7 +25,7 @@ type NewEvent = CallEvent extends infer E
 
 /**
  * A running call's events, from its worker: status changes at once, output and progress
- * buffered and written every `flushMs` (so a tool printing a line per millisecond costs one
+ * written at most once per `flushMs` (so a tool printing a line per millisecond costs one
  * Redis round trip per flush, not per line), output capped at `maxOutputBytes`. Each write
  * appends to the call's capped backlog stream and publishes on its channel. Never throws: a
  * lost event is not worth failing a call for.
@@ -37,6 +37,7 @@ export class CallEventWriter {
   private outputBytes = 0;
   private dropped = false;
   private timer: NodeJS.Timeout | undefined;
+  private flushedAt = -Infinity;
   private writing: Promise<unknown> = Promise.resolve();
   private closed = false;
 
@@ -94,13 +95,21 @@ export class CallEventWriter {
     return outcomeEvent(outcome, ++this.seq);
   }
 
+  /**
+   * At most one write per `flushMs`: the first piece after a quiet spell goes out at once
+   * (what arrives in the same turn of the event loop with it), later ones wait for the end of
+   * the interval that write started.
+   */
   private schedule(): void {
-    this.timer ??= setTimeout(() => this.flush(), this.limits.flushMs);
+    if (this.timer) return;
+    const wait = this.flushedAt + this.limits.flushMs - performance.now();
+    this.timer = setTimeout(() => this.flush(), Math.max(0, wait));
   }
 
   private flush(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
+    this.flushedAt = performance.now();
     const events: NewEvent[] = [];
     for (const stream of ['stdout', 'stderr'] as const) {
       const text = this.output[stream];

@@ -126,7 +126,7 @@ describe('each key family at its bound stays under the documented figure', () =>
           writer.events.output(line % 2 ? 'stderr' : 'stdout', `${'x'.repeat(1023)}\n`);
           writer.events.progress(line, 1024, `line ${line}`);
         }
-        await writer.finish({ id, tool: 't', status: 'ok', durationMs: 1, cached: false });
+        await writer.finishWrites({ id, tool: 't', status: 'ok', durationMs: 1, cached: false });
       }
     });
     // The forwarded output, the notice where it stopped, the status and progress events.

@@ -88,10 +88,20 @@ export class CallEventWriter {
    * Writes what is buffered and returns the outcome event, for the caller to publish in the
    * pipeline that ends the call (`publishOutcome`), after every earlier event.
    */
-  async finish(outcome: CallOutcome): Promise<OutcomeEvent> {
+  async finishWrites(outcome: CallOutcome): Promise<OutcomeEvent> {
     this.flush();
-    this.closed = true;
     await this.writing;
+    return this.finish(outcome);
+  }
+
+  /** Nothing was emitted: `finish` needs no wait (most fast calls). */
+  get idle(): boolean {
+    return this.seq === 0 && this.timer === undefined;
+  }
+
+  /** The outcome event, for a writer that is idle or whose writes have landed. */
+  finish(outcome: CallOutcome): OutcomeEvent {
+    this.closed = true;
     return outcomeEvent(outcome, ++this.seq);
   }
 

@@ -237,7 +237,9 @@ export function createWorker({
       log.debug({ err, callId: call.id }, 'could not write call events'),
     );
     try {
-      const cancelledBy = await cancelledBefore(call, kind);
+      // (Fast calls only look in memory: no await on their path.)
+      const cancelledBy =
+        kind === 'sandbox' ? await cancelledBefore(call, kind) : cancels.get(call.id)?.by;
       if (cancelledBy !== undefined) {
         // Cancelled while it waited: it never runs.
         outcome = cancelledOutcome(call, cancelledBy);
@@ -279,7 +281,7 @@ export function createWorker({
       // message, not storage, bounded by the tools' own output limits), and the client's
       // in-flight entry and lease go in the same round trip, before the client can send its
       // next call. Calls nobody waits for are released in the record batch.
-      const end = await events.finish(outcome);
+      const end = events.idle ? events.finish(outcome) : await events.finishWrites(outcome);
       const releaseNow = call.replyTo !== undefined || kind === 'sandbox';
       recorder.add({ call, kind, outcome, release: !releaseNow, ...(releaseNow ? {} : { end }) });
       if (releaseNow) release(call, kind, end).catch(() => undefined);

@@ -136,24 +136,32 @@ export function createWorker({
     }
   });
 
+  /** Remembers a cancel (oldest first in the map): forgotten after CANCEL_MEMORY_MS, or first when full. */
   function rememberCancel(id: string, by: string): void {
     const now = Date.now();
+    cancels.delete(id);
     cancels.set(id, { by, at: now });
-    if (cancels.size <= CANCEL_MEMORY_MAX) return;
     for (const [key, { at }] of cancels) {
       if (now - at < CANCEL_MEMORY_MS && cancels.size <= CANCEL_MEMORY_MAX) break;
       cancels.delete(key);
     }
   }
 
-  /** Who cancelled this call before it started here, if anyone. */
-  async function cancelledBefore(call: CallJob, kind: QueueKind): Promise<string | undefined> {
+  /**
+   * Who cancelled this call before it started here, if anyone: the cancels heard, and for
+   * sandbox calls the marker that backs up a missed message (a round trip is nothing next to
+   * a sandbox; fast calls stay off Redis and the await).
+   */
+  function cancelledBefore(
+    call: CallJob,
+    kind: QueueKind,
+  ): string | undefined | Promise<string | undefined> {
     const heard = cancels.get(call.id);
-    if (heard) return heard.by;
-    // The marker backs up a missed message; read for sandbox calls only (a round trip is
-    // nothing next to a sandbox, and fast calls end before anyone could cancel them).
-    if (kind !== 'sandbox') return undefined;
-    return (await redis.get(keys.cancelled(call.id)).catch(() => null)) ?? undefined;
+    if (heard || kind !== 'sandbox') return heard?.by;
+    return redis
+      .get(keys.cancelled(call.id))
+      .then((by) => by ?? undefined)
+      .catch(() => undefined);
   }
   const checkResult = createResultChecker(registry, metrics, log);
 
@@ -237,9 +245,8 @@ export function createWorker({
       log.debug({ err, callId: call.id }, 'could not write call events'),
     );
     try {
-      // (Fast calls only look in memory: no await on their path.)
-      const cancelledBy =
-        kind === 'sandbox' ? await cancelledBefore(call, kind) : cancels.get(call.id)?.by;
+      const before = cancelledBefore(call, kind);
+      const cancelledBy = before instanceof Promise ? await before : before;
       if (cancelledBy !== undefined) {
         // Cancelled while it waited: it never runs.
         outcome = cancelledOutcome(call, cancelledBy);

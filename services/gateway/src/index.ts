@@ -11,3 +11,4 @@ export type {
   OpenAIResponsesTool,
 } from './dialects/index.js';
 export type { NativeTool } from './routes/tools.js';
+export type * from './api-types.js';

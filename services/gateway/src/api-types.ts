@@ -1,0 +1,135 @@
+/**
+ * The JSON the gateway's routes answer, as types: the operator console (console/) and any
+ * TypeScript client compile against these, so a contract change fails their build. Each type
+ * names its route; docs/http-api.md has the prose.
+ */
+import type { AuditEntry, CallStatus } from '@toolgate/calls';
+
+export type { AuditEntry, CallStatus };
+export type { NativeTool } from './routes/tools.js';
+
+/** Any error answer: `{"error":{"code","message","details?"}}`. */
+export interface ErrorAnswer {
+  error: { code: string; message: string; details?: unknown };
+}
+
+/** `GET /v1/me`: who the key is, and what the console may show it. */
+export interface WhoAmI {
+  client: string;
+  admin: boolean;
+  /** A trace viewer URL with `{traceId}` in it (`console.traceUrl`), when configured. */
+  traceUrl?: string;
+}
+
+/** `POST /tools/{name}/execute` (200), and the `outcome` of a call's events. */
+export interface ExecuteAnswer {
+  id: string;
+  tool: string;
+  status: 'ok' | 'error' | 'cancelled';
+  result?: unknown;
+  error?: { code: string; message: string; details?: unknown };
+  durationMs: number;
+  cached: boolean;
+}
+
+/** `POST /tools/{name}/execute` answered 202 (queued, parked for approval, still running). */
+export interface AcceptedAnswer {
+  id: string;
+  status: CallStatus;
+}
+
+/** `GET /v1/calls/{id}`, `POST /v1/calls/{id}/cancel`. */
+export interface CallView {
+  id: string;
+  tool: string;
+  status: CallStatus;
+  createdAt: string;
+  /** The client that made the call. */
+  client: string;
+  /** The call's arguments, redacted (as the audit log keeps them). */
+  arguments?: unknown;
+  /** The trace of the call, when tracing was on. */
+  traceId?: string;
+  cancelledBy?: string;
+  approval?: {
+    decision: 'approved' | 'rejected' | 'expired';
+    by: string;
+    at: string;
+    reason?: string;
+  };
+  result?: unknown;
+  error?: { code: string; message: string; details?: unknown };
+  durationMs?: number;
+  cached?: boolean;
+  resultTruncated?: { originalBytes: number; maxBytes: number };
+}
+
+/** One row of `GET /v1/calls`. */
+export interface CallListItem {
+  id: string;
+  tool: string;
+  client: string;
+  status: CallStatus;
+  createdAt: string;
+  durationMs?: number;
+  cached?: boolean;
+  errorCode?: string;
+}
+
+/**
+ * `GET /v1/calls?client=&tool=&status=&since=&limit=`: recent calls, newest first (a client
+ * sees its own; admins everyone's, or one client's with `client=`).
+ */
+export interface CallList {
+  calls: CallListItem[];
+}
+
+/** One row of `GET /v1/approvals`. */
+export interface PendingApproval {
+  id: string;
+  tool: string;
+  client: string;
+  conversationId?: string;
+  /** Redacted. */
+  arguments: unknown;
+  createdAt: string;
+  expiresAt: string;
+}
+
+/** `POST /v1/approvals/{id}/approve|reject` (409 `conflict` when another decision won). */
+export interface DecisionAnswer {
+  id: string;
+  status: CallStatus;
+  decision: 'approved' | 'rejected';
+  by: string;
+}
+
+/**
+ * `GET /v1/approvals/events` (admin, Server-Sent Events): the event name is `type`, the data
+ * the rest. `snapshot` first, then changes as they happen on any gateway.
+ */
+export type ApprovalEvent =
+  | { type: 'snapshot'; pending: PendingApproval[] }
+  | { type: 'parked'; approval: PendingApproval }
+  | { type: 'decided'; id: string; decision: 'approved' | 'rejected'; by: string; reason?: string }
+  | { type: 'expired'; id: string }
+  | { type: 'cancelled'; id: string; by: string };
+
+/** `GET /v1/audit?callId=&client=&tool=&event=&limit=` (admin): newest first. */
+export type AuditList = AuditEntry[];
+
+/**
+ * `GET /v1/series?minutes=60`: per-minute points, oldest first, the last one the current
+ * (partial) minute. Per tool: calls, errors and p95 latency (null where a minute had no call);
+ * gauges sampled once a minute (null where nobody sampled).
+ */
+export interface SeriesView {
+  /** ISO time of the first point. */
+  from: string;
+  stepSeconds: 60;
+  points: number;
+  tools: Record<string, { calls: number[]; errors: number[]; p95Ms: (number | null)[] }>;
+  queue: { fast: (number | null)[]; sandbox: (number | null)[] };
+  workers: (number | null)[];
+  warm: (number | null)[];
+}

@@ -1,0 +1,105 @@
+/** The shell: sign-in gate, who is signed in, navigation, and the page the hash names. */
+import type { WhoAmI } from '@toolgate/gateway';
+import { useCallback, useEffect, useState } from 'preact/hooks';
+import { get, session, whenUnauthorized } from './api.js';
+import { ErrorNote } from './components.js';
+import { href, useRoute } from './router.js';
+import { Approvals } from './pages/approvals.js';
+import { CallDetail } from './pages/call-detail.js';
+import { Calls } from './pages/calls.js';
+import { Overview } from './pages/overview.js';
+import { SignIn } from './pages/sign-in.js';
+import { Tools } from './pages/tools.js';
+
+export function App() {
+  const [who, setWho] = useState<WhoAmI | undefined>(undefined);
+  const [error, setError] = useState<unknown>(undefined);
+  const [checking, setChecking] = useState(session.key() !== null);
+  const route = useRoute();
+
+  const signOut = useCallback(() => {
+    session.signOut();
+    setWho(undefined);
+    location.hash = '';
+  }, []);
+
+  useEffect(() => {
+    whenUnauthorized(signOut);
+    // A key kept in this tab from before a reload: check it is still good.
+    if (session.key() === null) return;
+    get<WhoAmI>('/v1/me')
+      .then(setWho)
+      .catch((e: unknown) => {
+        session.signOut();
+        setError(e);
+      })
+      .finally(() => setChecking(false));
+  }, [signOut]);
+
+  if (checking) return <p class="loading">Checking your key…</p>;
+  if (!who)
+    return (
+      <SignIn
+        initialError={error}
+        onSignedIn={(w) => {
+          setError(undefined);
+          setWho(w);
+        }}
+      />
+    );
+
+  const page = route[0] ?? 'overview';
+  const nav: [string, string][] = [
+    ['overview', 'Overview'],
+    ...(who.admin ? [['approvals', 'Approvals'] as [string, string]] : []),
+    ['calls', 'Calls'],
+    ['tools', 'Tools'],
+  ];
+  return (
+    <>
+      <a class="skip" href="#main" onClick={skipToMain}>
+        Skip to content
+      </a>
+      <header class="top">
+        <span class="brand">toolgate</span>
+        <nav aria-label="Pages">
+          <ul>
+            {nav.map(([id, label]) => (
+              <li key={id}>
+                <a href={href(id)} aria-current={page === id ? 'page' : undefined}>
+                  {label}
+                </a>
+              </li>
+            ))}
+          </ul>
+        </nav>
+        <span class="who">
+          Signed in as <strong>{who.client}</strong>
+          {who.admin ? ' (admin)' : ''}
+        </span>
+        <button type="button" class="secondary" onClick={signOut}>
+          Sign out
+        </button>
+      </header>
+      <main id="main" tabIndex={-1}>
+        <ErrorNote error={error} />
+        {page === 'overview' && <Overview />}
+        {page === 'approvals' && <Approvals who={who} />}
+        {page === 'calls' && route[1] === undefined && <Calls who={who} />}
+        {page === 'calls' && route[1] !== undefined && <CallDetail id={route[1]} who={who} />}
+        {page === 'tools' && <Tools selected={route[1]} />}
+        {!['overview', 'approvals', 'calls', 'tools'].includes(page) && (
+          <p>
+            No such page. <a href={href('overview')}>Go to the overview</a>.
+          </p>
+        )}
+      </main>
+    </>
+  );
+}
+
+/** The skip link must not change the hash route. */
+function skipToMain(e: Event) {
+  e.preventDefault();
+  document.getElementById('main')?.focus();
+}

@@ -68,6 +68,9 @@ const ROUTES: [string, string][] = [
   ['GET', '/v1/calls/abc'],
   ['POST', '/v1/calls/abc/cancel'],
   ['GET', '/v1/calls/abc/events'],
+  ['GET', '/v1/calls'],
+  ['GET', '/v1/me'],
+  ['GET', '/v1/series'],
   ['GET', '/v1/approvals'],
   ['POST', '/v1/approvals/x/approve'],
   ['POST', '/v1/approvals/x/reject'],
@@ -236,6 +239,8 @@ describe('bad input', () => {
             ...(method === 'GET' ? {} : { json: {} }),
           });
           const body = await res.json();
+          // An empty id leaves `/v1/calls/`: the call list, a fine answer.
+          if (path === '/v1/calls/' && res.status === 200) continue;
           if (![400, 403, 404].includes(res.status) || typeof body?.error?.code !== 'string')
             failures.push(`${method} ${path} → ${res.status} ${JSON.stringify(body)}`);
         }

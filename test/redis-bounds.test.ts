@@ -358,6 +358,9 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
     const families = [
       /^call:[^:]+$/,
       /^events:[^:]+$/,
+      /^calls:[^:]+$/,
+      /^series:\d+(:[^:]+)?$/,
+      /^warm$/,
       /^cancelled:[^:]+$/,
       /^idem:[^:]+:.+$/,
       /^workers$/,

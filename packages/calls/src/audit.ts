@@ -25,6 +25,8 @@ export interface AuditQuery {
   client?: string;
   tool?: string;
   event?: AuditEntry['event'];
+  /** Only this call's entries (its run, refusal, decisions, cancel). */
+  callId?: string;
 }
 
 export interface AuditLimits {
@@ -123,6 +125,7 @@ export class AuditLog {
       if (query.client && entry.client !== query.client) continue;
       if (query.tool && entry.tool !== query.tool) continue;
       if (query.event && entry.event !== query.event) continue;
+      if (query.callId && entry.callId !== query.callId) continue;
       out.push(entry);
     }
     return out;

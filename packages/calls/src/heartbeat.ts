@@ -22,6 +22,8 @@ export class Heartbeat {
     private readonly keys: Keys,
     readonly workerId: string,
     private readonly onDead: (workerIds: string[]) => void = () => undefined,
+    /** Warm sandboxes this worker holds, reported with each beat (the console's gauge). */
+    private readonly warm?: () => number,
   ) {}
 
   async start(): Promise<void> {
@@ -36,18 +38,24 @@ export class Heartbeat {
 
   async stop(): Promise<void> {
     clearInterval(this.timer);
-    await this.redis.zrem(this.keys.workers, this.workerId).catch(() => undefined);
+    await this.redis
+      .multi()
+      .zrem(this.keys.workers, this.workerId)
+      .hdel(this.keys.warm, this.workerId)
+      .exec()
+      .catch(() => undefined);
   }
 
   private async beat(): Promise<void> {
     const now = Date.now();
-    const results = await this.redis
-      .multi()
+    const multi = this.redis.multi();
+    if (this.warm) multi.hset(this.keys.warm, this.workerId, this.warm());
+    const results = await multi
       .zadd(this.keys.workers, now, this.workerId)
       .zremrangebyscore(this.keys.workers, 0, now - 4 * WORKER_ALIVE_MS)
       .zrangebyscore(this.keys.workers, now - 4 * WORKER_ALIVE_MS, now - WORKER_ALIVE_MS)
       .exec();
-    const stale = (results?.[2]?.[1] as string[] | undefined) ?? [];
+    const stale = (results?.at(-1)?.[1] as string[] | undefined) ?? [];
     const fresh = stale.filter((id) => !this.reported.has(id));
     for (const id of fresh) this.reported.add(id);
     // Forget ids no longer listed (removed after 4× the window), so the set stays small.
@@ -57,6 +65,18 @@ export class Heartbeat {
 }
 
 /** Gateway side: how many workers beat recently. */
+/** Warm sandboxes held by live workers (a dead worker's entry is left out, then pruned). */
+export async function warmSandboxes(redis: Redis, keys: Keys): Promise<number> {
+  const [alive, warm] = await Promise.all([
+    redis.zrangebyscore(keys.workers, Date.now() - WORKER_ALIVE_MS, '+inf'),
+    redis.hgetall(keys.warm),
+  ]);
+  const live = new Set(alive);
+  const dead = Object.keys(warm).filter((id) => !live.has(id));
+  if (dead.length > 0) await redis.hdel(keys.warm, ...dead);
+  return Object.entries(warm).reduce((sum, [id, n]) => sum + (live.has(id) ? Number(n) : 0), 0);
+}
+
 export async function liveWorkers(redis: Redis, keys: Keys): Promise<number> {
   return redis.zcount(keys.workers, Date.now() - WORKER_ALIVE_MS, '+inf');
 }

@@ -2,7 +2,13 @@ export { Keys, isCallId } from './keys.js';
 export { CallStore, finishedRecord } from './store.js';
 export { capOutcome } from './result-cap.js';
 export { Dispatcher, failedOutcome } from './dispatcher.js';
-export { Heartbeat, liveWorkers, workerAlive, WORKER_ALIVE_MS } from './heartbeat.js';
+export {
+  Heartbeat,
+  liveWorkers,
+  warmSandboxes,
+  workerAlive,
+  WORKER_ALIVE_MS,
+} from './heartbeat.js';
 export { createRedis, waitReady, isRedisDown, isConnectionLost } from './redis.js';
 export { Admission, fairPriority, MAX_PRIORITY } from './admission.js';
 export { RunLeases } from './leases.js';
@@ -19,6 +25,9 @@ export type { AuditEntry, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';
 export type { CallSummary, StatsReport, StatsView, ToolStats } from './stats.js';
 export { FINAL_STATUSES } from './types.js';
+export { CallIndex, CALL_INDEX_SIZE } from './call-index.js';
+export { Series, LATENCY_BUCKETS_MS } from './series.js';
+export type { Gauges, SeriesPoints } from './series.js';
 export {
   CallEventWriter,
   CallEvents,

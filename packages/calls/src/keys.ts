@@ -74,6 +74,28 @@ export class Keys {
     return `${this.prefix}:ev:${id}`;
   }
 
+  /** A client's recent calls: a sorted set of call ids scored by time, capped (CallIndex). */
+  callIndex(clientId: string): string {
+    return `${this.prefix}:calls:${clientId}`;
+  }
+
+  /** One minute of the console's time series (a hash of counters and gauges; per client too). */
+  series(minute: number, clientId?: string): string {
+    return clientId === undefined
+      ? `${this.prefix}:series:${minute}`
+      : `${this.prefix}:series:${minute}:${clientId}`;
+  }
+
+  /** Hash worker id → warm sandboxes it holds now (written with its heartbeat). */
+  get warm(): string {
+    return `${this.prefix}:warm`;
+  }
+
+  /** Channel of approval changes (parked, decided, expired, cancelled) for the console. */
+  get approvalEvents(): string {
+    return `${this.prefix}:approval-events`;
+  }
+
   /** Channel every worker listens on for cancelled calls (`{id, by}`). */
   get cancels(): string {
     return `${this.prefix}:cancels`;

@@ -1,5 +1,7 @@
 import type { ChainableCommander, Redis } from 'ioredis';
+import type { CallIndex } from './call-index.js';
 import type { Keys } from './keys.js';
+import type { Series } from './series.js';
 import type { CallOutcome } from './types.js';
 
 const SAMPLE_SIZE = 1000;
@@ -72,6 +74,8 @@ export class Stats {
   constructor(
     private readonly redis: Redis,
     private readonly keys: Keys,
+    /** Also written with every finished call: the console's time series and call index. */
+    private readonly also: { series?: Series; index?: CallIndex } = {},
   ) {}
 
   /** Adds one finished call to a MULTI/pipeline the caller is building. */
@@ -90,6 +94,7 @@ export class Stats {
     if (calls.length === 0) return;
     const at = new Date().toISOString();
     this.write(multi, this.statKeys(), calls, at);
+    this.also.series?.addTo(multi, calls);
     const byClient = new Map<string, { outcome: CallOutcome; clientId: string }[]>();
     for (const call of calls) {
       let list = byClient.get(call.clientId);
@@ -98,6 +103,11 @@ export class Stats {
     }
     for (const [clientId, list] of byClient) {
       this.write(multi, this.statKeys(clientId), list, at);
+      this.also.index?.addTo(
+        multi,
+        clientId,
+        list.map((c) => c.outcome.id),
+      );
     }
   }
 

@@ -25,6 +25,13 @@ export class CallStore {
     await this.redis.set(this.keys.call(record.id), this.serialize(record), 'EX', this.ttlSeconds);
   }
 
+  /** Many records in one round trip (undefined where there is none). */
+  async getMany(ids: readonly string[]): Promise<(CallRecord | undefined)[]> {
+    if (ids.length === 0) return [];
+    const texts = await this.redis.mget(ids.map((id) => this.keys.call(id)));
+    return texts.map((t) => (t ? (JSON.parse(t) as CallRecord) : undefined));
+  }
+
   async get(id: string): Promise<CallRecord | undefined> {
     const text = await this.redis.get(this.keys.call(id));
     return text ? (JSON.parse(text) as CallRecord) : undefined;
@@ -72,10 +79,14 @@ export class CallStore {
 
 /** The record of a call that ran (or was answered) and finished with `outcome`. */
 export function finishedRecord(
-  call: Pick<CallJob, 'id' | 'tool' | 'clientId' | 'acceptedAt' | 'approvedBy'>,
+  call: Pick<CallJob, 'id' | 'tool' | 'clientId' | 'acceptedAt' | 'approvedBy' | 'trace'> & {
+    /** Already redacted (the audit entry's copy); stored as a preview. */
+    redactedArgs?: unknown;
+  },
   queue: QueueKind,
   outcome: CallOutcome,
 ): CallRecord {
+  const traceId = call.trace?.traceparent?.split('-')[1];
   return {
     id: call.id,
     tool: call.tool,
@@ -84,6 +95,8 @@ export function finishedRecord(
     queue,
     createdAt: call.acceptedAt,
     outcome,
+    ...(call.redactedArgs === undefined ? {} : { arguments: argsPreview(call.redactedArgs) }),
+    ...(traceId ? { traceId } : {}),
     ...(outcome.status === 'cancelled'
       ? { cancel: { by: cancelledBy(outcome), at: new Date().toISOString() } }
       : {}),
@@ -96,4 +109,13 @@ export function finishedRecord(
 function cancelledBy(outcome: CallOutcome): string {
   const details = outcome.error?.details as { by?: unknown } | undefined;
   return typeof details?.by === 'string' ? details.by : 'unknown';
+}
+
+/** Arguments kept with a finished record: as they are up to 4 KiB of JSON, else cut text. */
+export const ARGS_PREVIEW_CHARS = 4096;
+
+export function argsPreview(redacted: unknown): unknown {
+  const json = JSON.stringify(redacted);
+  if (json === undefined || json.length <= ARGS_PREVIEW_CHARS) return redacted;
+  return `${json.slice(0, ARGS_PREVIEW_CHARS)}…`;
 }

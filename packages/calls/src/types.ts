@@ -90,6 +90,10 @@ export interface CallRecord {
   expiresAt?: number;
   /** Who cancelled the call, for cancelled calls. */
   cancel?: { by: string; at: string };
+  /** The arguments, redacted, cut to a preview (finished calls; parked ones keep their job). */
+  arguments?: unknown;
+  /** The W3C trace id of the call, when tracing was on. */
+  traceId?: string;
   approval?: {
     decision: 'approved' | 'rejected' | 'expired';
     by: string;

@@ -34,6 +34,7 @@ const OVERRIDES: Record<string, [string[], 'string' | 'int' | 'list']> = {
   WORKER_METRICS_PORT: [['worker', 'metricsPort'], 'int'],
   TOOLGATE_SANDBOX_DRIVER: [['sandbox', 'driver'], 'string'],
   TOOLGATE_WORKER_QUEUES: [['worker', 'queues'], 'list'],
+  TOOLGATE_CONSOLE_DIR: [['console', 'dir'], 'string'],
 };
 
 /**

@@ -191,6 +191,16 @@ export const ConfigSchema = Type.Object(
       },
       closed,
     ),
+    /** The operator console at /console (docs/console.md). */
+    console: Type.Object(
+      {
+        /** Where its built files are; empty: the checkout's or image's `console/dist`. */
+        dir: Type.String({ default: '' }),
+        /** A trace viewer URL with `{traceId}` in it, linked from a call's detail view. */
+        traceUrl: Type.String({ default: '' }),
+      },
+      closed,
+    ),
     /** Drivers, images, limits, warm pool, reaper: see packages/sandbox/README.md. */
     sandbox: SandboxConfigSchema,
     plugins: Type.Object({ dirs: Type.Array(Type.String(), { default: ['./plugins'] }) }, closed),

@@ -5,14 +5,17 @@ import {
   Approvals,
   AuditLog,
   CallEvents,
+  CallIndex,
   CallStore,
   Dispatcher,
   Keys,
   ResultCache,
+  Series,
   Stats,
   WorkspaceResets,
   createRedis,
   liveWorkers,
+  warmSandboxes,
 } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
@@ -27,7 +30,9 @@ import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
 import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
+import { ApprovalFeed } from './approval-feed.js';
 import { callRoutes } from './routes/calls.js';
+import { consoleApi, consoleDir, consolePages } from './routes/console.js';
 import { executeRoutes } from './routes/execute.js';
 import { healthRoutes } from './routes/health.js';
 import { OriginPolicy } from './mcp/origin.js';
@@ -70,13 +75,16 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const subscriber = createRedis(config.redis.url, 'blocking');
   const dispatcher = new Dispatcher(redis, subscriber, keys, store);
   const events = new CallEvents(redis, subscriber, keys);
+  const feed = new ApprovalFeed(redis, subscriber, keys);
   const { clients, dev } = resolveClients(config);
   const metrics = createMetrics();
   const requiresApproval = approvalRule(config.policy.approval);
   const approvals = new Approvals(redis, keys, store, config.policy.approval.ttlSeconds);
   const audit = new AuditLog(redis, keys, config.audit);
   const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
-  const stats = new Stats(redis, keys);
+  const series = new Series(redis, keys);
+  const callIndex = new CallIndex(redis, keys, config.calls.ttlSeconds);
+  const stats = new Stats(redis, keys, { series, index: callIndex });
   const limits = new CallLimits(redis, keys, config.policy.loopGuard, (kind, client) =>
     metrics.limited.inc({ kind, client: client.id }),
   );
@@ -88,6 +96,9 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     store,
     dispatcher,
     events,
+    index: callIndex,
+    clientIds: [...clients.ids],
+    feed,
     registry,
     limits,
     admission,
@@ -127,6 +138,11 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
 
   // Housekeeping any gateway may do (each step is safe to race): expire pending approvals,
   // count expired cache entries.
+  let sampledMinute = 0;
+  const queueDepth = async (kind: 'fast' | 'sandbox') => {
+    const c = await dispatcher.queue(kind).getJobCounts('waiting', 'delayed', 'prioritized');
+    return (c.waiting ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0);
+  };
   const sweep = async () => {
     const expired = await approvals.expireOverdue();
     for (const record of expired) {
@@ -142,6 +158,18 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
           by: 'system',
         }),
       );
+    }
+    // The console's gauges, once a minute (whichever gateway's sweep comes first writes it).
+    const minute = Math.floor(Date.now() / 60_000);
+    if (minute !== sampledMinute) {
+      sampledMinute = minute;
+      const [fast, sandbox, workers, warm] = await Promise.all([
+        queueDepth('fast'),
+        queueDepth('sandbox'),
+        liveWorkers(redis, keys),
+        warmSandboxes(redis, keys),
+      ]);
+      await series.sample({ queueFast: fast, queueSandbox: sandbox, workers, warm });
     }
     const evicted = await cache.sweep();
     if (evicted > 0) {
@@ -181,6 +209,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     next();
   });
   app.use(healthRoutes(redis, keys));
+  app.use(consolePages(consoleDir(config.console.dir)));
   app.get('/metrics', async (_req, res) => {
     res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
   });
@@ -224,7 +253,10 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     }),
   );
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
-  app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics }));
+  app.use(
+    adminRoutes({ redis, approvals, audit, pipeline, metrics, feed, shutdown: closing.signal }),
+  );
+  app.use(consoleApi({ redis, series, registry, traceUrl: config.console.traceUrl }));
   app.use(
     workspaceAdminRoutes({
       redis,

@@ -7,6 +7,7 @@ import {
   finishedRecord,
   outcomeEvent,
   publishOutcome,
+  redact,
   isConnectionLost,
   isRedisDown,
   liveWorkers,
@@ -15,6 +16,7 @@ import {
   type AuditLog,
   type CallEvent,
   type CallEvents,
+  type CallIndex,
   type CallJob,
   type CallOutcome,
   type CallRecord,
@@ -28,10 +30,24 @@ import {
 import { runPrecheck, type Tool, type ToolRegistry, type ToolServices } from '@toolgate/registry';
 import { injectContext, withSpan } from '@toolgate/telemetry';
 import type { Redis } from 'ioredis';
+import type { ApprovalFeed } from './approval-feed.js';
 import type { Client } from './clients.js';
+import { pendingApproval } from './views.js';
 import { ApiError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { CallLimits, Prepaid } from './policy/limits.js';
+
+export interface CallListQuery {
+  client?: string;
+  tool?: string;
+  status?: CallRecord['status'];
+  /** Epoch ms. */
+  since: number;
+  limit: number;
+}
+
+/** Index entries read for a filtered call list (the filters apply after reading). */
+const LIST_SCAN = 1000;
 
 export interface CallRequest {
   tool: string;
@@ -67,6 +83,12 @@ export interface PipelineOptions {
   approvals: Approvals;
   /** Live events of calls (GET /v1/calls/{id}/events, MCP progress). */
   events: CallEvents;
+  /** Each client's recent calls (GET /v1/calls). */
+  index: CallIndex;
+  /** The configured clients (an admin's call list reads all of them). */
+  clientIds: readonly string[];
+  /** Approval changes for the console's live list. */
+  feed: ApprovalFeed;
   audit: AuditLog;
   cache: ResultCache;
   stats: Stats;
@@ -238,8 +260,14 @@ export class CallPipeline {
       let stopEvents: (() => void) | undefined;
       try {
         if (needsApproval) {
-          await this.o.approvals.park(job, kind);
+          const parked = await this.o.approvals.park(job, kind);
           this.o.metrics.approvalsParked.inc({ tool: tool.name });
+          const multi = this.o.redis.multi();
+          this.o.index.addTo(multi, client.id, [id]);
+          await multi.exec();
+          this.o.feed
+            .publish({ type: 'parked', approval: pendingApproval(parked) })
+            .catch(() => undefined);
           return { kind: 'accepted', id, status: 'pending_approval' };
         }
         const admitted = await this.o.admission.admit(client.id, kind, id, client.limits.queued);
@@ -302,7 +330,7 @@ export class CallPipeline {
     if (record.status === 'pending_approval') {
       const cancelled = await this.o.approvals.cancel(id, by);
       if (cancelled) {
-        await this.ended(cancelled, by);
+        await this.ended(cancelled, { by, stage: 'parked' });
         return cancelled;
       }
       // Decided or expired meanwhile: cancel whatever it is now.
@@ -320,14 +348,14 @@ export class CallPipeline {
     if (taken) {
       const { job, kind } = taken;
       const outcome = cancelledOutcome(job, by);
-      const cancelled = finishedRecord(job, kind, outcome);
+      const cancelled = finishedRecord({ ...job, redactedArgs: redact(job.args) }, kind, outcome);
       const multi = this.o.redis.multi();
       this.o.store.addTo(multi, cancelled);
       this.o.admission.releaseIn(multi, job.clientId, kind, id);
       this.o.stats.addTo(multi, outcome, job.clientId);
       if (job.replyTo) multi.publish(job.replyTo, JSON.stringify(outcome));
       await multi.exec();
-      await this.ended(cancelled, by);
+      await this.ended(cancelled, { by, stage: 'queued' });
       return cancelled;
     }
     // Running (or finishing): its worker stops it and records the outcome. The worker
@@ -342,11 +370,14 @@ export class CallPipeline {
    * Tells whoever watches a call that it ended without a worker (cancelled before it ran,
    * rejected, expired): its outcome event; and audits a cancel.
    */
-  async ended(record: CallRecord, cancelledBy?: string): Promise<void> {
+  async ended(
+    record: CallRecord,
+    cancel?: { by: string; stage: 'parked' | 'queued' },
+  ): Promise<void> {
     if (!record.outcome) return;
     const multi = this.o.redis.multi();
     publishOutcome(multi, this.o.keys, outcomeEvent(record.outcome));
-    if (cancelledBy !== undefined) {
+    if (cancel) {
       this.o.metrics.calls.inc({ tool: record.tool, client: record.clientId, status: 'cancelled' });
       this.o.audit.addTo(
         multi,
@@ -356,12 +387,20 @@ export class CallPipeline {
           tool: record.tool,
           callId: record.id,
           status: 'cancelled',
-          by: cancelledBy,
-          reason: `cancelled before it ran (${record.approval ? 'approved' : record.job ? 'parked' : 'queued'})`,
+          by: cancel.by,
+          reason: `cancelled before it ran (${cancel.stage})`,
         }),
       );
     }
     await multi.exec();
+    // The console's approvals list: an expired or cancelled parked call leaves it.
+    if (record.status === 'expired') {
+      await this.o.feed.publish({ type: 'expired', id: record.id }).catch(() => undefined);
+    } else if (cancel?.stage === 'parked') {
+      await this.o.feed
+        .publish({ type: 'cancelled', id: record.id, by: cancel.by })
+        .catch(() => undefined);
+    }
   }
 
   /**
@@ -454,6 +493,41 @@ export class CallPipeline {
     }
   }
 
+  /**
+   * Recent calls the client may see, newest first: its own (admins: everyone's, or one
+   * client's). Finished calls come from the call index, calls in flight from the admission
+   * sets (their state from the queue), parked ones from the index too.
+   */
+  async list(client: Client, q: CallListQuery): Promise<CallRecord[]> {
+    if (q.client !== undefined && q.client !== client.id && !client.admin) {
+      throw new ApiError('forbidden', `client "${client.id}" may only list its own calls`);
+    }
+    const clients = client.admin ? (q.client ? [q.client] : this.o.clientIds) : [client.id];
+    return guardRedis(async () => {
+      // Filters apply after reading: read a generous page, bounded whatever the filters.
+      const scan = q.tool || q.status ? LIST_SCAN : q.limit;
+      const [finished, ...inFlight] = await Promise.all([
+        this.o.index.recent(clients, q.since, scan),
+        ...clients.map((c) => this.o.admission.inFlightIds(c, q.since, q.limit)),
+      ]);
+      const ids = [...new Set([...inFlight.flat(), ...finished])];
+      const stored = await this.o.store.getMany(ids);
+      const records: CallRecord[] = [];
+      for (let i = 0; i < ids.length && records.length < q.limit; i++) {
+        // In flight: no record yet (or a parked/approved one); the queue knows its state.
+        const record =
+          stored[i] && stored[i]!.status !== 'queued'
+            ? stored[i]
+            : await this.o.dispatcher.lookup(ids[i]!);
+        if (!record) continue;
+        if (q.tool && record.tool !== q.tool) continue;
+        if (q.status && record.status !== q.status) continue;
+        records.push(record);
+      }
+      return records.sort((a, b) => b.createdAt - a.createdAt);
+    }, this.o.redis);
+  }
+
   /** The current state of a call the client may see (its own; admins see all). */
   async get(client: Client, id: string): Promise<CallRecord> {
     if (!isCallId(id)) throw new ApiError('not_found', `no call with id "${id}"`);
@@ -514,25 +588,29 @@ export class CallPipeline {
       cached: false,
       ...result,
     };
-    const call = { id: outcome.id, tool: tool.name, clientId: client.id, acceptedAt: Date.now() };
+    const status = outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`;
+    const entry = this.o.audit.entry({
+      event: 'call',
+      client: client.id,
+      tool: tool.name,
+      status,
+      callId: outcome.id,
+      durationMs: 0,
+      args,
+      reason,
+    });
+    const call = {
+      id: outcome.id,
+      tool: tool.name,
+      clientId: client.id,
+      acceptedAt: Date.now(),
+      redactedArgs: entry.args,
+    };
     const multi = this.o.redis.multi();
     this.o.store.addTo(multi, finishedRecord(call, 'fast', outcome));
     this.o.stats.addTo(multi, outcome, client.id);
     if (outcome.cached) this.o.stats.countCache(multi, 'hits', 1, client.id);
-    const status = outcome.status === 'ok' ? 'ok' : `error:${outcome.error?.code ?? 'unknown'}`;
-    this.o.audit.addTo(
-      multi,
-      this.o.audit.entry({
-        event: 'call',
-        client: client.id,
-        tool: tool.name,
-        status,
-        callId: outcome.id,
-        durationMs: 0,
-        args,
-        reason,
-      }),
-    );
+    this.o.audit.addTo(multi, entry);
     await multi.exec();
     return outcome;
   }

@@ -87,6 +87,10 @@ export function createMetrics() {
     setWarmSource(fn: () => Record<string, number>) {
       warmSource = fn;
     },
+    /** Warm sandboxes held now, all images (the heartbeat reports it for the console). */
+    warmTotal(): number {
+      return Object.values(warmSource?.() ?? {}).reduce((a, b) => a + b, 0);
+    },
     /** Hooks for the sandbox driver: every container start and every run. */
     sandboxHooks(): SandboxHooks {
       return {

@@ -86,24 +86,21 @@ export class Recorder {
     const pipeline = redis.pipeline();
     for (const { call, kind, outcome, release, end } of batch) {
       if (release) admission.releaseIn(pipeline, call.clientId, kind, call.id);
-      store.addTo(pipeline, finishedRecord(call, kind, outcome));
+      const entry = audit.entry({
+        event: 'call',
+        client: call.clientId,
+        tool: call.tool,
+        status:
+          outcome.status === 'error' ? `error:${outcome.error?.code ?? 'unknown'}` : outcome.status,
+        callId: call.id,
+        durationMs: outcome.durationMs,
+        args: call.args,
+        ...(call.approvedBy ? { by: call.approvedBy } : {}),
+      });
+      // The audit entry's redacted arguments are the record's too (one redaction per call).
+      store.addTo(pipeline, finishedRecord({ ...call, redactedArgs: entry.args }, kind, outcome));
       if (end) publishOutcome(pipeline, keys, end);
-      audit.addTo(
-        pipeline,
-        audit.entry({
-          event: 'call',
-          client: call.clientId,
-          tool: call.tool,
-          status:
-            outcome.status === 'error'
-              ? `error:${outcome.error?.code ?? 'unknown'}`
-              : outcome.status,
-          callId: call.id,
-          durationMs: outcome.durationMs,
-          args: call.args,
-          ...(call.approvedBy ? { by: call.approvedBy } : {}),
-        }),
-      );
+      audit.addTo(pipeline, entry);
       const tool = registry.get(call.tool);
       if (tool && tool.cacheTtlSeconds > 0) {
         stats.countCache(pipeline, 'misses', 1, call.clientId);

@@ -6,11 +6,13 @@ import {
   Admission,
   AuditLog,
   CallEventWriter,
+  CallIndex,
   CallStore,
   Heartbeat,
   Keys,
   ResultCache,
   RunLeases,
+  Series,
   Stats,
   cancelledOutcome,
   createRedis,
@@ -89,13 +91,22 @@ export function createWorker({
   const redis = createRedis(config.redis.url, 'blocking');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
   const audit = new AuditLog(redis, keys, config.audit);
-  const stats = new Stats(redis, keys);
+  const stats = new Stats(redis, keys, {
+    series: new Series(redis, keys),
+    index: new CallIndex(redis, keys, config.calls.ttlSeconds),
+  });
   const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
   const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
-  const heartbeat = new Heartbeat(redis, keys, id, (dead) => {
-    log.warn({ workers: dead }, 'worker heartbeat stopped');
-    onLostCalls?.();
-  });
+  const heartbeat = new Heartbeat(
+    redis,
+    keys,
+    id,
+    (dead) => {
+      log.warn({ workers: dead }, 'worker heartbeat stopped');
+      onLostCalls?.();
+    },
+    () => metrics.warmTotal(),
+  );
   // Stale horizon is the gateway's business; the worker only removes entries.
   const admission = new Admission(redis, keys, 0);
   const leases = new RunLeases(redis, keys);

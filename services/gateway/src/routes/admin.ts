@@ -1,10 +1,13 @@
 import type { Approvals, AuditLog, AuditQuery, WorkspaceResets } from '@toolgate/calls';
-import { isCallId, redact } from '@toolgate/calls';
+import { isCallId } from '@toolgate/calls';
 import { Router, type Request } from 'express';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
 import type { GatewayMetrics } from '../metrics.js';
 import { guardRedis, type CallPipeline } from '../pipeline.js';
+import type { ApprovalFeed } from '../approval-feed.js';
+import { openEventStream } from '../sse.js';
+import { pendingApproval } from '../views.js';
 import type { Redis } from 'ioredis';
 
 function intParam(req: Request, name: string, fallback: number, max: number): number {
@@ -30,23 +33,34 @@ export function adminRoutes(deps: {
   audit: AuditLog;
   pipeline: CallPipeline;
   metrics: GatewayMetrics;
+  feed: ApprovalFeed;
+  /** Aborted when the gateway stops: open event streams end. */
+  shutdown: AbortSignal;
 }): Router {
-  const { redis, approvals, audit, pipeline, metrics } = deps;
+  const { redis, approvals, audit, pipeline, metrics, feed } = deps;
   const router = Router();
   router.use(['/v1/approvals', '/v1/audit'], requireAdmin);
 
   router.get('/v1/approvals', async (_req, res) => {
     const pending = await guardRedis(() => approvals.pending(), redis);
-    res.json(
-      pending.map((r) => ({
-        id: r.id,
-        tool: r.tool,
-        client: r.clientId,
-        arguments: redact(r.job?.args),
-        createdAt: new Date(r.createdAt).toISOString(),
-        expiresAt: new Date(r.expiresAt ?? 0).toISOString(),
-      })),
-    );
+    res.json(pending.map(pendingApproval));
+  });
+
+  /**
+   * Server-Sent Events for the console: `snapshot` (the pending calls), then `parked`,
+   * `decided`, `expired` and `cancelled` as they happen on any gateway (through Redis).
+   */
+  router.get('/v1/approvals/events', async (req, res) => {
+    const stream = openEventStream(req, res, deps.shutdown);
+    const stop = await feed.subscribe((event) => stream.send(event.type, event));
+    try {
+      const pending = await guardRedis(() => approvals.pending(), redis);
+      stream.send('snapshot', { type: 'snapshot', pending: pending.map(pendingApproval) });
+      await stream.closed;
+    } finally {
+      stop();
+      stream.end();
+    }
   });
 
   router.post('/v1/approvals/:id/:decision', async (req, res) => {
@@ -81,6 +95,15 @@ export function adminRoutes(deps: {
     }
     if (decision === 'approve') await pipeline.enqueueApproved(record, admin);
     else await pipeline.ended(record).catch(() => undefined);
+    feed
+      .publish({
+        type: 'decided',
+        id,
+        decision: decision === 'approve' ? 'approved' : 'rejected',
+        by: admin,
+        ...(reason ? { reason } : {}),
+      })
+      .catch(() => undefined);
     metrics.approvalDecisions.inc({ decision: decision === 'approve' ? 'approved' : 'rejected' });
     await audit
       .append(
@@ -105,14 +128,19 @@ export function adminRoutes(deps: {
 
   router.get('/v1/audit', async (req, res) => {
     const event = stringParam(req, 'event');
-    if (event !== undefined && !['call', 'refused', 'approval'].includes(event)) {
-      throw new ApiError('invalid_request', '"event" must be call, refused or approval');
+    if (event !== undefined && !['call', 'refused', 'approval', 'cancel'].includes(event)) {
+      throw new ApiError('invalid_request', '"event" must be call, refused, approval or cancel');
+    }
+    const callId = stringParam(req, 'callId');
+    if (callId !== undefined && !isCallId(callId)) {
+      throw new ApiError('invalid_request', '"callId" must be a call id');
     }
     const query: AuditQuery = {
       limit: intParam(req, 'limit', 100, 1000),
       ...(stringParam(req, 'client') ? { client: stringParam(req, 'client')! } : {}),
       ...(stringParam(req, 'tool') ? { tool: stringParam(req, 'tool')! } : {}),
       ...(event ? { event: event as AuditQuery['event'] } : {}),
+      ...(callId ? { callId } : {}),
     };
     res.json(await guardRedis(() => audit.recent(query), redis));
   });

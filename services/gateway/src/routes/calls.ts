@@ -1,13 +1,23 @@
-import type { CallEvent, CallOutcome, CallRecord } from '@toolgate/calls';
-import { Router, type Response } from 'express';
+import type { CallStatus } from '@toolgate/calls';
+import { Router, type Request } from 'express';
+import type { CallList } from '../api-types.js';
 import { ApiError } from '../errors.js';
 import { clientOf } from '../http.js';
 import type { CallPipeline } from '../pipeline.js';
+import { openEventStream } from '../sse.js';
+import { callListItem, callView, outcomeView } from '../views.js';
 
-/** A comment line every so often keeps proxies from closing a quiet event stream. */
-const KEEP_ALIVE_MS = 15_000;
-/** An event stream ends after this long whatever the call does; the client may reconnect. */
-const MAX_STREAM_MS = 3_600_000;
+const STATUSES: readonly CallStatus[] = [
+  'queued',
+  'running',
+  'ok',
+  'error',
+  'cancelled',
+  'pending_approval',
+  'rejected',
+  'expired',
+];
+const MAX_LIST = 200;
 
 export interface CallRouteOptions {
   /** Event streams one client may hold open on this gateway (`calls.events.maxStreamsPerClient`). */
@@ -16,9 +26,42 @@ export interface CallRouteOptions {
   shutdown: AbortSignal;
 }
 
+function param(req: Request, name: string): string | undefined {
+  const v = req.query[name];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string') throw new ApiError('invalid_request', `"${name}" must be given once`);
+  return v;
+}
+
 export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): Router {
   const router = Router();
   const streams = new Map<string, number>();
+
+  /** `GET /v1/calls?client=&tool=&status=&since=&limit=`: recent calls, newest first. */
+  router.get('/v1/calls', async (req, res) => {
+    const status = param(req, 'status');
+    if (status !== undefined && !STATUSES.includes(status as CallStatus)) {
+      throw new ApiError('invalid_request', `"status" must be one of ${STATUSES.join(', ')}`);
+    }
+    const sinceText = param(req, 'since');
+    const since = sinceText === undefined ? 0 : Date.parse(sinceText);
+    if (Number.isNaN(since)) throw new ApiError('invalid_request', '"since" must be an ISO time');
+    const limitText = param(req, 'limit') ?? '50';
+    if (!/^\d+$/.test(limitText) || Number(limitText) < 1 || Number(limitText) > MAX_LIST) {
+      throw new ApiError('invalid_request', `"limit" must be an integer from 1 to ${MAX_LIST}`);
+    }
+    const client = param(req, 'client');
+    const tool = param(req, 'tool');
+    const records = await pipeline.list(clientOf(res), {
+      since,
+      limit: Number(limitText),
+      ...(client ? { client } : {}),
+      ...(tool ? { tool } : {}),
+      ...(status ? { status: status as CallStatus } : {}),
+    });
+    const body: CallList = { calls: records.map(callListItem) };
+    res.json(body);
+  });
 
   router.get('/v1/calls/:id', async (req, res) => {
     res.json(callView(await pipeline.get(clientOf(res), req.params.id!)));
@@ -48,24 +91,20 @@ export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): R
     // Authorization and existence first, so a wrong id is a plain 404, not an empty stream.
     await pipeline.get(client, req.params.id!);
     streams.set(client.id, open + 1);
-    const stop = new AbortController();
-    res.on('close', () => stop.abort());
-    const onShutdown = () => stop.abort();
-    options.shutdown.addEventListener('abort', onShutdown, { once: true });
-    const lifetime = setTimeout(() => stop.abort(), MAX_STREAM_MS);
-    res.writeHead(200, {
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache, no-transform',
-      'x-accel-buffering': 'no',
-    });
-    res.flushHeaders();
-    const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), KEEP_ALIVE_MS);
+    const stream = openEventStream(req, res, options.shutdown);
     try {
       await pipeline.watch(
         client,
         req.params.id!,
-        (event) => writeEvent(res, event),
-        stop.signal,
+        ({ type, seq, at, ...data }) => {
+          stream.send(
+            type,
+            'outcome' in data ? { ...outcomeView(data.outcome), at } : { ...data, at },
+            // Status events of the stream's own making (seq 0) are not in the backlog: no id.
+            seq > 0 ? seq : undefined,
+          );
+        },
+        stream.signal,
         Number.isSafeInteger(lastEventId) ? lastEventId : 0,
       );
     } catch (err) {
@@ -74,50 +113,13 @@ export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): R
         err instanceof ApiError
           ? err.toBody().error
           : { code: 'internal', message: 'the event stream failed' };
-      if (!res.writableEnded) res.write(`event: error\ndata: ${JSON.stringify(error)}\n\n`);
+      stream.send('error', error);
     } finally {
-      options.shutdown.removeEventListener('abort', onShutdown);
-      clearInterval(keepAlive);
-      clearTimeout(lifetime);
       const left = (streams.get(client.id) ?? 1) - 1;
       if (left > 0) streams.set(client.id, left);
       else streams.delete(client.id);
-      if (!res.writableEnded) res.end();
+      stream.end();
     }
   });
   return router;
-}
-
-function writeEvent(res: Response, event: CallEvent): void {
-  if (res.writableEnded) return;
-  const { type, seq, at, ...data } = event;
-  const body = event.type === 'outcome' ? { ...outcomeView(event.outcome), at } : { ...data, at };
-  // Status events of the stream's own making (seq 0) carry no id: they are not in the backlog.
-  res.write(`${seq > 0 ? `id: ${seq}\n` : ''}event: ${type}\ndata: ${JSON.stringify(body)}\n\n`);
-}
-
-/** A call as the API shows it (GET /v1/calls/{id}, cancel, the events' outcome). */
-export function callView(record: CallRecord) {
-  return {
-    id: record.id,
-    tool: record.tool,
-    status: record.status,
-    createdAt: new Date(record.createdAt).toISOString(),
-    ...(record.cancel ? { cancelledBy: record.cancel.by } : {}),
-    ...(record.outcome ? outcomeFields(record.outcome) : {}),
-  };
-}
-
-function outcomeView(outcome: CallOutcome) {
-  return { id: outcome.id, tool: outcome.tool, status: outcome.status, ...outcomeFields(outcome) };
-}
-
-function outcomeFields(outcome: CallOutcome) {
-  return {
-    ...(outcome.status === 'ok' ? { result: outcome.result } : { error: outcome.error }),
-    durationMs: outcome.durationMs,
-    cached: outcome.cached,
-    // The stored copy was cut to calls.maxResultBytes; the synchronous answer was whole.
-    ...(outcome.resultTruncated ? { resultTruncated: outcome.resultTruncated } : {}),
-  };
 }

@@ -1,0 +1,54 @@
+import type { Request, Response } from 'express';
+
+/** A comment line every so often keeps proxies from closing a quiet event stream. */
+const KEEP_ALIVE_MS = 15_000;
+/** An event stream ends after this long whatever happens; the client may reconnect. */
+const MAX_STREAM_MS = 3_600_000;
+
+export interface EventStream {
+  /** Writes one event (`data` as JSON; `id` when the event has one). */
+  send(event: string, data: unknown, id?: number): void;
+  /** Aborted when the client goes away, the gateway stops or the stream is an hour old. */
+  readonly signal: AbortSignal;
+  /** Resolves when `signal` aborts. */
+  readonly closed: Promise<void>;
+  end(): void;
+}
+
+/**
+ * Starts a Server-Sent Events answer (`text/event-stream`, no caching, no proxy buffering)
+ * with a keep-alive comment and an hour's cap; ends with the client or the gateway.
+ */
+export function openEventStream(req: Request, res: Response, shutdown: AbortSignal): EventStream {
+  const stop = new AbortController();
+  const abort = () => stop.abort();
+  res.on('close', abort);
+  shutdown.addEventListener('abort', abort, { once: true });
+  const lifetime = setTimeout(abort, MAX_STREAM_MS);
+  res.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache, no-transform',
+    'x-accel-buffering': 'no',
+  });
+  res.flushHeaders();
+  const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), KEEP_ALIVE_MS);
+  const closed = new Promise<void>((resolve) => {
+    if (stop.signal.aborted) resolve();
+    else stop.signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+  void req;
+  return {
+    signal: stop.signal,
+    closed,
+    send(event, data, id) {
+      if (res.writableEnded) return;
+      res.write(`${id ? `id: ${id}\n` : ''}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+    },
+    end() {
+      shutdown.removeEventListener('abort', abort);
+      clearInterval(keepAlive);
+      clearTimeout(lifetime);
+      if (!res.writableEnded) res.end();
+    },
+  };
+}

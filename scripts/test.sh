@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command to test toolgate: installs what is missing (Node 24, pnpm, redis-server, the
-# Docker engine, bubblewrap, the sandbox images), then typechecks, lints, checks formatting and runs every test
+# Docker engine, bubblewrap, the sandbox images, chromium), then typechecks, lints, checks formatting and runs every test
 # against the real Redis, Docker and bubblewrap.
 set -euo pipefail
 source "$(dirname "$0")/lib/bootstrap.sh"
@@ -14,9 +14,13 @@ if [ "${TOOLGATE_SANDBOX:-on}" != off ]; then
   command -v docker-compose >/dev/null || apt_install docker-compose
   bash "$ROOT/scripts/deploy/build-images.sh"
 fi
+# The console's browser test (test/console) drives Debian's chromium: no browser download.
+[ -x /usr/bin/chromium ] || apt_install --no-install-recommends chromium
 cd "$ROOT"
 log "typecheck"
 pnpm exec tsc -b
+log "console build (typed against the gateway's API; the gateway serves console/dist)"
+pnpm --filter @toolgate/console build
 pnpm --filter @toolgate/examples typecheck
 log "lint"
 pnpm exec eslint .

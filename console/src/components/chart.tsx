@@ -31,7 +31,11 @@ export function Chart(props: {
         width: width(),
         height: 200,
         legend: { show: true },
-        scales: { x: { time: true }, y: { range: (_u, min, max) => [0, Math.max(max, min, 1)] } },
+        scales: {
+          x: { time: true },
+          // From 0, with headroom; an empty chart still gets an axis.
+          y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.15 : 1] },
+        },
         axes: [{}, { label: props.unit, size: 60 }],
         series: [
           {},
@@ -39,7 +43,9 @@ export function Chart(props: {
             label: l.label,
             stroke: COLORS[i % COLORS.length],
             width: 2,
+            // A minute with no call is a gap; a lone minute still shows as a dot.
             spanGaps: false,
+            points: { show: true, size: 5 },
           })),
         ],
       },

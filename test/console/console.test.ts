@@ -136,7 +136,12 @@ describe.skipIf(reason !== undefined)('operator console (chromium)', () => {
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.getByText('That key was not accepted.').waitFor();
 
-    await signIn(page, KEYS.admin);
+    // By keyboard alone: type the key, Enter submits.
+    await page.getByLabel('API key').fill('');
+    await page.getByLabel('API key').focus();
+    await page.keyboard.type(KEYS.admin);
+    await page.keyboard.press('Enter');
+    await page.getByText('Signed in as').waitFor();
     expect(await page.locator('.who').textContent()).toContain('ops (admin)');
     // The key is in this tab's session storage, never in the URL.
     expect(page.url()).not.toContain(KEYS.admin);
@@ -296,10 +301,31 @@ describe.skipIf(reason !== undefined)('operator console (chromium)', () => {
     await signIn(page, KEYS.admin);
     await page.goto(`${stack.url}/console/#/approvals`);
     await page.getByText('Live: updates').waitFor();
+    const id = await parkDelete('phone.txt');
+    await page.getByRole('listitem', { name: `file_delete call ${id}` }).waitFor();
     // Nothing wider than the screen: no sideways scrolling of the page.
     const width = await page.evaluate<number>('document.documentElement.scrollWidth');
     expect(width).toBeLessThanOrEqual(390);
     await shot(page, 'phone-approvals');
+    expect((await stack.call(`/v1/calls/${id}/cancel`, { method: 'POST' })).status).toBe(200);
+    await page.getByText('No call is waiting for approval.').waitFor();
+    await context.close();
+  }, 60_000);
+
+  it("a running sandboxed call's detail shows its output live, then its result", async () => {
+    const res = await stack.call('/tools/run_shell/execute?wait=false', {
+      json: { command: 'echo first-line; sleep 2; echo second-line' },
+    });
+    const { id } = (await res.json()) as { id: string };
+    const { context, page } = await open();
+    await signIn(page, KEYS.admin);
+    await page.goto(`${stack.url}/console/#/calls/${id}`);
+    const output = page.getByLabel('Live output');
+    await output.getByText('first-line').waitFor();
+    // Seen while the call still runs: the page did not wait for the end.
+    expect(await output.textContent()).not.toContain('second-line');
+    await page.getByTestId('call-status').getByText('ok').waitFor();
+    await page.getByLabel('Result').getByText('second-line').waitFor();
     await context.close();
   }, 60_000);
 

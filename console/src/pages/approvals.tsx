@@ -33,6 +33,8 @@ export function Approvals({ who }: { who: WhoAmI }) {
   const [decided, setDecided] = useState<Decided[]>([]);
   const [live, setLive] = useState(false);
   const [error, setError] = useState<unknown>(undefined);
+  /** Calls this operator tried to decide after another decision had won. */
+  const [lost, setLost] = useState<ReadonlySet<string>>(new Set());
 
   useEffect(() => {
     if (!who.admin) return undefined;
@@ -131,7 +133,11 @@ export function Approvals({ who }: { who: WhoAmI }) {
         ) : (
           <ul class="cards" aria-label="Pending approvals">
             {pending.map((p) => (
-              <PendingCard key={p.id} approval={p} />
+              <PendingCard
+                key={p.id}
+                approval={p}
+                onLost={() => setLost((s) => new Set(s).add(p.id))}
+              />
             ))}
           </ul>
         )}
@@ -149,6 +155,11 @@ export function Approvals({ who }: { who: WhoAmI }) {
                   {d.by ? ` by ${d.by}` : ''}
                   {d.reason ? ` (“${d.reason}”)` : ''}
                 </p>
+                {lost.has(d.id) && (
+                  <p class="error" role="alert">
+                    Already decided: another operator was first, your decision was not applied.
+                  </p>
+                )}
                 {d.call && (
                   <p>
                     Call: <Status status={d.call.status} />{' '}
@@ -170,7 +181,7 @@ export function Approvals({ who }: { who: WhoAmI }) {
   );
 }
 
-function PendingCard({ approval: p }: { approval: PendingApproval }) {
+function PendingCard({ approval: p, onLost }: { approval: PendingApproval; onLost: () => void }) {
   const now = useNow();
   const [rejecting, setRejecting] = useState(false);
   const [reason, setReason] = useState('');
@@ -186,6 +197,9 @@ function PendingCard({ approval: p }: { approval: PendingApproval }) {
       });
       // The `decided` event moves the card; nothing to do here.
     } catch (e) {
+      // 409: another decision won. The `decided` event moves the card (if it has not yet);
+      // the page remembers, so the note survives the move.
+      if (e instanceof ApiError && e.status === 409) onLost();
       setError(
         e instanceof ApiError && e.status === 409
           ? new Error('Already decided: another operator was first.')

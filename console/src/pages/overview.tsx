@@ -15,6 +15,8 @@ const show = (n: number | null | undefined, digits = 0) =>
 export function Overview() {
   const { data, error } = usePoll((s) => get<SeriesView>('/v1/series?minutes=60', s), 10_000, []);
   const charts = useMemo(() => (data ? build(data) : undefined), [data]);
+  // The fleet's gauges are for admins; a client key gets empty series.
+  const fleet = data !== undefined && data.workers.length > 0;
   return (
     <Page title="Overview">
       <ErrorNote error={error} />
@@ -26,20 +28,24 @@ export function Overview() {
               <dt>Calls in the last hour</dt>
               <dd>{charts.totalCalls}</dd>
             </div>
-            <div>
-              <dt>Queue depth</dt>
-              <dd>
-                {show(last(data.queue.fast))} fast · {show(last(data.queue.sandbox))} sandbox
-              </dd>
-            </div>
-            <div>
-              <dt>Workers alive</dt>
-              <dd>{show(last(data.workers))}</dd>
-            </div>
-            <div>
-              <dt>Warm pool</dt>
-              <dd>{show(last(data.warm))}</dd>
-            </div>
+            {fleet && (
+              <>
+                <div>
+                  <dt>Queue depth</dt>
+                  <dd>
+                    {show(last(data.queue.fast))} fast · {show(last(data.queue.sandbox))} sandbox
+                  </dd>
+                </div>
+                <div>
+                  <dt>Workers alive</dt>
+                  <dd>{show(last(data.workers))}</dd>
+                </div>
+                <div>
+                  <dt>Warm pool</dt>
+                  <dd>{show(last(data.warm))}</dd>
+                </div>
+              </>
+            )}
           </dl>
           <div class="charts">
             <Chart
@@ -63,26 +69,30 @@ export function Overview() {
               lines={charts.p95}
               summary="95th percentile duration per minute"
             />
-            <Chart
-              title="Queue depth"
-              unit="jobs"
-              x={charts.x}
-              lines={[
-                { label: 'fast', values: data.queue.fast },
-                { label: 'sandbox', values: data.queue.sandbox },
-              ]}
-              summary={`now ${show(last(data.queue.fast))} fast, ${show(last(data.queue.sandbox))} sandbox`}
-            />
-            <Chart
-              title="Workers and warm pool"
-              unit="count"
-              x={charts.x}
-              lines={[
-                { label: 'workers alive', values: data.workers },
-                { label: 'warm sandboxes', values: data.warm },
-              ]}
-              summary={`now ${show(last(data.workers))} workers, ${show(last(data.warm))} warm`}
-            />
+            {fleet && (
+              <>
+                <Chart
+                  title="Queue depth"
+                  unit="jobs"
+                  x={charts.x}
+                  lines={[
+                    { label: 'fast', values: data.queue.fast },
+                    { label: 'sandbox', values: data.queue.sandbox },
+                  ]}
+                  summary={`now ${show(last(data.queue.fast))} fast, ${show(last(data.queue.sandbox))} sandbox`}
+                />
+                <Chart
+                  title="Workers and warm pool"
+                  unit="count"
+                  x={charts.x}
+                  lines={[
+                    { label: 'workers alive', values: data.workers },
+                    { label: 'warm sandboxes', values: data.warm },
+                  ]}
+                  summary={`now ${show(last(data.workers))} workers, ${show(last(data.warm))} warm`}
+                />
+              </>
+            )}
           </div>
         </>
       )}

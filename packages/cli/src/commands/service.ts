@@ -1,6 +1,7 @@
 /**
  * `toolgate gateway` and `toolgate worker`: one service in this process, under runService
- * (config once, signals, drain) — what main.ts runs and what the images start.
+ * (config once, signals, drain) — what main.ts runs and what the images start. Tracing is
+ * registered by the bin before anything loads (bin/toolgate.mjs).
  */
 import path from 'node:path';
 import { UsageError, type CliIo, type Command, type Parsed } from '../command.js';
@@ -13,11 +14,6 @@ function serviceOptions(parsed: Parsed, io: CliIo) {
     env: { ...io.env },
     ...(typeof file === 'string' ? { file: path.resolve(io.cwd, file) } : {}),
   };
-}
-
-/** Tracing hooks must be in place before express and ioredis load, so they load after it. */
-async function telemetryFirst(): Promise<void> {
-  await import('@toolgate/telemetry/register');
 }
 
 export const gatewayCommand: Command = {
@@ -36,7 +32,6 @@ Exit codes: 0 after a clean shutdown, 1 failed to start, 2 invalid config.
   options: { config: { type: 'string', short: 'c' } },
   args: { min: 0, max: 0 },
   async run(parsed, io) {
-    await telemetryFirst();
     const { runService } = await import('@toolgate/lifecycle');
     const { startGateway } = await import('@toolgate/gateway');
     runService('toolgate-gateway', startGateway, serviceOptions(parsed, io));
@@ -71,7 +66,6 @@ Exit codes: 0 after a clean shutdown, 1 failed to start, 2 invalid config.
       // The same override the config loader already knows (TOOLGATE_WORKER_QUEUES).
       options.env.TOOLGATE_WORKER_QUEUES = list.join(',');
     }
-    await telemetryFirst();
     const { runService } = await import('@toolgate/lifecycle');
     const { startWorker } = await import('@toolgate/worker');
     runService('toolgate-worker', startWorker, options);

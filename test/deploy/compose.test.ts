@@ -191,6 +191,38 @@ describe.skipIf(skipReason !== undefined)(
       expect(readFileSync(written, 'utf8')).toBe('hi');
     });
 
+    it('runs `toolgate` in the images: the services are its commands, and doctor checks from inside', async () => {
+      for (const target of ['gateway', 'worker']) {
+        const cmd = await run('docker', [
+          'image',
+          'inspect',
+          '-f',
+          '{{json .Config.Cmd}}',
+          `toolgate/${target}:local`,
+        ]);
+        expect(JSON.parse(cmd.trim())).toEqual(['toolgate', target]);
+      }
+      // `|| true`: a host-dependent ✗ (disk, mounts) must not hide what this test reads.
+      const out = await compose([
+        'exec',
+        '-T',
+        'worker',
+        'sh',
+        '-c',
+        'toolgate doctor --json || true',
+      ]);
+      const checks = JSON.parse(out.slice(out.indexOf('['), out.lastIndexOf(']') + 1)) as {
+        name: string;
+        status: string;
+      }[];
+      const status = (name: string) => checks.find((c) => c.name === name)?.status;
+      expect(status('config'), out).toBe('ok');
+      expect(status('redis version'), out).toBe('ok');
+      expect(status('redis eviction'), out).toBe('ok');
+      expect(status('sandbox driver'), out).toBe('ok');
+      expect(status('image python'), out).toBe('ok');
+    });
+
     it('scales to two workers that the gateway sees and that resolve by service name', async () => {
       await compose(['up', '-d', '--no-build', '--scale', 'worker=2'], 180_000);
       await until(

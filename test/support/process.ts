@@ -13,8 +13,8 @@ export interface Service {
 
 /** Starts a service's main.ts the way scripts/up.sh does (TypeScript sources through tsx). */
 export function startService(name: 'gateway' | 'worker', env: Record<string, string>): Service {
-  const child = spawn(
-    process.execPath,
+  return start(
+    name,
     [
       '--conditions=@toolgate/source',
       '--import',
@@ -23,12 +23,24 @@ export function startService(name: 'gateway' | 'worker', env: Record<string, str
       './packages/telemetry/src/register.ts',
       `services/${name}/src/main.ts`,
     ],
-    {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
+    env,
   );
+}
+
+/** The `toolgate` bin as a user runs it from a checkout: `toolgate <args…>`. */
+export const TOOLGATE_BIN = `${ROOT}packages/cli/bin/toolgate.mjs`;
+
+/** Starts `toolgate <args…>` (a long-running command: gateway, worker, up). */
+export function startToolgate(args: string[], env: Record<string, string>): Service {
+  return start(`toolgate ${args[0] ?? ''}`, [TOOLGATE_BIN, ...args], env);
+}
+
+function start(name: string, args: string[], env: Record<string, string>): Service {
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let text = '';
   const listeners = new Set<() => void>();
   const onData = (chunk: Buffer) => {

@@ -25,12 +25,28 @@ export interface RedisServer {
   stop(): Promise<void>;
 }
 
-/** Starts redis-server on `port` (default: a free one) and resolves once it answers PING. */
-export async function startRedisServer(port?: number): Promise<RedisServer> {
+/**
+ * Starts redis-server on `port` (default: a free one) and resolves once it answers PING.
+ * `extraArgs` go after the defaults (e.g. `['--maxmemory-policy', 'allkeys-lru']`).
+ */
+export async function startRedisServer(
+  port?: number,
+  extraArgs: readonly string[] = [],
+): Promise<RedisServer> {
   const listen = port ?? (await freePort());
   const child = spawn(
     'redis-server',
-    ['--port', String(listen), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    [
+      '--port',
+      String(listen),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      ...extraArgs,
+    ],
     { stdio: 'ignore' },
   );
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

@@ -89,26 +89,92 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
   return doc;
 }
 
+/** One problem of a config document: where (JSON pointer, or an env var name) and what. */
+export interface ConfigProblem {
+  path: string;
+  message: string;
+}
+
+/**
+ * Every problem of a document at once (`toolgate config check`), where parseConfig stops at the
+ * first: unset `${VAR}`s, bad env overrides, each schema error, client conflicts. `config` is
+ * the parsed result when there are none.
+ */
+export function checkConfig(
+  raw: unknown,
+  env: Env = {},
+): { config?: Config; problems: ConfigProblem[] } {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    return { problems: [{ path: '/', message: 'the configuration must be a mapping' }] };
+  }
+  const problems: ConfigProblem[] = [];
+  const doc = substitute(raw, '', env, (p) => problems.push(p)) as Record<string, unknown>;
+  const unset = new Set(problems.map((p) => p.path));
+  try {
+    applyOverrides(doc, env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push({
+      path: err.field,
+      message: err.message.replace(`invalid configuration: ${err.field}: `, ''),
+    });
+  }
+  const schemaProblems: ConfigProblem[] = [];
+  if (!validate(doc)) {
+    // A union (anyOf) reports each branch too; its own message is the readable one.
+    const unions = new Set(
+      (validate.errors ?? []).filter((e) => e.keyword === 'anyOf').map((e) => e.instancePath),
+    );
+    for (const error of validate.errors ?? []) {
+      const field = fieldOf(error);
+      if (unset.has(field)) continue; // already reported as the unset variable
+      if (error.keyword !== 'anyOf' && unions.has(error.instancePath)) continue;
+      const allowed = (error.params as { allowedValues?: unknown[] }).allowedValues;
+      const message =
+        error.keyword === 'enum' && allowed
+          ? `must be one of ${allowed.map((v) => JSON.stringify(v)).join(', ')}`
+          : messageOf([error]);
+      if (!schemaProblems.some((p) => p.path === field && p.message === message))
+        schemaProblems.push({ path: field, message });
+    }
+  }
+  problems.push(...schemaProblems);
+  if (Array.isArray(doc.clients) && doc.clients.every((c) => typeof c === 'object' && c !== null))
+    problems.push(...clientProblems(doc as Config));
+  if (problems.length > 0) return { problems };
+  return { config: parseConfig(raw, env), problems };
+}
+
 export function sha256(text: string): string {
   return createHash('sha256').update(text).digest('hex');
 }
 
-function substitute(value: unknown, path: string, env: Env): unknown {
+/** `onMissing` collects unset variables (and keeps the `${VAR}` text); without it, the first throws. */
+function substitute(
+  value: unknown,
+  path: string,
+  env: Env,
+  onMissing?: (problem: ConfigProblem) => void,
+): unknown {
   if (typeof value === 'string') {
     return value.replace(
       /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g,
-      (_m, name: string, fallback?: string) => {
+      (match, name: string, fallback?: string) => {
         const v = env[name];
         if (v !== undefined && v !== '') return v;
         if (fallback !== undefined) return fallback;
-        throw new ConfigError(path || '/', `environment variable ${name} is not set`);
+        const problem = { path: path || '/', message: `environment variable ${name} is not set` };
+        if (!onMissing) throw new ConfigError(problem.path, problem.message);
+        onMissing(problem);
+        return match;
       },
     );
   }
-  if (Array.isArray(value)) return value.map((v, i) => substitute(v, `${path}/${i}`, env));
+  if (Array.isArray(value))
+    return value.map((v, i) => substitute(v, `${path}/${i}`, env, onMissing));
   if (typeof value === 'object' && value !== null) {
     return Object.fromEntries(
-      Object.entries(value).map(([k, v]) => [k, substitute(v, `${path}/${k}`, env)]),
+      Object.entries(value).map(([k, v]) => [k, substitute(v, `${path}/${k}`, env, onMissing)]),
     );
   }
   return value;
@@ -139,20 +205,27 @@ function applyOverrides(doc: Record<string, unknown>, env: Env): void {
 }
 
 function checkClients(config: Config): void {
+  const first = clientProblems(config)[0];
+  if (first) throw new ConfigError(first.path, first.message);
+}
+
+function clientProblems(config: Config): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
   const seen = new Set<string>();
   config.clients.forEach((client, i) => {
     const hasKey = client.key !== undefined;
     const hasHash = client.keySha256 !== undefined;
     if (hasKey === hasHash) {
-      throw new ConfigError(
-        `/clients/${i}`,
-        `client "${client.id}" needs exactly one of key or keySha256`,
-      );
+      problems.push({
+        path: `/clients/${i}`,
+        message: `client "${client.id}" needs exactly one of key or keySha256`,
+      });
     }
     if (seen.has(client.id))
-      throw new ConfigError(`/clients/${i}/id`, `duplicate client id "${client.id}"`);
+      problems.push({ path: `/clients/${i}/id`, message: `duplicate client id "${client.id}"` });
     seen.add(client.id);
   });
+  return problems;
 }
 
 function fieldOf(error: ErrorObject | undefined): string {
@@ -165,6 +238,7 @@ function fieldOf(error: ErrorObject | undefined): string {
 function messageOf(errors: ErrorObject[] | null | undefined): string {
   const first = errors?.[0];
   if (!first) return 'is invalid';
+
   if (first.keyword === 'additionalProperties') return 'is not a known field';
   if (first.keyword === 'enum' || first.keyword === 'anyOf') {
     return `${first.message ?? 'is invalid'}`;

@@ -6,6 +6,13 @@ import { shutdownTelemetry } from '@toolgate/telemetry';
 /** How long a service may take to finish in-flight work after SIGTERM before it exits anyway. */
 const SHUTDOWN_TIMEOUT_MS = 60_000;
 
+/** Where the config comes from: `loadConfig(env, file)` (default: process.env, TOOLGATE_CONFIG). */
+export interface ServiceOptions {
+  env?: Record<string, string | undefined>;
+  /** A config file; overrides TOOLGATE_CONFIG (`toolgate gateway --config FILE`). */
+  file?: string;
+}
+
 /**
  * Loads and validates the config (a bad one exits 2 with the field named), runs `start`, and
  * on SIGTERM/SIGINT calls the close function it returned, flushes traces and exits 0.
@@ -13,10 +20,12 @@ const SHUTDOWN_TIMEOUT_MS = 60_000;
 export function runService(
   name: string,
   start: (config: Config, logger: Logger) => Promise<() => Promise<void>>,
+  options: ServiceOptions = {},
 ): void {
   let config: Config;
   try {
-    config = loadConfig();
+    const env = options.env ?? process.env;
+    config = loadConfig(env, options.file ?? env.TOOLGATE_CONFIG);
   } catch (err) {
     if (err instanceof ConfigError) {
       console.error(`${name}: ${err.message}`);

@@ -4,7 +4,6 @@ export { loadPlugins, PLUGIN_FILES } from './load.js';
 export { loadExtensions } from './extensions.js';
 export { loadToolRegistry } from './registry.js';
 export { scaffoldPlugin, ScaffoldError, PLUGIN_NAME } from './scaffold.js';
-export { runCli } from './cli.js';
 
 export type { HandlerResult, Static, TObject, TSchema } from '@toolgate/registry';
 export type {
@@ -17,4 +16,3 @@ export type {
 export type { FailedPlugin, LoadedPlugin, LoadOptions, LoadResult } from './load.js';
 export type { ExtensionOptions, ExtensionsResult } from './extensions.js';
 export type { ScaffoldOptions } from './scaffold.js';
-export type { CliIo } from './cli.js';

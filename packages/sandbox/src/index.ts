@@ -93,6 +93,7 @@ export {
   parseSandboxConfig,
 } from './config.js';
 export { SandboxError } from './errors.js';
+export { mountTable } from './mounts.js';
 export {
   Workspaces,
   WorkspacePathError,

@@ -1,4 +1,5 @@
 export { createGateway } from './gateway.js';
+export { startGateway } from './start.js';
 export { ApiError } from './errors.js';
 export { DIALECTS } from './dialects/index.js';
 export type { Gateway, GatewayOptions } from './gateway.js';

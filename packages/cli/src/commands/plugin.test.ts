@@ -7,10 +7,10 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ToolRegistry, type ToolContext } from '@toolgate/registry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadPlugins } from './index.js';
+import { loadPlugins } from '@toolgate/plugins';
 
 const run = promisify(execFile);
-const BIN = fileURLToPath(new URL('../bin/toolgate.mjs', import.meta.url));
+const BIN = fileURLToPath(new URL('../../bin/toolgate.mjs', import.meta.url));
 const quiet = { debug() {}, info() {}, warn() {}, error() {} };
 
 let cwd: string;
@@ -76,7 +76,12 @@ describe('toolgate plugin new', () => {
   it('prints usage for anything else', async () => {
     const res = await toolgate('plugins', 'make');
     expect(res.code).toBe(2);
-    expect(res.stderr).toContain('usage: toolgate plugin new <name>');
-    expect((await toolgate('--help')).stdout).toContain('usage:');
+    expect(res.stderr).toContain('unknown command "plugins"');
+    const missing = await toolgate('plugin', 'new');
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('usage: toolgate plugin new <name>');
+    const help = await toolgate('plugin', 'new', '--help');
+    expect(help).toMatchObject({ code: 0 });
+    expect(help.stdout).toContain('usage: toolgate plugin new <name>');
   });
 });

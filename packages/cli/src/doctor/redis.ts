@@ -1,0 +1,108 @@
+/** Redis as BullMQ needs it: a version it supports, no eviction, and data that survives restarts. */
+import { Redis } from 'ioredis';
+import { fail, ok, warn, type CheckResult } from './check.js';
+
+/** BullMQ's RedisConnection.minimumVersion and recommendedMinimumVersion. */
+const MINIMUM = '5.0.0';
+const RECOMMENDED = '6.2.0';
+
+function older(version: string, than: string): boolean {
+  const a = version.split('.').map(Number);
+  const b = than.split('.').map(Number);
+  for (let i = 0; i < 3; i++) {
+    if ((a[i] ?? 0) !== (b[i] ?? 0)) return (a[i] ?? 0) < (b[i] ?? 0);
+  }
+  return false;
+}
+
+function infoField(info: string, field: string): string | undefined {
+  return new RegExp(`^${field}:(.*)$`, 'm').exec(info)?.[1]?.trim();
+}
+
+export async function checkRedis(url: string, shown: string): Promise<CheckResult[]> {
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    connectTimeout: 3000,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    enableOfflineQueue: false,
+  });
+  let lastError: Error | undefined;
+  redis.on('error', (err: Error) => (lastError = err));
+  try {
+    try {
+      await redis.connect();
+    } catch (err) {
+      return [
+        fail(
+          'redis',
+          `does not answer at ${shown}: ${(lastError ?? (err as Error)).message}`,
+          'start Redis (`toolgate up` starts one), or point REDIS_URL / redis.url at yours',
+        ),
+      ];
+    }
+    const info = await redis.info();
+    const results: CheckResult[] = [];
+    const version = infoField(info, 'redis_version') ?? '0.0.0';
+    if (older(version, MINIMUM)) {
+      results.push(
+        fail(
+          'redis version',
+          `${version} at ${shown}; BullMQ needs ${MINIMUM} or newer`,
+          `upgrade Redis to ${RECOMMENDED} or newer`,
+        ),
+      );
+    } else if (older(version, RECOMMENDED)) {
+      results.push(
+        warn(
+          'redis version',
+          `${version} at ${shown}; BullMQ recommends ${RECOMMENDED} or newer`,
+          `upgrade Redis to ${RECOMMENDED} or newer`,
+        ),
+      );
+    } else {
+      results.push(ok('redis version', `${version} at ${shown}`));
+    }
+
+    const policy = infoField(info, 'maxmemory_policy') ?? 'unknown';
+    results.push(
+      policy === 'noeviction'
+        ? ok('redis eviction', 'maxmemory-policy noeviction')
+        : fail(
+            'redis eviction',
+            `maxmemory-policy is ${policy}: when memory runs out Redis deletes keys, and BullMQ loses queued calls and their state`,
+            'set `maxmemory-policy noeviction` in redis.conf (now: redis-cli CONFIG SET maxmemory-policy noeviction)',
+          ),
+    );
+
+    const aof = infoField(info, 'aof_enabled') === '1';
+    let save: string | undefined;
+    try {
+      const answer = (await redis.config('GET', 'save')) as string[];
+      save = answer[1];
+    } catch {
+      // CONFIG is disabled on some managed Redis services
+    }
+    if (aof || (save !== undefined && save.trim() !== '')) {
+      results.push(
+        ok(
+          'redis persistence',
+          [aof ? 'AOF on' : '', save ? `RDB save "${save}"` : ''].filter(Boolean).join(', '),
+        ),
+      );
+    } else {
+      results.push(
+        warn(
+          'redis persistence',
+          save === undefined
+            ? 'AOF is off and CONFIG GET is refused, so RDB snapshots cannot be checked'
+            : 'none (no AOF, no RDB snapshots): a Redis restart loses queued calls, results, approvals and audit',
+          'for anything but a throwaway stack, turn on `appendonly yes` (or RDB `save`) in redis.conf',
+        ),
+      );
+    }
+    return results;
+  } finally {
+    redis.disconnect();
+  }
+}

@@ -115,6 +115,7 @@ describe.skipIf(reason !== undefined)('a worker killed mid-call', () => {
     }
     const all = [...settled.values()];
     expect(all).toHaveLength(8);
+    console.warn(`worker-lost: ${JSON.stringify(all)}`);
     for (const s of all) expect(s.afterMs, JSON.stringify(all)).toBeLessThan(LOST_WITHIN_MS);
     expect(all.filter((s) => s.status === 'ok')).toHaveLength(4);
     expect(

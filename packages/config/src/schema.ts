@@ -181,7 +181,7 @@ export const ConfigSchema = Type.Object(
         /**
          * A worker that dies mid-call (kill -9, host lost) has its calls settled within this
          * time: retried where the tool is idempotent, else `worker_lost`. BullMQ's job lock is
-         * 2/3 of it and the stalled-job check runs every 1/3; a worker whose event loop stalls
+         * 1/2 of it and the stalled-job check runs every 1/4; a worker whose event loop stalls
          * longer than the lock loses its jobs to this check, so keep it well above any
          * synchronous step.
          */

@@ -337,10 +337,13 @@ export function createWorker({
               kind === 'fast' ? config.worker.concurrency : config.worker.sandboxConcurrency,
             // A stalled job (its worker died) is handed out once more, where `process` decides.
             maxStalledCount: 1,
-            // A dead worker's lock lapses after 2/3 of lostCallTimeoutMs and some worker's
-            // check, every 1/3, moves its calls on: settled within lostCallTimeoutMs.
-            lockDuration: Math.round((config.worker.lostCallTimeoutMs * 2) / 3),
-            stalledInterval: Math.round(config.worker.lostCallTimeoutMs / 3),
+            // A dead worker's lock lapses within 1/2 of lostCallTimeoutMs. BullMQ's check, every
+            // 1/4, moves a job only if it was already in the stalled set at the check before,
+            // and the dead worker's last lock renewal took it out of that set: up to two checks
+            // after the lapse. Settled within 1/2 + 2 × 1/4 = lostCallTimeoutMs (measured:
+            // 2/3 + 2 × 1/3 had calls settle up to 15.8 s after a death, for a 12 s setting).
+            lockDuration: Math.round(config.worker.lostCallTimeoutMs / 2),
+            stalledInterval: Math.round(config.worker.lostCallTimeoutMs / 4),
           },
         );
         worker.on('stalled', (callId) => {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallStore } from './store.js';
 import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
@@ -35,13 +35,13 @@ export class Dispatcher {
   private readonly readyWaiters = new Set<() => void>();
   /** Where workers publish the outcomes this gateway waits for. */
   readonly replyChannel: string;
-  private readonly replies: Redis;
+  private readonly replies: RedisClient;
   private subscribed: Promise<unknown>;
 
   constructor(
-    connection: Redis,
+    connection: RedisClient,
     /** The subscriber connection for replies (a blocking one: it reconnects forever). */
-    subscriber: Redis,
+    subscriber: RedisClient,
     keys: Keys,
     private readonly store: CallStore,
   ) {

@@ -13,7 +13,7 @@ import {
 } from '@toolgate/calls';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry } from '@toolgate/registry';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import type { WorkerMetrics } from './metrics.js';
 
 const MAX_DELAY_MS = 10;
@@ -43,7 +43,7 @@ export class Recorder {
 
   constructor(
     private readonly o: {
-      redis: Redis;
+      redis: RedisClient;
       keys: Keys;
       store: CallStore;
       admission: Admission;

@@ -1,8 +1,8 @@
 import { liveWorkers, type Keys } from '@toolgate/calls';
 import { Router } from 'express';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 
-export function healthRoutes(redis: Redis, keys: Keys): Router {
+export function healthRoutes(redis: RedisClient, keys: Keys): Router {
   const router = Router();
   router.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });

@@ -216,6 +216,14 @@ async function step(gateways: number, workers: number, tool: string): Promise<St
   const [b, a] = [before!, after!];
   const measured = (a.at - b.at) / 1000;
   const perCall = (ms: number) => (calls > 0 ? ms / calls : NaN);
+  const spent = {
+    redis: a.redisMs - b.redisMs,
+    gateways: grown(b.gateways, a.gateways, 'ownMs'),
+    workers: grown(b.workers, a.workers, 'ownMs'),
+    sandboxes: grown(b.workers, a.workers, 'childrenMs'),
+    loadGen: a.loadGen.ownMs - b.loadGen.ownMs,
+  };
+  const machineMs = a.machine.totalMs - b.machine.totalMs || 1;
   latencies.sort((x, y) => x - y);
   const r: StepResult = {
     gateways,
@@ -226,7 +234,7 @@ async function step(gateways: number, workers: number, tool: string): Promise<St
     failed: result.errors + result.timeouts + result.non2xx + result.mismatches,
     p50Ms: percentile(latencies, 50),
     p95Ms: percentile(latencies, 95),
-    redisMs: perCall(a.redisMs - b.redisMs),
+    redisMs: perCall(spent.redis),
     redisIdleMsPerS: NaN, // measured after the config's tools
     redisCommands: [...a.commands]
       .map(([name, { calls: n, usec }]) => {
@@ -235,12 +243,12 @@ async function step(gateways: number, workers: number, tool: string): Promise<St
       })
       .filter((c) => c.perCall > 0)
       .sort((x, y) => y.usecPerCall - x.usecPerCall),
-    gatewayMs: perCall(grown(b.gateways, a.gateways, 'ownMs')),
-    workerMs: perCall(grown(b.workers, a.workers, 'ownMs')),
-    sandboxMs: perCall(grown(b.workers, a.workers, 'childrenMs')),
-    loadGenMs: perCall(a.loadGen.ownMs - b.loadGen.ownMs),
-    machineBusy:
-      (a.machine.busyMs - b.machine.busyMs) / (a.machine.totalMs - b.machine.totalMs || 1),
+    gatewayMs: perCall(spent.gateways),
+    workerMs: perCall(spent.workers),
+    sandboxMs: perCall(spent.sandboxes),
+    loadGenMs: perCall(spent.loadGen),
+    machineBusy: (a.machine.busyMs - b.machine.busyMs) / machineMs,
+    ownShare: Object.values(spent).reduce((x, y) => x + y, 0) / machineMs,
   };
   progress(
     `${gateways} × ${workers} ${tool}: ${(calls / measured).toFixed(0)} calls/s, p50 ${r.p50Ms.toFixed(1)} ms, ` +

@@ -22,6 +22,8 @@ export interface StepResult {
   loadGenMs: number;
   /** Share of the machine's CPU in use during the step (every process on it). */
   machineBusy: number;
+  /** The part of it this run's processes used (Redis, gateways, workers, sandboxes, load gen). */
+  ownShare: number;
 }
 
 export const callsPerSecond = (r: StepResult) => r.calls / r.seconds;
@@ -44,6 +46,7 @@ export function table(results: StepResult[]): string[] {
     'sandbox ms/call',
     'load gen ms/call',
     'machine busy',
+    'of it this run',
     'vs 1 × 1',
     'failed',
   ];
@@ -62,6 +65,7 @@ export function table(results: StepResult[]): string[] {
       r.tool === 'calculator' ? '–' : r.sandboxMs.toFixed(2),
       r.loadGenMs.toFixed(2),
       `${(r.machineBusy * 100).toFixed(0)} %`,
+      `${(r.ownShare * 100).toFixed(0)} %`,
       base ? (callsPerSecond(r) / callsPerSecond(base)).toFixed(2) : '–',
       String(r.failed),
     ];

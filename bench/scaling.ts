@@ -247,6 +247,7 @@ async function step(gateways: number, workers: number, tool: string): Promise<St
     workerMs: perCall(spent.workers),
     sandboxMs: perCall(spent.sandboxes),
     loadGenMs: perCall(spent.loadGen),
+    machineMs: perCall(a.machine.busyMs - b.machine.busyMs),
     machineBusy: (a.machine.busyMs - b.machine.busyMs) / machineMs,
     ownShare: Object.values(spent).reduce((x, y) => x + y, 0) / machineMs,
   };

@@ -20,6 +20,11 @@ export interface StepResult {
   workerMs: number;
   sandboxMs: number;
   loadGenMs: number;
+  /**
+   * The whole machine's busy CPU per call, ms: the processes above, CPU that reached none of
+   * their counters (short-lived sandbox processes, kernel work) and anything else running.
+   */
+  machineMs: number;
   /** Share of the machine's CPU in use during the step (every process on it). */
   machineBusy: number;
   /** The part of it this run's processes used (Redis, gateways, workers, sandboxes, load gen). */
@@ -45,8 +50,9 @@ export function table(results: StepResult[]): string[] {
     'worker ms/call',
     'sandbox ms/call',
     'load gen ms/call',
+    'machine ms/call',
     'machine busy',
-    'of it this run',
+    'of it these processes',
     'vs 1 × 1',
     'failed',
   ];
@@ -64,6 +70,7 @@ export function table(results: StepResult[]): string[] {
       r.workerMs.toFixed(2),
       r.tool === 'calculator' ? '–' : r.sandboxMs.toFixed(2),
       r.loadGenMs.toFixed(2),
+      r.machineMs.toFixed(2),
       `${(r.machineBusy * 100).toFixed(0)} %`,
       `${(r.ownShare * 100).toFixed(0)} %`,
       base ? (callsPerSecond(r) / callsPerSecond(base)).toFixed(2) : '–',

@@ -307,8 +307,9 @@ console.log('');
 for (const tool of tools) console.log(commands(results, tool));
 if (cores <= 2) {
   console.log(
-    `note: on ${cores} cores every process competes for the same CPU, so the curve bends as soon ` +
-      'as the machine is busy; it shows the CPU per call of each tier, not what more machines would give.',
+    `note: on ${cores} cores every process, the load generator included, competes for the same CPU, ` +
+      'so the curve bends as soon as the machine is busy (machine busy near 100 %): more processes ' +
+      'only share the same cores. Size by the CPU per call of each tier (docs/scaling.md), not by these ratios.',
   );
 }
 const failed = results.reduce((sum, r) => sum + r.failed, 0);

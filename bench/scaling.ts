@@ -108,10 +108,13 @@ const fleet = new Fleet(
   progress,
 );
 
+/** The load running now: stopped first on the way out, or the gateways wait for its connections. */
+let running: autocannon.Instance | undefined;
 let cleaned: Promise<number> | undefined;
 /** Stops everything this run started, by pid; returns the sandboxes that had to be killed. */
 function cleanUp(): Promise<number> {
   cleaned ??= (async () => {
+    running?.stop();
     progress('stopping gateways and workers, removing what is left');
     const left = await fleet.close();
     redis.disconnect();
@@ -123,7 +126,10 @@ function cleanUp(): Promise<number> {
   return cleaned;
 }
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => void cleanUp().finally(() => process.exit(130)));
+  process.once(signal, () => {
+    progress(`${signal}: stopping`);
+    void cleanUp().finally(() => process.exit(130));
+  });
 }
 
 /** Reads every CPU counter the step reports. */
@@ -210,7 +216,10 @@ async function step(gateways: number, workers: number, tool: string): Promise<St
       }, reject);
     }, warmUpSeconds * 1000);
   });
+  running = run;
   const result = await run;
+  running = undefined;
+  if (cleaned) throw new Error('interrupted');
   await sampled;
   calls = Math.max(0, calls - wrongInWindow);
   const [b, a] = [before!, after!];

@@ -2,7 +2,7 @@
 // counts against one Redis, and everything they started (bwrap sandboxes included) removed after.
 import type { ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { freePort, startTs, stop } from '../lib.js';
+import { freePort, startTs } from '../lib.js';
 
 interface Service {
   child: ChildProcess;
@@ -169,4 +169,20 @@ function commandLine(pid: number): string {
   } catch {
     return '(gone)';
   }
+}
+
+/** How long a service may take to drain after SIGTERM before it is killed. */
+const STOP_GRACE_MS = 15_000;
+
+/** SIGTERM, then SIGKILL if it has not exited within the grace period. */
+function stop(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    const kill = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
+    child.once('exit', () => {
+      clearTimeout(kill);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
 }

@@ -242,9 +242,15 @@ export class Dispatcher {
   /** Closes the queues and the reply subscription; bounded, since a close waits for a connection that may never come. */
   async close(timeoutMs = 3000): Promise<void> {
     this.replies.disconnect();
-    const closing = Promise.allSettled(Object.values(this.queues).map((q) => q.close()));
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([closing, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+    const deadline = new Promise((r) => (timer = setTimeout(r, timeoutMs)));
+    // A queue still connecting (a Cluster loads its slots first) reports a failed start as an
+    // 'error' event; closed first, it has no listener left then, and the event becomes an
+    // unhandled rejection that ends the process. Let the start settle, then close.
+    const queues = Object.values(this.queues);
+    await Promise.race([Promise.allSettled(queues.map((q) => q.waitUntilReady())), deadline]);
+    const closing = Promise.allSettled(queues.map((q) => q.close()));
+    await Promise.race([closing, deadline]);
     clearTimeout(timer);
     for (const q of Object.values(this.queues)) void q.disconnect().catch(() => undefined);
   }

@@ -6,7 +6,7 @@ const conditions = ['@toolgate/source', 'module', 'node', 'development|productio
 /**
  * The integration tests that run a second time against a real Redis Cluster (3 masters with a
  * replica each, started by test/support/global-setup.ts): calls, idempotency, approvals, rate
- * limits, the cache, stats, fairness and tenant data. They use test/support/stack.ts only, so the
+ * limits, the cache, stats, fairness, tenant data, MCP and refusals. They use test/support/stack.ts only, so the
  * same files run on both.
  */
 export const CLUSTER_SUITE = [
@@ -15,6 +15,9 @@ export const CLUSTER_SUITE = [
   'test/tenant-data.test.ts',
   'test/fairness.test.ts',
   'test/console-api.test.ts',
+  'test/mcp.test.ts',
+  'test/refusals.test.ts',
+  'test/noisy-policy.test.ts',
   'test/redis-ha/cluster.test.ts',
 ];
 

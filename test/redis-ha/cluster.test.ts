@@ -139,11 +139,24 @@ describe('on a Redis Cluster', () => {
       const victim = cluster.servers.find((s) => `127.0.0.1:${s.port}` === owner)!;
       const killedAt = Date.now() - load.started;
       victim.child.kill('SIGKILL');
+      const readiness: number[] = [];
+      let probing = true;
+      const probes = (async () => {
+        while (probing) {
+          readiness.push((await fetch(`${stack.url}/readyz`)).status);
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      })();
       // The replica is promoted after cluster-node-timeout (1 s) and an election.
       await cluster.waitHealthy(30_000, slot);
       const promotedAt = Date.now() - load.started;
       await new Promise((r) => setTimeout(r, 3000));
       const answers = await load.stop();
+      probing = false;
+      await probes;
+      // /readyz reads toolgate's slot: it told of the outage while it lasted, and not after.
+      expect(readiness).toContain(503);
+      expect(readiness.at(-1)).toBe(200);
 
       const accepted = answers.filter((a) => a.id !== undefined);
       const refused = answers.filter((a) => a.id === undefined);

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { EventEmitter } from 'node:events';
 import { Queue } from 'bullmq';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
@@ -249,7 +250,9 @@ export class Dispatcher {
     // unhandled rejection that ends the process. Let the start settle, then close.
     const queues = Object.values(this.queues);
     await Promise.race([Promise.allSettled(queues.map((q) => q.waitUntilReady())), deadline]);
-    const closing = Promise.allSettled(queues.map((q) => q.close()));
+    const closing = Promise.allSettled(
+      queues.map((q) => q.close().finally(() => keepErrorListener(q))),
+    );
     await Promise.race([closing, deadline]);
     clearTimeout(timer);
     for (const q of Object.values(this.queues)) void q.disconnect().catch(() => undefined);
@@ -286,4 +289,13 @@ export function failedOutcome(id: string, tool: string, reason: string | undefin
     durationMs: 0,
     cached: false,
   };
+}
+
+/**
+ * BullMQ's RedisConnection drops every listener when it closes, and a start that fails after
+ * that (an untrusted TLS certificate, a cluster that never loaded its slots) emits 'error' with
+ * none left: an uncaught exception. One listener that stays absorbs it.
+ */
+function keepErrorListener(queue: Queue): void {
+  (queue as unknown as { connection?: EventEmitter }).connection?.on('error', () => undefined);
 }

@@ -179,11 +179,14 @@ export async function waitReady(redis: RedisClient, timeoutMs = 10_000): Promise
 /**
  * True for errors that mean "Redis cannot take this right now" rather than a bug: unreachable,
  * loading, read-only, or full (OOM under `maxmemory` with `noeviction`, see docs/redis-keys.md).
+ * Behind Sentinel also: no sentinel answers, a master refusing writes for want of replicas
+ * (`min-replicas-to-write`: NOREPLICAS), a replica cut off from its master (MASTERDOWN), and a
+ * blocked command ended by a failover (UNBLOCKED).
  */
 export function isRedisDown(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const text = `${err.name} ${err.message}`;
-  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|enableOfflineQueue|Connection is closed|MaxRetriesPerRequest|Stream isn't writeable|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|None of startup nodes|Failed to refresh slots|All sentinels are unreachable|^\S+ OOM /i.test(
+  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|enableOfflineQueue|Connection is closed|MaxRetriesPerRequest|Stream isn't writeable|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|NOREPLICAS|UNBLOCKED|None of startup nodes|Failed to refresh slots|All sentinels are unreachable|failed to connect to sentinel|^\S+ OOM /i.test(
     text,
   );
 }

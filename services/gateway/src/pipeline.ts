@@ -29,7 +29,7 @@ import {
 } from '@toolgate/calls';
 import { runPrecheck, type Tool, type ToolRegistry, type ToolServices } from '@toolgate/registry';
 import { injectContext, withSpan } from '@toolgate/telemetry';
-import type { RedisClient } from '@toolgate/calls';
+import type { RedisClient, Replication, ReplicaWait } from '@toolgate/calls';
 import type { ApprovalFeed } from './approval-feed.js';
 import type { Client } from './clients.js';
 import { pendingApproval } from './views.js';
@@ -93,6 +93,10 @@ export interface PipelineOptions {
   cache: ResultCache;
   stats: Stats;
   metrics: GatewayMetrics;
+  /** `redis.durability`: an accepted call is on that many replicas before it is answered. */
+  replicas: ReplicaWait;
+  /** Warns of calls accepted on the master only (WAIT timed out), at most every few seconds. */
+  onUnreplicated: (replication: Replication) => void;
   requiresApproval: (tool: Tool) => boolean;
   /**
    * What tools' prechecks see on the gateway: the policy settings only (`shellPolicy`); the
@@ -265,6 +269,7 @@ export class CallPipeline {
           const multi = this.o.redis.multi();
           this.o.index.addTo(multi, client.id, [id]);
           await multi.exec();
+          await this.replicated(id);
           this.o.feed
             .publish({ type: 'parked', approval: pendingApproval(parked) })
             .catch(() => undefined);
@@ -291,6 +296,12 @@ export class CallPipeline {
             .releaseIdempotencyKey(client.id, req.idempotencyKey, id)
             .catch(() => undefined);
         }
+        throw err;
+      }
+      try {
+        await this.replicated(id);
+      } catch (err) {
+        stopEvents?.();
         throw err;
       }
       if (!outcome) return { kind: 'accepted', id, status: 'queued' };
@@ -555,6 +566,32 @@ export class CallPipeline {
         throw err;
       }
     }, this.o.redis);
+  }
+
+  /**
+   * With `redis.durability.replicas` > 0: returns once the call just accepted (its job, record,
+   * idempotency key) is on that many replicas, so a failover cannot lose it. A WAIT that times
+   * out leaves the call accepted (on the master only): counted and logged, not refused, since
+   * refusing would not take it back. Redis failing over meanwhile is a 503 that says the call
+   * may still run, with its id to look it up.
+   */
+  private async replicated(id: string): Promise<void> {
+    if (!this.o.replicas.enabled) return;
+    let replication: Replication;
+    try {
+      replication = await this.o.replicas.confirm();
+    } catch (err) {
+      this.o.dispatcher.forget(id);
+      throw new ApiError(
+        'unavailable',
+        `Redis failed over before call ${id} reached a replica: it may or may not run; look it up (GET /v1/calls/${id}) or send it again with the same Idempotency-Key`,
+        { cause: err, headers: { 'Retry-After': '2' }, details: { callId: id } },
+      );
+    }
+    if (!replication.replicated) {
+      this.o.metrics.unreplicated.inc();
+      this.o.onUnreplicated(replication);
+    }
   }
 
   private tooManyInFlight(client: Client, inFlight: number): ApiError {

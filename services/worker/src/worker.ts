@@ -11,6 +11,7 @@ import {
   Heartbeat,
   Keys,
   ResultCache,
+  ReplicaWait,
   RunLeases,
   Series,
   Stats,
@@ -110,6 +111,8 @@ export function createWorker({
   // Stale horizon is the gateway's business; the worker only removes entries.
   const admission = new Admission(redis, keys, 0);
   const leases = new RunLeases(redis, keys);
+  const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
+  let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
   const shutdown = new AbortController();
   const workers: Worker[] = [];
@@ -276,6 +279,7 @@ export function createWorker({
           `the worker running ${call.tool} stopped mid-call; it was not run again because the tool is not idempotent`,
         );
       } else {
+        if (!tool.idempotent) await startReplicated(call);
         if (kind === 'sandbox') events.status('running');
         outcome = await runTool(tool, call, services, shutdown.signal, {
           cancel: cancel.signal,
@@ -314,6 +318,37 @@ export function createWorker({
       running.delete(call.id);
       metrics.inFlight.dec({ queue: kind });
     }
+  }
+
+  /**
+   * With `redis.durability.replicas` > 0, before a non-idempotent tool runs: waits until the
+   * call's start (BullMQ's moveToActive, which counted `attemptsStarted`) is on that many
+   * replicas. A failover after this point hands the call out again as a restarted one, which
+   * the check above turns into `worker_lost`, never into a second run. A WAIT that times out
+   * runs the call anyway (counted, logged): the replicas are gone or lagging, and holding every
+   * call back would not bring them back. Redis failing over meanwhile leaves it unknown whether
+   * the new master knows of this start, so the call is not run here: if the start was lost the
+   * new master hands the call out afresh; if not, the call fails with this error.
+   */
+  async function startReplicated(call: CallJob): Promise<void> {
+    if (!replicas.enabled) return;
+    let replication;
+    try {
+      replication = await replicas.confirm();
+    } catch (err) {
+      throw new Error(
+        `Redis failed over as ${call.tool} was starting, before its start reached a replica; it was not run, so that it cannot run twice`,
+        { cause: err },
+      );
+    }
+    if (replication.replicated) return;
+    metrics.unreplicated.inc();
+    if (Date.now() - unreplicatedWarnedAt < 10_000) return;
+    unreplicatedWarnedAt = Date.now();
+    log.warn(
+      { acked: replication.acked, wanted: replicas.durability.replicas, ms: replication.ms },
+      'non-idempotent calls run with their start on the Redis master only: WAIT timed out (toolgate_redis_unreplicated_total)',
+    );
   }
 
   return {
@@ -402,6 +437,7 @@ export function createWorker({
       await heartbeat.stop();
       metricsServer?.close();
       cancelSubscriber.disconnect();
+      replicas.close();
       redis.disconnect();
       log.info('worker stopped');
     },

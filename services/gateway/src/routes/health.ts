@@ -1,4 +1,4 @@
-import { liveWorkers, type Keys } from '@toolgate/calls';
+import { isConnectionLost, liveWorkers, type Keys } from '@toolgate/calls';
 import { Router } from 'express';
 import type { RedisClient } from '@toolgate/calls';
 
@@ -8,6 +8,15 @@ export function healthRoutes(redis: RedisClient, keys: Keys): Router {
     res.json({ status: 'ok' });
   });
   router.get('/readyz', async (_req, res) => {
+    // Lost and reconnecting (a failover under way): say so now rather than let the PING wait
+    // in the offline queue for the new master.
+    if (isConnectionLost(redis)) {
+      res.status(503).json({
+        status: 'unavailable',
+        reason: `Redis connection lost (${redis.status}); reconnecting`,
+      });
+      return;
+    }
     try {
       await redis.ping();
     } catch (err) {

@@ -33,7 +33,8 @@ export function createMetrics() {
   });
   const unreplicated = new Counter({
     name: 'toolgate_redis_unreplicated_total',
-    help: 'Calls of non-idempotent tools run although Redis WAIT timed out before redis.durability.replicas replicas held their start (docs/redis-ha.md)',
+    help: 'Non-idempotent calls that went on although Redis WAIT timed out before redis.durability.replicas replicas held their start (step=start) or outcome (step=outcome) (docs/redis-ha.md)',
+    labelNames: ['step'] as const,
     registers: [registry],
   });
   const cacheLookups = new Counter({

@@ -565,6 +565,7 @@ export class CallPipeline {
         await this.o.admission.release(job.clientId, record.queue, job.id).catch(() => undefined);
         throw err;
       }
+      await this.replicated(job.id);
     }, this.o.redis);
   }
 

@@ -13,7 +13,7 @@ export function healthRoutes(redis: RedisClient, keys: Keys): Router {
     if (isConnectionLost(redis)) {
       res.status(503).json({
         status: 'unavailable',
-        reason: `Redis connection lost; reconnecting (${redis.status})`,
+        reason: `Redis connection lost (${redis.status})`,
       });
       return;
     }

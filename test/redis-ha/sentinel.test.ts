@@ -39,6 +39,11 @@ let set: SentinelSet | undefined;
 let stack: Stack | undefined;
 let sink: Server | undefined;
 const services: Service[] = [];
+// Should the hooks not run (vitest tearing the worker down), the services still end with it.
+const killServices = () => {
+  for (const s of services) if (s.child.exitCode === null) s.child.kill('SIGKILL');
+};
+process.once('exit', killServices);
 const dir = mkdtempSync(join(tmpdir(), 'toolgate-sentinel-test-'));
 afterAll(async () => {
   for (const s of services) if (s.child.exitCode === null) s.child.kill('SIGTERM');
@@ -53,6 +58,7 @@ afterAll(async () => {
   await set?.stop();
   await stack?.close();
   rmSync(dir, { recursive: true, force: true });
+  process.off('exit', killServices);
 });
 
 describe('Redis Sentinel', () => {

@@ -79,9 +79,16 @@ async function untilAnswers(node: RedisNode, what: string): Promise<void> {
 export async function startSentinelSet(options: { replicas?: number } = {}): Promise<SentinelSet> {
   const dir = mkdtempSync(join(tmpdir(), 'toolgate-sentinel-'));
   const all: RedisNode[] = [];
-  const stop = async () => {
+  const killAll = () => {
     for (const n of all)
       if (n.child.exitCode === null && n.child.signalCode === null) n.child.kill('SIGKILL');
+  };
+  // Also when the test process ends without running its hooks (a hook timed out and vitest
+  // tore the worker down): redis processes must not outlive it.
+  process.once('exit', killAll);
+  const stop = async () => {
+    process.off('exit', killAll);
+    killAll();
     await Promise.all(all.map((n) => n.exited));
     rmSync(dir, { recursive: true, force: true });
   };

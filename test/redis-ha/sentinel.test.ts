@@ -13,9 +13,9 @@ import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { startService, type Service } from '../support/process.js';
-import { freePort } from '../support/redis-server.js';
+import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
 import { KEYS, startStack, type Stack } from '../support/stack.js';
 
@@ -37,6 +37,7 @@ interface Answer {
 
 let set: SentinelSet | undefined;
 let stack: Stack | undefined;
+let lone: RedisServer | undefined;
 let sink: Server | undefined;
 const services: Service[] = [];
 // Should the hooks not run (vitest tearing the worker down), the services still end with it.
@@ -57,6 +58,7 @@ afterAll(async () => {
   sink?.close();
   await set?.stop();
   await stack?.close();
+  await lone?.stop();
   rmSync(dir, { recursive: true, force: true });
   process.off('exit', killServices);
 });
@@ -318,24 +320,33 @@ function countBy(values: string[]): Record<string, number> {
 }
 
 describe('redis.durability without the replicas it asks for', () => {
-  it('accepts the call once WAIT times out, and counts it in toolgate_redis_unreplicated_total', async () => {
-    // The run's Redis has no replica: every WAIT for one times out.
+  it('accepts calls once WAIT times out, counts them, and lets concurrent calls share a WAIT', async () => {
+    // A Redis of its own, without a replica: every WAIT for one times out, and WAITs are counted.
+    lone = await startRedisServer();
     stack = await startStack({
       config: {
         redis: {
-          url: inject('redisUrl'),
+          url: lone.url,
           prefix: `d${randomUUID().slice(0, 6)}`,
-          durability: { replicas: 1, timeoutMs: 100 },
+          durability: { replicas: 1, timeoutMs: 300 },
         },
       },
     });
     const sync = await stack.call('/tools/calculator/execute', { json: { expression: '6*7' } });
     expect(await sync.json()).toMatchObject({ status: 'ok', result: 42 });
-    const async = await stack.call('/tools/calculator/execute?wait=false', {
-      json: { expression: '6*8' },
-    });
-    expect(async.status).toBe(202);
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        stack!.call('/tools/calculator/execute?wait=false', { json: { expression: `${i}*8` } }),
+      ),
+    );
+    expect(answers.map((r) => r.status)).toEqual(Array.from({ length: 20 }, () => 202));
     const metrics = await (await stack.call('/metrics', { key: KEYS.admin })).text();
-    expect(metrics).toMatch(/^toolgate_redis_unreplicated_total\{service="gateway"\} 2$/m);
+    expect(metrics).toMatch(/^toolgate_redis_unreplicated_total\{service="gateway"\} 21$/m);
+    // Far fewer WAITs than calls (3 when measured): a missing replica costs each call one
+    // timeout, not one per call ahead of it.
+    const probe = new Redis(lone.url);
+    const stats = await probe.info('commandstats');
+    probe.disconnect();
+    expect(Number(/cmdstat_wait:calls=(\d+)/.exec(stats)?.[1])).toBeLessThan(10);
   });
 });

@@ -262,32 +262,30 @@ export class CallPipeline {
       if (trace) job.trace = trace;
       let outcome: Promise<CallOutcome | undefined> | undefined;
       let stopEvents: (() => void) | undefined;
+      let parked: CallRecord | undefined;
       try {
         if (needsApproval) {
-          const parked = await this.o.approvals.park(job, kind);
+          parked = await this.o.approvals.park(job, kind);
           this.o.metrics.approvalsParked.inc({ tool: tool.name });
           const multi = this.o.redis.multi();
           this.o.index.addTo(multi, client.id, [id]);
           await multi.exec();
-          await this.replicated(id);
-          this.o.feed
-            .publish({ type: 'parked', approval: pendingApproval(parked) })
-            .catch(() => undefined);
-          return { kind: 'accepted', id, status: 'pending_approval' };
-        }
-        const admitted = await this.o.admission.admit(client.id, kind, id, client.limits.queued);
-        if (!admitted.admitted) throw this.tooManyInFlight(client, admitted.inFlight);
-        outcome = req.wait
-          ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
-          : undefined;
-        try {
-          // Subscribed before the job exists, so no event of it is missed.
-          if (req.wait && req.onEvent) stopEvents = await this.o.events.subscribe(id, req.onEvent);
-          await this.o.dispatcher.enqueue(job, kind, admitted.priority);
-        } catch (err) {
-          stopEvents?.();
-          await this.o.admission.release(client.id, kind, id).catch(() => undefined);
-          throw err;
+        } else {
+          const admitted = await this.o.admission.admit(client.id, kind, id, client.limits.queued);
+          if (!admitted.admitted) throw this.tooManyInFlight(client, admitted.inFlight);
+          outcome = req.wait
+            ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
+            : undefined;
+          try {
+            // Subscribed before the job exists, so no event of it is missed.
+            if (req.wait && req.onEvent)
+              stopEvents = await this.o.events.subscribe(id, req.onEvent);
+            await this.o.dispatcher.enqueue(job, kind, admitted.priority);
+          } catch (err) {
+            stopEvents?.();
+            await this.o.admission.release(client.id, kind, id).catch(() => undefined);
+            throw err;
+          }
         }
       } catch (err) {
         // Not accepted: free the idempotency key so a retry can run the call.
@@ -298,11 +296,18 @@ export class CallPipeline {
         }
         throw err;
       }
+      // Accepted (parked or queued): from here on the idempotency key stays with the call.
       try {
         await this.replicated(id);
       } catch (err) {
         stopEvents?.();
         throw err;
+      }
+      if (parked) {
+        this.o.feed
+          .publish({ type: 'parked', approval: pendingApproval(parked) })
+          .catch(() => undefined);
+        return { kind: 'accepted', id, status: 'pending_approval' };
       }
       if (!outcome) return { kind: 'accepted', id, status: 'queued' };
       req.onAccepted?.(id);

@@ -169,6 +169,14 @@ export class Dispatcher {
     return pending;
   }
 
+  /**
+   * Ends every wait for a call on this gateway, answering undefined (no outcome): for a call
+   * whose request failed after the enqueue (its outcome has nobody left to read it).
+   */
+  forget(id: string): void {
+    this.cancel(id);
+  }
+
   /** Ends every wait for a call on this gateway, answering undefined (no outcome). */
   private cancel(id: string): void {
     const set = this.waiters.get(id);

@@ -66,6 +66,11 @@ export class Recorder {
     else this.timer ??= setTimeout(() => this.flush(), MAX_DELAY_MS);
   }
 
+  /** Writes one call's at once, outside the batches (resolves once it has landed). */
+  async now(finished: Finished): Promise<void> {
+    await this.write([finished], true);
+  }
+
   /** Writes everything pending now; resolves when every write so far has landed. */
   async drain(): Promise<void> {
     this.flush();

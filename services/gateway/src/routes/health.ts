@@ -1,4 +1,4 @@
-import { liveWorkers, type Keys, type RedisClient } from '@toolgate/calls';
+import { isConnectionLost, liveWorkers, type Keys, type RedisClient } from '@toolgate/calls';
 import { Router } from 'express';
 
 /** How long /readyz waits for Redis: a probe must answer, even while Redis fails over. */
@@ -10,6 +10,15 @@ export function healthRoutes(redis: RedisClient, keys: Keys): Router {
     res.json({ status: 'ok' });
   });
   router.get('/readyz', async (_req, res) => {
+    // Lost and reconnecting (a failover under way): say so now rather than let the PING wait
+    // in the offline queue for the new master.
+    if (isConnectionLost(redis)) {
+      res.status(503).json({
+        status: 'unavailable',
+        reason: `Redis connection lost (${redis.status})`,
+      });
+      return;
+    }
     // Reading the worker set (not a PING) asks the node that holds toolgate's keys: on a
     // Cluster, the master of the prefix's slot, which a PING to any node would not.
     let workers: number;

@@ -21,12 +21,15 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-async function clusterStack(): Promise<{ stack: Stack; prefix: string; slot: number }> {
+async function clusterStack(durability?: {
+  replicas: number;
+  timeoutMs: number;
+}): Promise<{ stack: Stack; prefix: string; slot: number }> {
   const prefix = `c${randomUUID().slice(0, 8)}`;
   const stack = await startStack({
     tools: testTools,
     config: {
-      redis: { cluster: { nodes: cluster.nodes }, prefix },
+      redis: { cluster: { nodes: cluster.nodes }, prefix, ...(durability ? { durability } : {}) },
       clients: [
         // Polling every accepted call's status costs rate budget: allow plenty.
         { id: 'alice', key: KEYS.alice, tools: ['*'], rateLimit: { perMinute: 100_000 } },
@@ -131,7 +134,10 @@ describe('on a Redis Cluster', () => {
   });
 
   it('a master failover during calls loses no accepted call', async () => {
-    const { stack, slot } = await clusterStack();
+    // An accepted call is on the replica before it is answered (redis.durability), so the
+    // failover cannot take it back. The promoted master has no replica left: its WAITs time
+    // out (250 ms here) and calls slow down until one is added.
+    const { stack, slot } = await clusterStack({ replicas: 1, timeoutMs: 250 });
     try {
       const load = startCallLoad(stack.url, KEYS.alice, { loops: 4 });
       await new Promise((r) => setTimeout(r, 1500));
@@ -165,19 +171,33 @@ describe('on a Redis Cluster', () => {
         KEYS.alice,
         accepted.map((a) => a.id!),
       );
-      const notOk = [...finals].filter(([, status]) => status !== 'ok');
+      // `sleep` is not idempotent: one that was starting as the master died, before its start
+      // reached a replica, is not run (it could run twice) and ends worker_error, said so.
+      const notRun = [...finals].filter(([id, end]) => {
+        const answer = accepted.find((a) => a.id === id)!;
+        return (
+          end.code === 'worker_error' && answer.kind === 'async' && answer.at <= promotedAt + 1000
+        );
+      });
+      const notOk = [...finals].filter(
+        ([id, end]) => end.status !== 'ok' && !notRun.some(([n]) => n === id),
+      );
       const resumed = longestStall(answers, killedAt);
       console.warn(
         `cluster failover: ${accepted.length} calls accepted, ${refused.length} refused ` +
           `(${[...new Set(refused.map((r) => `${r.httpStatus} ${r.code ?? ''}`))].join(', ')}); ` +
-          `replica promoted ${promotedAt - killedAt} ms after the kill; the longest stall of calls ${resumed} ms`,
+          `replica promoted ${promotedAt - killedAt} ms after the kill; the longest stall of calls ${resumed} ms; ` +
+          `${notRun.length} non-idempotent calls starting at the kill not run`,
       );
       expect(accepted.length).toBeGreaterThan(50);
       expect(notOk).toEqual([]);
-      // Refused while the slot had no master: a clear 503 the client can retry, never a 500.
+      // Refused while the slot had no master, or while the backlog of slowed calls was full:
+      // a clear 503 or 429 the client can retry, never a 500.
       for (const r of refused) {
-        expect(r.httpStatus).toBe(503);
-        expect(r.code).toBe('unavailable');
+        expect(['503 unavailable', '429 too_many_in_flight']).toContain(
+          `${r.httpStatus} ${r.code}`,
+        );
+        expect(r.retryAfter).toMatch(/^\d+$/);
       }
       expect(resumed).toBeLessThan(10_000);
       // Calls after the failover run as before.
@@ -212,7 +232,7 @@ describe('on a Redis Cluster', () => {
           `${accepted.length} calls accepted, ${refused.length} refused; the longest stall of ` +
           `calls ${longestStall(answers, started)} ms`,
       );
-      expect([...finals].filter(([, status]) => status !== 'ok')).toEqual([]);
+      expect([...finals].filter(([, end]) => end.status !== 'ok')).toEqual([]);
       for (const r of refused) expect(r).toMatchObject({ httpStatus: 503, code: 'unavailable' });
       expect(accepted.length).toBeGreaterThan(50);
     } finally {

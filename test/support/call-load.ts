@@ -100,14 +100,20 @@ export function longestStall(answers: LoadAnswer[], fromMs: number): number {
   return times.length === 0 ? Infinity : longest;
 }
 
-/** Polls each accepted call until it ends; returns the final status of each id. */
+/** How an accepted call ended, as GET /v1/calls/{id} tells. */
+export interface CallEnd {
+  status: string;
+  code?: string;
+}
+
+/** Polls each accepted call until it ends (`unfinished` after `timeoutMs`). */
 export async function finalStatuses(
   baseUrl: string,
   key: string,
   ids: string[],
   timeoutMs = 30_000,
-): Promise<Map<string, string>> {
-  const result = new Map<string, string>();
+): Promise<Map<string, CallEnd>> {
+  const result = new Map<string, CallEnd>();
   const deadline = Date.now() + timeoutMs;
   let pending = [...ids];
   while (pending.length > 0 && Date.now() < deadline) {
@@ -116,14 +122,16 @@ export async function finalStatuses(
       const res = await fetch(`${baseUrl}/v1/calls/${id}`, {
         headers: { authorization: `Bearer ${key}` },
       }).catch(() => undefined);
-      const body = res?.ok ? ((await res.json()) as { status: string }) : undefined;
+      const body = res?.ok
+        ? ((await res.json()) as { status: string; error?: { code: string } })
+        : undefined;
       if (body && body.status !== 'queued' && body.status !== 'running')
-        result.set(id, body.status);
+        result.set(id, { status: body.status, ...(body.error ? { code: body.error.code } : {}) });
       else next.push(id);
     }
     pending = next;
     if (pending.length > 0) await new Promise((r) => setTimeout(r, 200));
   }
-  for (const id of pending) result.set(id, 'unfinished');
+  for (const id of pending) result.set(id, { status: 'unfinished' });
   return result;
 }

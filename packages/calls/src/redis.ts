@@ -118,6 +118,9 @@ export function createRedis(
       retryDelayOnTryAgain: 200,
       maxRedirections: 32,
       slotsRefreshTimeout: 2000,
+      // After a failover, commands for the dead master's slots fail until the slot map is
+      // reloaded; ioredis's 5 s default left calls failing for seconds after the promotion.
+      slotsRefreshInterval: 1000,
       scaleReads: 'master',
     };
     redis = new Cluster(t.cluster.nodes.map(node), clusterOptions);

@@ -1,0 +1,548 @@
+/**
+ * The Helm chart (deploy/helm/toolgate), rendered by a real helm (test/deploy/helm-binary.ts,
+ * no network) with the default values and with values-bwrap.yaml / values-docker.yaml. Every
+ * object is validated against the Kubernetes, KEDA and Prometheus Operator schemas bundled in
+ * kubernetes-models, and the test checks what an operator would notice: the config the pods
+ * read loads in toolgate's own loader with the Secret's keys, probes hit /readyz and /healthz,
+ * each worker pool consumes and scales on its own queue, sandbox workers reach only Redis and
+ * DNS, and a bad values file fails at render time with a message that names the field.
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parseConfig } from '@toolgate/config';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments, parse as parseYaml } from 'yaml';
+import { helmBinary } from './helm-binary.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const CHART = `${ROOT}deploy/helm/toolgate`;
+const KEYS = [
+  '--set-string',
+  'secret.values.admin-key=admin-key-0123456789abcdef',
+  '--set-string',
+  'secret.values.assistant-key=assistant-key-0123456789abcdef',
+];
+
+// Minimal shapes of what the assertions read; the schemas check the rest.
+interface Meta {
+  name: string;
+  namespace?: string;
+  labels?: Record<string, string>;
+}
+interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { secretKeyRef?: { name: string; key: string } };
+}
+interface Probe {
+  httpGet?: { path: string; port: string | number };
+}
+interface Container {
+  name: string;
+  image: string;
+  command?: string[];
+  args?: string[];
+  env?: EnvVar[];
+  ports?: { name: string; containerPort: number }[];
+  readinessProbe?: Probe;
+  livenessProbe?: Probe;
+  startupProbe?: Probe;
+  securityContext?: Record<string, unknown>;
+  volumeMounts?: { name: string; mountPath: string }[];
+}
+interface PodSpec {
+  hostUsers?: boolean;
+  securityContext?: Record<string, unknown>;
+  containers: Container[];
+  volumes?: { name: string; hostPath?: { path: string }; emptyDir?: object }[];
+}
+interface NetworkPolicyRule {
+  to?: unknown[];
+  from?: unknown[];
+  ports?: { protocol?: string; port: number }[];
+}
+interface K8sObject {
+  apiVersion: string;
+  kind: string;
+  metadata: Meta;
+  spec?: Record<string, unknown>;
+  data?: Record<string, string>;
+  stringData?: Record<string, string>;
+}
+
+interface Rendered {
+  objects: K8sObject[];
+  get<T = Record<string, unknown>>(kind: string, name: string): K8sObject & { spec: T };
+}
+
+function helm(args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const out = spawnSync(helmBinary(), args, {
+    encoding: 'utf8',
+    // No cluster, no repositories, no network: helm reads only the chart directory.
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: process.env.HOME ?? '/tmp',
+      HELM_CACHE_HOME: `${ROOT}test/node_modules/.cache/toolgate-helm/home`,
+      HELM_CONFIG_HOME: `${ROOT}test/node_modules/.cache/toolgate-helm/home`,
+      HELM_DATA_HOME: `${ROOT}test/node_modules/.cache/toolgate-helm/home`,
+    },
+    timeout: 60_000,
+  });
+  return { status: out.status, stdout: out.stdout, stderr: out.stderr };
+}
+
+function render(...args: string[]): Rendered {
+  const { status, stdout, stderr } = helm([
+    'template',
+    'tg',
+    CHART,
+    '--namespace',
+    'tools',
+    ...args,
+  ]);
+  if (status !== 0) throw new Error(`helm template failed (${status}): ${stderr}`);
+  const objects: K8sObject[] = [];
+  for (const doc of parseAllDocuments(stdout)) {
+    // Duplicate keys or bad YAML would be an error here: the API server would refuse them too.
+    if (doc.errors.length > 0) throw new Error(`bad YAML from helm: ${doc.errors[0]!.message}`);
+    const value = doc.toJS() as K8sObject | null;
+    if (value) objects.push(value);
+  }
+  return {
+    objects,
+    get<T>(kind: string, name: string) {
+      const found = objects.find((o) => o.kind === kind && o.metadata.name === name);
+      if (!found) throw new Error(`no ${kind} ${name} in the render`);
+      return found as K8sObject & { spec: T };
+    },
+  };
+}
+
+function renderFails(...args: string[]): string {
+  const { status, stderr } = helm(['template', 'tg', CHART, ...args]);
+  expect(status).not.toBe(0);
+  return stderr;
+}
+
+/** The kubernetes-models class of an object (core, KEDA, Prometheus Operator). */
+async function modelFor(apiVersion: string, kind: string) {
+  const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+  const path =
+    group === 'keda.sh'
+      ? `@kubernetes-models/keda/keda.sh/${version}/${kind}`
+      : group === 'monitoring.coreos.com'
+        ? `@kubernetes-models/prometheus-operator/monitoring.coreos.com/${version}/${kind}`
+        : `kubernetes-models/${group ? `${group}/` : ''}${version}/${kind}`;
+  const mod = (await import(path)) as Record<string, new (data: unknown) => { validate(): void }>;
+  const model = mod[kind];
+  if (!model) throw new Error(`no schema for ${apiVersion} ${kind}`);
+  return model;
+}
+
+async function validateAll(r: Rendered): Promise<string[]> {
+  const checked: string[] = [];
+  for (const o of r.objects) {
+    const Model = await modelFor(o.apiVersion, o.kind);
+    try {
+      new Model(o).validate();
+    } catch (err) {
+      throw new Error(`${o.kind} ${o.metadata.name}: ${(err as Error).message}`, { cause: err });
+    }
+    checked.push(`${o.kind}/${o.metadata.name}`);
+  }
+  return checked;
+}
+
+function podSpec(r: Rendered, name: string): PodSpec {
+  return r.get<{ template: { spec: PodSpec } }>('Deployment', name).spec.template.spec;
+}
+
+/** The env a container sees: plain values and the Secret's keys, as the kubelet would set. */
+function containerEnv(r: Rendered, c: Container): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const v of c.env ?? []) {
+    const ref = v.valueFrom?.secretKeyRef;
+    if (ref) {
+      const secret = r.get('Secret', ref.name);
+      const value = secret.stringData?.[ref.key];
+      if (value === undefined) throw new Error(`Secret ${ref.name} has no key ${ref.key}`);
+      env[v.name] = value;
+    } else if (v.value !== undefined) env[v.name] = v.value;
+  }
+  return env;
+}
+
+/** The config a container loads: the ConfigMap's file, its env, and `--queues` as the CLI maps it. */
+function loadedConfig(r: Rendered, deployment: string) {
+  const c = podSpec(r, deployment).containers[0]!;
+  const file = r.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!;
+  const env = containerEnv(r, c);
+  expect(env.TOOLGATE_CONFIG).toBe('/etc/toolgate/toolgate.yaml');
+  expect(c.volumeMounts).toContainEqual(
+    expect.objectContaining({ name: 'config', mountPath: '/etc/toolgate' }),
+  );
+  const queues = c.args?.indexOf('--queues') ?? -1;
+  if (queues >= 0) env.TOOLGATE_WORKER_QUEUES = c.args![queues + 1]!;
+  return parseConfig(parseYaml(file), env);
+}
+
+const DEPLOYMENTS = [
+  'tg-toolgate-gateway',
+  'tg-toolgate-worker-fast',
+  'tg-toolgate-worker-sandbox',
+];
+
+describe('helm chart deploy/helm/toolgate', () => {
+  let defaults: Rendered;
+  let bwrap: Rendered;
+  let docker: Rendered;
+
+  beforeAll(() => {
+    defaults = render(...KEYS);
+    bwrap = render('-f', `${CHART}/values-bwrap.yaml`, ...KEYS);
+    docker = render('-f', `${CHART}/values-docker.yaml`, ...KEYS);
+  });
+
+  it('renders every object valid against the Kubernetes, KEDA and Prometheus Operator schemas', async () => {
+    for (const r of [defaults, bwrap, docker]) {
+      const checked = await validateAll(r);
+      expect(checked).toEqual(
+        expect.arrayContaining([
+          ...DEPLOYMENTS.map((d) => `Deployment/${d}`),
+          'Service/tg-toolgate-gateway',
+          'HorizontalPodAutoscaler/tg-toolgate-gateway',
+          'PodDisruptionBudget/tg-toolgate-gateway',
+          'ScaledObject/tg-toolgate-worker-fast',
+          'ScaledObject/tg-toolgate-worker-sandbox',
+          'ServiceMonitor/tg-toolgate-gateway',
+          'ServiceMonitor/tg-toolgate-worker-fast',
+          'ServiceMonitor/tg-toolgate-worker-sandbox',
+          'ConfigMap/tg-toolgate-config',
+          'ConfigMap/tg-toolgate-dashboard',
+          'Secret/tg-toolgate',
+          'NetworkPolicy/tg-toolgate-gateway',
+          'NetworkPolicy/tg-toolgate-worker-fast',
+          'NetworkPolicy/tg-toolgate-worker-sandbox',
+        ]),
+      );
+    }
+  });
+
+  it('gives every pod a config that toolgate loads, with the client keys from the Secret', () => {
+    for (const r of [defaults, bwrap, docker]) {
+      for (const d of DEPLOYMENTS) {
+        const config = loadedConfig(r, d);
+        expect(config.clients.map((c) => [c.id, c.admin])).toEqual([
+          ['ops', true],
+          ['assistant', false],
+        ]);
+        expect(config.redis.url).toBe('redis://redis:6379');
+        expect(config.server.port).toBe(8080);
+      }
+    }
+    // The keys themselves never reach the ConfigMap.
+    const file = defaults.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!;
+    expect(file).not.toContain('admin-key-0123456789abcdef');
+    expect(file).toContain('${TOOLGATE_ADMIN_KEY}');
+  });
+
+  it('runs one worker pool per queue with its own concurrency', () => {
+    const fast = loadedConfig(defaults, 'tg-toolgate-worker-fast');
+    expect(fast.worker.queues).toEqual(['fast']);
+    expect(fast.worker.concurrency).toBe(32);
+    const sandbox = loadedConfig(defaults, 'tg-toolgate-worker-sandbox');
+    expect(sandbox.worker.queues).toEqual(['sandbox']);
+    expect(sandbox.worker.sandboxConcurrency).toBe(4);
+    for (const d of DEPLOYMENTS.slice(1)) {
+      expect(podSpec(defaults, d).containers[0]!.command).toEqual(['toolgate', 'worker']);
+    }
+    expect(podSpec(defaults, 'tg-toolgate-gateway').containers[0]!.command).toEqual([
+      'toolgate',
+      'gateway',
+    ]);
+  });
+
+  it('probes the gateway on /readyz and /healthz, the workers on /healthz of their metrics port', () => {
+    const g = podSpec(defaults, 'tg-toolgate-gateway').containers[0]!;
+    expect(g.ports).toEqual([{ name: 'http', containerPort: 8080, protocol: 'TCP' }]);
+    expect(g.readinessProbe?.httpGet).toEqual({ path: '/readyz', port: 'http' });
+    expect(g.livenessProbe?.httpGet).toEqual({ path: '/healthz', port: 'http' });
+    for (const d of DEPLOYMENTS.slice(1)) {
+      const w = podSpec(defaults, d).containers[0]!;
+      expect(w.ports).toEqual([{ name: 'metrics', containerPort: 9091, protocol: 'TCP' }]);
+      expect(w.livenessProbe?.httpGet).toEqual({ path: '/healthz', port: 'metrics' });
+      expect(w.readinessProbe?.httpGet).toEqual({ path: '/healthz', port: 'metrics' });
+    }
+    // The port the probes name is the one the config makes the worker listen on.
+    expect(loadedConfig(defaults, 'tg-toolgate-worker-fast').worker.metricsPort).toBe(9091);
+  });
+
+  it('selects the right pods from every Service, PDB, HPA, ScaledObject and ServiceMonitor', () => {
+    const podLabels = (d: string) =>
+      defaults.get<{ template: { metadata: { labels: Record<string, string> } } }>('Deployment', d)
+        .spec.template.metadata.labels;
+    const matches = (selector: Record<string, string>, d: string) =>
+      Object.entries(selector).every(([k, v]) => podLabels(d)[k] === v);
+    const only = (selector: Record<string, string>) =>
+      DEPLOYMENTS.filter((d) => matches(selector, d));
+
+    const svc = defaults.get<{ selector: Record<string, string> }>(
+      'Service',
+      'tg-toolgate-gateway',
+    );
+    expect(only(svc.spec.selector)).toEqual(['tg-toolgate-gateway']);
+    const pdb = defaults.get<{ selector: { matchLabels: Record<string, string> } }>(
+      'PodDisruptionBudget',
+      'tg-toolgate-gateway',
+    );
+    expect(only(pdb.spec.selector.matchLabels)).toEqual(['tg-toolgate-gateway']);
+    const hpa = defaults.get<{
+      scaleTargetRef: { kind: string; name: string };
+      metrics: { resource: { name: string } }[];
+    }>('HorizontalPodAutoscaler', 'tg-toolgate-gateway');
+    expect(hpa.spec.scaleTargetRef).toMatchObject({
+      kind: 'Deployment',
+      name: 'tg-toolgate-gateway',
+    });
+    expect(hpa.spec.metrics.map((m) => m.resource.name)).toEqual(['cpu']);
+    // KEDA owns the workers' replica count (an HPA of its own); Helm must not reset it.
+    for (const d of DEPLOYMENTS) {
+      expect(defaults.get('Deployment', d).spec).not.toHaveProperty('replicas');
+    }
+
+    for (const queue of ['fast', 'sandbox']) {
+      const d = `tg-toolgate-worker-${queue}`;
+      const so = defaults.get<{ scaleTargetRef: { name: string } }>('ScaledObject', d);
+      expect(so.spec.scaleTargetRef.name).toBe(d);
+      const workerSvc = defaults.get<{ selector: Record<string, string>; clusterIP: string }>(
+        'Service',
+        d,
+      );
+      expect(only(workerSvc.spec.selector)).toEqual([d]);
+      const sm = defaults.get<{
+        selector: { matchLabels: Record<string, string> };
+        endpoints: { port: string; path: string }[];
+      }>('ServiceMonitor', d);
+      expect(sm.spec.selector.matchLabels).toEqual(workerSvc.spec.selector);
+      expect(sm.spec.endpoints).toEqual([
+        expect.objectContaining({ port: 'metrics', path: '/metrics' }),
+      ]);
+    }
+    const gsm = defaults.get<{ endpoints: { port: string; path: string }[] }>(
+      'ServiceMonitor',
+      'tg-toolgate-gateway',
+    );
+    expect(gsm.spec.endpoints).toEqual([
+      expect.objectContaining({ port: 'http', path: '/metrics' }),
+    ]);
+  });
+
+  it('scales each worker pool on its own queue: waiting (wait list + prioritized) and running calls', () => {
+    for (const [queue, perReplica, min] of [
+      ['fast', '32', 1],
+      ['sandbox', '4', 0],
+    ] as const) {
+      const so = defaults.get<{
+        minReplicaCount: number;
+        triggers: { type: string; metadata: Record<string, string> }[];
+      }>('ScaledObject', `tg-toolgate-worker-${queue}`);
+      expect(so.spec.minReplicaCount).toBe(min);
+      expect(so.spec.triggers).toHaveLength(1);
+      const [trigger] = so.spec.triggers;
+      expect(trigger!.type).toBe('prometheus');
+      expect(trigger!.metadata.threshold).toBe(perReplica);
+      // The gateway's gauge already counts prioritized jobs as waiting; every gateway reports
+      // the same Redis numbers, so the query takes max across them, not sum.
+      expect(trigger!.metadata.query).toBe(
+        `sum(max by (state) (toolgate_queue_jobs{namespace="tools",service="tg-toolgate-gateway",queue="${queue}",state=~"waiting|active"}))`,
+      );
+    }
+    // The ServiceMonitor that gives Prometheus those series scrapes that very Service.
+    const svc = defaults.get<{ ports: { name: string }[] }>('Service', 'tg-toolgate-gateway');
+    expect(svc.spec.ports.map((p) => p.name)).toEqual(['http']);
+    // The fast pool cannot go to zero: /readyz needs a live worker, or no call gets in.
+    expect(renderFails(...KEYS, '--set', 'workers.fast.autoscaling.minReplicas=0')).toMatch(
+      /workers\.fast\.autoscaling\.minReplicas|minReplicas/,
+    );
+  });
+
+  it('lets sandbox workers reach only Redis and DNS; the gateway takes traffic on its port only', () => {
+    const policy = (name: string) =>
+      defaults.get<{
+        policyTypes: string[];
+        ingress: NetworkPolicyRule[];
+        egress: NetworkPolicyRule[];
+      }>('NetworkPolicy', name).spec;
+    const ports = (rules: NetworkPolicyRule[]) =>
+      rules.flatMap((r) => (r.ports ?? []).map((p) => `${p.protocol}/${p.port}`)).sort();
+
+    const sandbox = policy('tg-toolgate-worker-sandbox');
+    expect(sandbox.policyTypes).toEqual(['Ingress', 'Egress']);
+    expect(ports(sandbox.egress)).toEqual(['TCP/26379', 'TCP/53', 'TCP/6379', 'UDP/53']);
+    // Every egress rule is port-bound: no rule opens all ports to anywhere.
+    expect(sandbox.egress.every((r) => (r.ports ?? []).length > 0)).toBe(true);
+    expect(ports(sandbox.ingress)).toEqual(['TCP/9091']);
+
+    const gateway = policy('tg-toolgate-gateway');
+    expect(ports(gateway.ingress)).toEqual(['TCP/8080']);
+    expect(ports(gateway.egress)).toEqual(['TCP/26379', 'TCP/53', 'TCP/6379', 'UDP/53']);
+
+    // Fast workers add HTTP(S) for http_get, to public addresses only.
+    const fast = policy('tg-toolgate-worker-fast');
+    expect(ports(fast.egress)).toEqual([
+      'TCP/26379',
+      'TCP/443',
+      'TCP/53',
+      'TCP/6379',
+      'TCP/80',
+      'UDP/53',
+    ]);
+    const http = fast.egress.find((r) => r.ports?.some((p) => p.port === 443))!;
+    expect(http.to).toEqual([
+      {
+        ipBlock: expect.objectContaining({
+          cidr: '0.0.0.0/0',
+          except: expect.arrayContaining([
+            '10.0.0.0/8',
+            '172.16.0.0/12',
+            '192.168.0.0/16',
+            '169.254.0.0/16',
+          ]),
+        }),
+      },
+    ]);
+  });
+
+  it('gives bwrap sandbox pods a user namespace, unmasked /proc, no runtime seccomp/AppArmor veto, no SYS_ADMIN', () => {
+    for (const r of [defaults, bwrap]) {
+      const pod = podSpec(r, 'tg-toolgate-worker-sandbox');
+      const c = pod.containers[0]!;
+      expect(loadedConfig(r, 'tg-toolgate-worker-sandbox').sandbox.driver).toBe('bwrap');
+      expect(c.image).toBe('toolgate/worker-bwrap:local');
+      expect(pod.hostUsers).toBe(false);
+      expect(pod.securityContext).toMatchObject({
+        seccompProfile: { type: 'Unconfined' },
+        appArmorProfile: { type: 'Unconfined' },
+      });
+      expect(c.securityContext).toMatchObject({
+        procMount: 'Unmasked',
+        allowPrivilegeEscalation: false,
+        capabilities: {
+          drop: ['ALL'],
+          add: ['SETUID', 'SETGID', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER'],
+        },
+      });
+      expect(c.securityContext).not.toHaveProperty('privileged');
+      expect(pod.volumes?.some((v) => v.hostPath)).toBe(false);
+    }
+    // The fast pool needs none of that.
+    const fast = podSpec(bwrap, 'tg-toolgate-worker-fast');
+    expect(fast.securityContext).toMatchObject({
+      runAsNonRoot: true,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    expect(fast.containers[0]!.securityContext).toMatchObject({
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    });
+  });
+
+  it('gives docker sandbox pods the node engine socket and the data directory at the same path as on the node', () => {
+    const pod = podSpec(docker, 'tg-toolgate-worker-sandbox');
+    const c = pod.containers[0]!;
+    const config = loadedConfig(docker, 'tg-toolgate-worker-sandbox');
+    expect(config.sandbox.driver).toBe('docker');
+    expect(c.image).toBe('toolgate/worker:local');
+    const mount = (name: string) => c.volumeMounts!.find((m) => m.name === name)!.mountPath;
+    const hostPath = (name: string) => pod.volumes!.find((v) => v.name === name)!.hostPath!.path;
+    expect(hostPath('docker-sock')).toBe('/var/run/docker.sock');
+    expect(mount('docker-sock')).toBe('/var/run/docker.sock');
+    expect(config.sandbox.docker.socketPath).toBe('/var/run/docker.sock');
+    // The engine resolves workspace bind mounts on the node: same path inside and out.
+    expect(hostPath('data')).toBe('/var/lib/toolgate');
+    expect(mount('data')).toBe('/var/lib/toolgate');
+    expect(config.sandbox.workspacesRoot).toBe('/var/lib/toolgate/workspaces');
+    expect(config.sandbox.stateDir).toBe('/var/lib/toolgate/sandbox');
+    expect(pod.hostUsers).toBe(true);
+    expect(pod.securityContext).toMatchObject({ runAsUser: 0 });
+  });
+
+  it('ships the Grafana dashboard for the sidecar, identical to deploy/grafana/dashboards/toolgate.json', () => {
+    const original = readFileSync(`${ROOT}deploy/grafana/dashboards/toolgate.json`, 'utf8');
+    // The chart's copy (helm reads no file outside the chart) must not drift from the original.
+    expect(readFileSync(`${CHART}/dashboards/toolgate.json`, 'utf8')).toBe(original);
+    const cm = defaults.get('ConfigMap', 'tg-toolgate-dashboard');
+    expect(cm.metadata.labels).toMatchObject({ grafana_dashboard: '1' });
+    expect(JSON.parse(cm.data!['toolgate.json']!)).toEqual(JSON.parse(original));
+  });
+
+  it('passes redis.sentinel and redis.cluster through to the config, and refuses more than one', () => {
+    const file = (r: Rendered) =>
+      parseYaml(r.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!) as {
+        redis: Record<string, unknown>;
+      };
+    const sentinel = render(
+      ...KEYS,
+      '--set',
+      'redis.sentinel.name=mymaster',
+      '--set',
+      'redis.sentinel.nodes={s-0:26379,s-1:26379,s-2:26379}',
+      '--set',
+      'redis.sentinel.password=${REDIS_SENTINEL_PASSWORD}',
+    );
+    expect(file(sentinel).redis).toEqual({
+      prefix: 'toolgate',
+      sentinel: {
+        name: 'mymaster',
+        nodes: ['s-0:26379', 's-1:26379', 's-2:26379'],
+        password: '${REDIS_SENTINEL_PASSWORD}',
+      },
+    });
+    const cluster = render(
+      ...KEYS,
+      '--set',
+      'redis.cluster.nodes={c-0:6379,c-1:6379}',
+      '--set',
+      'redis.tls.servername=redis.example',
+    );
+    expect(file(cluster).redis).toEqual({
+      prefix: 'toolgate',
+      cluster: { nodes: ['c-0:6379', 'c-1:6379'] },
+      tls: { servername: 'redis.example' },
+    });
+
+    expect(
+      renderFails(
+        ...KEYS,
+        '--set',
+        'redis.url=redis://r:6379',
+        '--set',
+        'redis.cluster.nodes={c-0:6379}',
+      ),
+    ).toContain(
+      'set only one of redis.url, redis.sentinel, redis.cluster (got redis.url and redis.cluster)',
+    );
+    expect(renderFails(...KEYS, '--set', 'redis.sentinel.name=mymaster')).toContain(
+      "redis.sentinel needs name (the master's name) and nodes",
+    );
+  });
+
+  it('refuses to render without the keys the pods read, and takes an existing Secret instead', () => {
+    expect(renderFails()).toContain(
+      'secret.values.admin-key is not set (secretEnv.TOOLGATE_ADMIN_KEY reads it)',
+    );
+    const existing = render('--set', 'secret.existingSecret=toolgate-keys');
+    expect(existing.objects.some((o) => o.kind === 'Secret')).toBe(false);
+    const env = podSpec(existing, 'tg-toolgate-gateway').containers[0]!.env!;
+    expect(env.find((e) => e.name === 'TOOLGATE_ADMIN_KEY')?.valueFrom?.secretKeyRef).toEqual({
+      name: 'toolgate-keys',
+      key: 'admin-key',
+    });
+  });
+
+  it('rejects values outside the schema (values.schema.json) with the field named', () => {
+    expect(renderFails(...KEYS, '--set', 'workers.sandbox.driver=podman')).toMatch(/driver/);
+    expect(renderFails(...KEYS, '--set', 'redis.prefix=a:b')).toMatch(/prefix/);
+  });
+});

@@ -430,7 +430,7 @@ describe('helm chart deploy/helm/toolgate', () => {
         allowPrivilegeEscalation: false,
         capabilities: {
           drop: ['ALL'],
-          add: ['SETUID', 'SETGID', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER'],
+          add: ['SETUID', 'SETGID', 'SETFCAP', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER'],
         },
       });
       expect(c.securityContext).not.toHaveProperty('privileged');

@@ -8,8 +8,13 @@
  * DNS, and a bad values file fails at render time with a message that names the field.
  */
 import { readFileSync } from 'node:fs';
+import { Keys } from '@toolgate/calls';
 import { parseConfig } from '@toolgate/config';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '@toolgate/log';
+import { createToolRegistry } from '@toolgate/tools';
+import { createWorker, type ToolWorker } from '@toolgate/worker';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import {
   CHART,
@@ -22,6 +27,7 @@ import {
   type NetworkPolicyRule,
   type Rendered,
 } from './helm-render.js';
+import { startStack, type Stack } from '../support/stack.js';
 
 /** The kubernetes-models class of an object (core, KEDA, Prometheus Operator). */
 async function modelFor(apiVersion: string, kind: string) {
@@ -205,7 +211,7 @@ describe('helm chart deploy/helm/toolgate', () => {
       }>('ServiceMonitor', d);
       expect(sm.spec.selector.matchLabels).toEqual(workerSvc.spec.selector);
       expect(sm.spec.endpoints).toEqual([
-        expect.objectContaining({ port: 'metrics', path: '/metrics' }),
+        expect.objectContaining({ port: 'metrics', path: '/metrics', honorLabels: true }),
       ]);
     }
     const gsm = defaults.get<{ endpoints: { port: string; path: string }[] }>(
@@ -213,7 +219,7 @@ describe('helm chart deploy/helm/toolgate', () => {
       'tg-toolgate-gateway',
     );
     expect(gsm.spec.endpoints).toEqual([
-      expect.objectContaining({ port: 'http', path: '/metrics' }),
+      expect.objectContaining({ port: 'http', path: '/metrics', honorLabels: true }),
     ]);
   });
 
@@ -234,7 +240,7 @@ describe('helm chart deploy/helm/toolgate', () => {
       // The gateway's gauge already counts prioritized jobs as waiting; every gateway reports
       // the same Redis numbers, so the query takes max across them, not sum.
       expect(trigger!.metadata.query).toBe(
-        `sum(max by (state) (toolgate_queue_jobs{namespace="tools",service="tg-toolgate-gateway",queue="${queue}",state=~"waiting|active"}))`,
+        `sum(max by (state) (toolgate_queue_jobs{namespace="tools",job="tg-toolgate-gateway",queue="${queue}",state=~"waiting|active"}))`,
       );
     }
     // The ServiceMonitor that gives Prometheus those series scrapes that very Service.
@@ -423,5 +429,72 @@ describe('helm chart deploy/helm/toolgate', () => {
   it('rejects values outside the schema (values.schema.json) with the field named', () => {
     expect(renderFails(...KEYS, '--set', 'workers.sandbox.driver=podman')).toMatch(/driver/);
     expect(renderFails(...KEYS, '--set', 'redis.prefix=a:b')).toMatch(/prefix/);
+  });
+});
+
+describe('the ScaledObject query against a real gateway', () => {
+  let stack: Stack;
+  let worker: ToolWorker;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    // A worker for the fast queue only (what `--queues fast` gives): sandbox calls stay
+    // queued, as they do while the sandbox pool scales up from zero.
+    stack = await startStack({ worker: false });
+    worker = createWorker({
+      config: stack.config,
+      registry: createToolRegistry(),
+      logger: createLogger('test', { level: 'silent' }),
+      services: {},
+      queues: ['fast'],
+    });
+    await worker.start();
+    redis = new Redis(inject('redisUrl'));
+  });
+  afterAll(async () => {
+    await worker.close();
+    await stack.close();
+    redis.disconnect();
+  });
+
+  it('counts prioritized calls that a Redis list scaler (LLEN wait) would miss', async () => {
+    for (let i = 0; i < 5; i++) {
+      const res = await stack.call('/tools/run_python/execute?wait=false', {
+        json: { code: `print(${i})` },
+      });
+      expect(res.status).toBe(202);
+    }
+    // Where BullMQ put them: the client's first call in the wait list, the rest prioritized.
+    const bull = `${new Keys(stack.config.redis.prefix).bullPrefix}:calls-sandbox`;
+    expect(await redis.llen(`${bull}:wait`)).toBe(1);
+    expect(await redis.zcard(`${bull}:prioritized`)).toBe(4);
+
+    // The series the rendered query selects, as this gateway exports them.
+    const so = render(...KEYS).get<{ triggers: { metadata: Record<string, string> }[] }>(
+      'ScaledObject',
+      'tg-toolgate-worker-sandbox',
+    );
+    const { query, threshold } = so.spec.triggers[0]!.metadata;
+    const states = /state=~"([^"]+)"/.exec(query!)![1]!.split('|');
+    expect(query).toContain('toolgate_queue_jobs{');
+    expect(query).toContain('queue="sandbox"');
+    const metrics = await (await fetch(`${stack.url}/metrics`)).text();
+    const sample = (state: string) => {
+      const wanted = { queue: 'sandbox', state };
+      const line = metrics.split('\n').find((l) => {
+        const m = /^toolgate_queue_jobs\{([^}]*)\} /.exec(l);
+        if (!m) return false;
+        const labels = Object.fromEntries(
+          m[1]!.split(',').map((kv) => [kv.split('=')[0], JSON.parse(kv.split('=')[1]!)]),
+        );
+        return Object.entries(wanted).every(([k, v]) => labels[k] === v);
+      });
+      expect(line, `toolgate_queue_jobs{queue="sandbox",state="${state}"}`).toBeDefined();
+      return Number(line!.split(' ').at(-1));
+    };
+    const depth = states.reduce((sum, state) => sum + sample(state), 0);
+    expect(depth).toBe(5);
+    // KEDA's desired replicas for that depth: ceil(5 / 4 calls per pod).
+    expect(Math.ceil(depth / Number(threshold))).toBe(2);
   });
 });

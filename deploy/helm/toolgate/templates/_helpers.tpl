@@ -138,7 +138,7 @@ checksum/secret: {{ toYaml .Values.secret.values | sha256sum }}
 {{- $queue := index . 1 -}}
 {{- $selector := $root.Values.keda.prometheus.selector -}}
 {{- if not $selector -}}
-{{- $selector = printf "namespace=%q,service=%q" $root.Release.Namespace (printf "%s-gateway" (include "toolgate.fullname" $root)) -}}
+{{- $selector = printf "namespace=%q,job=%q" $root.Release.Namespace (printf "%s-gateway" (include "toolgate.fullname" $root)) -}}
 {{- end -}}
 {{- /* Every gateway reports the same Redis counts: max across gateways, never sum. */ -}}
 sum(max by (state) (toolgate_queue_jobs{ {{- $selector }},queue="{{ $queue }}",state=~"waiting|active"}))

@@ -11,7 +11,8 @@ import { readFileSync } from 'node:fs';
 import { Keys } from '@toolgate/calls';
 import { parseConfig } from '@toolgate/config';
 import { createLogger } from '@toolgate/log';
-import { createToolRegistry } from '@toolgate/tools';
+import type { ToolServices } from '@toolgate/registry';
+import { createHttpServices, createToolRegistry } from '@toolgate/tools';
 import { createWorker, type ToolWorker } from '@toolgate/worker';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -21,6 +22,7 @@ import {
   KEYS,
   ROOT,
   containerEnv,
+  helm,
   podSpec,
   render,
   renderFails,
@@ -111,6 +113,18 @@ describe('helm chart deploy/helm/toolgate', () => {
           'NetworkPolicy/tg-toolgate-worker-sandbox',
         ]),
       );
+    }
+  });
+
+  it('passes helm lint --strict with each values file', () => {
+    for (const values of [
+      [],
+      ['-f', `${CHART}/values-bwrap.yaml`],
+      ['-f', `${CHART}/values-docker.yaml`],
+    ]) {
+      const { status, stdout } = helm(['lint', CHART, '--strict', ...values, ...KEYS]);
+      expect(stdout).toContain('0 chart(s) failed');
+      expect(status).toBe(0);
     }
   });
 
@@ -445,7 +459,8 @@ describe('the ScaledObject query against a real gateway', () => {
       config: stack.config,
       registry: createToolRegistry(),
       logger: createLogger('test', { level: 'silent' }),
-      services: {},
+      // As a fast-queue worker has them (main.ts); no sandbox: it never takes a sandbox call.
+      services: { http: createHttpServices(stack.config.policy.http) } as ToolServices,
       queues: ['fast'],
     });
     await worker.start();

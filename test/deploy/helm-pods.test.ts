@@ -38,7 +38,9 @@ const BUILD_DIR = path.join(ROOT, 'deploy/sandbox/.build');
 const BWRAP_IMAGE = 'toolgate/worker-bwrap:local';
 
 function docker(args: string[], timeoutMs = 120_000): string {
-  const out = spawnSync('docker', args, { encoding: 'utf8', timeout: timeoutMs });
+  // The classic builder, as scripts/deploy/build-images.sh uses: no buildx plugin needed.
+  const env = { ...process.env, DOCKER_BUILDKIT: '0' };
+  const out = spawnSync('docker', args, { encoding: 'utf8', timeout: timeoutMs, env });
   if (out.status !== 0) {
     throw new Error(`docker ${args.slice(0, 3).join(' ')} … failed: ${out.stderr || out.error}`);
   }
@@ -128,7 +130,22 @@ let bwrapImageBuilt = false;
 function buildBwrapImage(): void {
   if (bwrapImageBuilt) return;
   const dockerfile = path.join(ROOT, 'deploy/helm/images/worker-bwrap.Dockerfile');
-  docker(['build', '-q', '-f', dockerfile, '-t', BWRAP_IMAGE, BUILD_DIR], 300_000);
+  // Labelled like scripts/deploy/build-images.sh's images, whose prune removes superseded builds.
+  docker(
+    [
+      'build',
+      '-q',
+      '--force-rm',
+      '--label',
+      'toolgate.deploy=1',
+      '-f',
+      dockerfile,
+      '-t',
+      BWRAP_IMAGE,
+      BUILD_DIR,
+    ],
+    300_000,
+  );
   bwrapImageBuilt = true;
 }
 

@@ -5,7 +5,7 @@
 # so the config needs no paths. The build context is that directory:
 #
 #   bash scripts/sandbox/build-images.sh && bash scripts/deploy/build-images.sh
-#   docker build -f deploy/helm/images/worker-bwrap.Dockerfile -t toolgate/worker-bwrap:local deploy/sandbox/.build
+#   docker build --label toolgate.deploy=1 -f deploy/helm/images/worker-bwrap.Dockerfile -t toolgate/worker-bwrap:local deploy/sandbox/.build
 #
 # What a pod running it needs (seccomp, /proc, user namespaces): docs/kubernetes.md.
 ARG WORKER_IMAGE=toolgate/worker:local

@@ -367,6 +367,25 @@ describe('helm chart deploy/helm/toolgate', () => {
     expect(pod.securityContext).toMatchObject({ runAsUser: 0 });
   });
 
+  it('runs without KEDA, the Prometheus Operator and NetworkPolicies when they are off', async () => {
+    const plain = render(
+      ...KEYS,
+      '--set',
+      'keda.enabled=false',
+      '--set',
+      'metrics.serviceMonitor.enabled=false',
+      '--set',
+      'networkPolicy.enabled=false',
+    );
+    const kinds = new Set(plain.objects.map((o) => o.kind));
+    for (const kind of ['ScaledObject', 'ServiceMonitor', 'NetworkPolicy'])
+      expect(kinds).not.toContain(kind);
+    // Fixed replica counts instead.
+    expect(plain.get('Deployment', 'tg-toolgate-worker-fast').spec.replicas).toBe(2);
+    expect(plain.get('Deployment', 'tg-toolgate-worker-sandbox').spec.replicas).toBe(1);
+    await validateAll(plain);
+  });
+
   it('ships the Grafana dashboard for the sidecar, identical to deploy/grafana/dashboards/toolgate.json', () => {
     const original = readFileSync(`${ROOT}deploy/grafana/dashboards/toolgate.json`, 'utf8');
     // The chart's copy (helm reads no file outside the chart) must not drift from the original.

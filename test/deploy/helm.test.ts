@@ -29,6 +29,7 @@ import {
   type NetworkPolicyRule,
   type Rendered,
 } from './helm-render.js';
+import { unknownFields } from './helm-fields.js';
 import { startStack, type Stack } from '../support/stack.js';
 
 /** The kubernetes-models class of an object (core, KEDA, Prometheus Operator). */
@@ -93,6 +94,8 @@ describe('helm chart deploy/helm/toolgate', () => {
 
   it('renders every object valid against the Kubernetes, KEDA and Prometheus Operator schemas', async () => {
     for (const r of [defaults, bwrap, docker]) {
+      // Closed types: no field the API would drop (a misspelt one, or one at the wrong level).
+      expect(unknownFields(r.objects)).toEqual([]);
       const checked = await validateAll(r);
       expect(checked).toEqual(
         expect.arrayContaining([
@@ -114,6 +117,22 @@ describe('helm chart deploy/helm/toolgate', () => {
         ]),
       );
     }
+  });
+
+  it('would catch a misspelt field (the closed-type check is not vacuous)', () => {
+    const objects = structuredClone(defaults.objects);
+    const gateway = objects.find(
+      (o) => o.metadata.name === 'tg-toolgate-gateway' && o.kind === 'Deployment',
+    )!;
+    const spec = gateway.spec as { template: { spec: { containers: Record<string, unknown>[] } } };
+    spec.template.spec.containers[0]!.readinesProbe = {
+      httpGet: { path: '/readyz', port: 'http' },
+    };
+    expect(unknownFields(objects)).toEqual([
+      expect.stringMatching(
+        /^Deployment\/tg-toolgate-gateway: .*'"readinesProbe"' does not exist in type 'IContainer'/,
+      ),
+    ]);
   });
 
   it('passes helm lint --strict with each values file', () => {

@@ -3,7 +3,7 @@
  * one capped stream per client, merged newest first, secrets masked.
  */
 import { createRedis } from '@toolgate/calls';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 
@@ -19,7 +19,7 @@ interface Entry {
 }
 
 let stack: Stack;
-let redis: Redis;
+let redis: RedisClient;
 beforeAll(async () => {
   stack = await startStack({
     config: {

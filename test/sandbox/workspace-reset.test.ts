@@ -18,7 +18,7 @@ import {
   type Workspaces,
 } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEYS, startStack, type Stack } from '../support/stack.js';
 
@@ -36,7 +36,7 @@ describe.skipIf(reason !== undefined)('workspace admin reset through the gateway
   let stack: Stack;
   let sandbox: Sandbox;
   let workspaces: Workspaces;
-  let redis: Redis;
+  let redis: RedisClient;
   let dir: string;
   beforeAll(async () => {
     dir = await mkdtemp(path.join(tmpdir(), 'tg-reset-'));

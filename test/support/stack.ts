@@ -48,7 +48,7 @@ export interface StackOptions {
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const config = parseConfig(
     {
-      redis: { url: inject('redisUrl'), prefix: `t${randomUUID().slice(0, 8)}` },
+      redis: { ...inject('redisTarget'), prefix: `t${randomUUID().slice(0, 8)}` },
       server: { port: 0, host: '127.0.0.1' },
       worker: { metricsPort: 0 },
       log: { level: 'silent' },
@@ -65,7 +65,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     level: (process.env.TEST_LOG_LEVEL as 'silent' | undefined) ?? 'silent',
   });
   const registry = createToolRegistry(options.tools ?? []);
-  const memoryRedis = createRedis(config.redis.url, 'command');
+  const memoryRedis = createRedis(config.redis, 'command');
   const worker =
     options.worker === false
       ? undefined
@@ -77,7 +77,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
           services: {
             http: createHttpServices(config.policy.http),
             shellPolicy: config.policy.shell,
-            memory: createMemoryStore(memoryRedis, { keys: new Keys(config.redis.prefix) }),
+            memory: createMemoryStore(memoryRedis, { keys: Keys.for(config.redis) }),
             toolCatalog: createToolCatalog(registry, config.clients),
             ...options.services,
           } as ToolServices,

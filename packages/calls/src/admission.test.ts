@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Admission, MAX_PRIORITY, fairPriority } from './admission.js';
 import { Keys } from './keys.js';
 import { RunLeases } from './leases.js';
 import { createRedis } from './redis.js';
 
-let redis: Redis;
+let redis: RedisClient;
 let keys: Keys;
 beforeAll(() => {
   redis = createRedis(inject('redisUrl'), 'command');

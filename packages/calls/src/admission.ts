@@ -1,4 +1,5 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { LuaScript } from './script.js';
 import type { QueueKind } from './types.js';
@@ -49,7 +50,7 @@ export type AdmitResult =
  */
 export class Admission {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     readonly staleAfterMs: number,
   ) {}

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallStore } from './store.js';
 import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
@@ -12,7 +12,7 @@ export type Decision =
  */
 export class Approvals {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly store: CallStore,
     private readonly ttlSeconds: number,

@@ -1,4 +1,5 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { maskText, redact } from './redact.js';
 
@@ -30,7 +31,7 @@ export interface AuditQuery {
 }
 
 export interface AuditLimits {
-  /** Entries kept in each client's stream (approximately: Redis trims whole nodes). */
+  /** Entries kept in each client's stream (approximately: RedisClient trims whole nodes). */
   maxEntriesPerClient: number;
   /** Hard cap on one serialized entry, keys and values together, in bytes. */
   maxEntryBytes: number;
@@ -49,7 +50,7 @@ const MAX_SCANNED = 10_000;
  */
 export class AuditLog {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly limits: AuditLimits,
   ) {}

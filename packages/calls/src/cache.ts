@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import { stringify } from 'safe-stable-stringify';
 import type { Keys } from './keys.js';
 
@@ -28,7 +29,7 @@ export interface Cacheable {
  */
 export class ResultCache {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     /** calls.maxResultBytes: the largest entry kept. */
     readonly maxResultBytes: number,

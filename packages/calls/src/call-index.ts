@@ -1,4 +1,5 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 
 /** Calls each client's index keeps, newest first; older ones drop out (their records stay). */
@@ -11,7 +12,7 @@ export const CALL_INDEX_SIZE = 1000;
  */
 export class CallIndex {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly ttlSeconds: number,
   ) {}

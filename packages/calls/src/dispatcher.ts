@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallStore } from './store.js';
 import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
@@ -35,13 +35,13 @@ export class Dispatcher {
   private readonly readyWaiters = new Set<() => void>();
   /** Where workers publish the outcomes this gateway waits for. */
   readonly replyChannel: string;
-  private readonly replies: Redis;
+  private readonly replies: RedisClient;
   private subscribed: Promise<unknown>;
 
   constructor(
-    connection: Redis,
+    connection: RedisClient,
     /** The subscriber connection for replies (a blocking one: it reconnects forever). */
-    subscriber: Redis,
+    subscriber: RedisClient,
     keys: Keys,
     private readonly store: CallStore,
   ) {
@@ -242,9 +242,15 @@ export class Dispatcher {
   /** Closes the queues and the reply subscription; bounded, since a close waits for a connection that may never come. */
   async close(timeoutMs = 3000): Promise<void> {
     this.replies.disconnect();
-    const closing = Promise.allSettled(Object.values(this.queues).map((q) => q.close()));
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([closing, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+    const deadline = new Promise((r) => (timer = setTimeout(r, timeoutMs)));
+    // A queue still connecting (a Cluster loads its slots first) reports a failed start as an
+    // 'error' event; closed first, it has no listener left then, and the event becomes an
+    // unhandled rejection that ends the process. Let the start settle, then close.
+    const queues = Object.values(this.queues);
+    await Promise.race([Promise.allSettled(queues.map((q) => q.waitUntilReady())), deadline]);
+    const closing = Promise.allSettled(queues.map((q) => q.close()));
+    await Promise.race([closing, deadline]);
     clearTimeout(timer);
     for (const q of Object.values(this.queues)) void q.disconnect().catch(() => undefined);
   }

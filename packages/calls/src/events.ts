@@ -1,4 +1,5 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { waitReady } from './redis.js';
 import type { CallEvent, CallOutcome, CallStatus } from './types.js';
@@ -42,7 +43,7 @@ export class CallEventWriter {
   private closed = false;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly callId: string,
     private readonly limits: EventLimits,
@@ -180,9 +181,9 @@ export class CallEvents {
   private readonly channelPrefix: string;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     /** A subscriber connection (it may carry other channels; they are ignored). */
-    private readonly subscriber: Redis,
+    private readonly subscriber: RedisClient,
     private readonly keys: Keys,
   ) {
     this.channelPrefix = keys.eventsChannel('');

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 
 /**
@@ -18,7 +18,7 @@ export class Heartbeat {
   private readonly reported = new Set<string>();
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     readonly workerId: string,
     private readonly onDead: (workerIds: string[]) => void = () => undefined,
@@ -66,7 +66,7 @@ export class Heartbeat {
 
 /** Gateway side: how many workers beat recently. */
 /** Warm sandboxes held by live workers (a dead worker's entry is left out, then pruned). */
-export async function warmSandboxes(redis: Redis, keys: Keys): Promise<number> {
+export async function warmSandboxes(redis: RedisClient, keys: Keys): Promise<number> {
   const [alive, warm] = await Promise.all([
     redis.zrangebyscore(keys.workers, Date.now() - WORKER_ALIVE_MS, '+inf'),
     redis.hgetall(keys.warm),
@@ -77,12 +77,16 @@ export async function warmSandboxes(redis: Redis, keys: Keys): Promise<number> {
   return Object.entries(warm).reduce((sum, [id, n]) => sum + (live.has(id) ? Number(n) : 0), 0);
 }
 
-export async function liveWorkers(redis: Redis, keys: Keys): Promise<number> {
+export async function liveWorkers(redis: RedisClient, keys: Keys): Promise<number> {
   return redis.zcount(keys.workers, Date.now() - WORKER_ALIVE_MS, '+inf');
 }
 
 /** Whether the worker with this id beat recently (the sandbox reaper's question, from any host). */
-export async function workerAlive(redis: Redis, keys: Keys, workerId: string): Promise<boolean> {
+export async function workerAlive(
+  redis: RedisClient,
+  keys: Keys,
+  workerId: string,
+): Promise<boolean> {
   const score = await redis.zscore(keys.workers, workerId);
   return score !== null && Number(score) > Date.now() - WORKER_ALIVE_MS;
 }

@@ -9,7 +9,15 @@ export {
   workerAlive,
   WORKER_ALIVE_MS,
 } from './heartbeat.js';
-export { createRedis, waitReady, isRedisDown, isConnectionLost } from './redis.js';
+export {
+  createRedis,
+  describeRedis,
+  waitReady,
+  isRedisDown,
+  isConnectionLost,
+  DEFAULT_REDIS_URL,
+} from './redis.js';
+export type { RedisClient, RedisTarget } from './redis.js';
 export { Admission, fairPriority, MAX_PRIORITY } from './admission.js';
 export { RunLeases } from './leases.js';
 export { Approvals, cancelledOutcome } from './approvals.js';

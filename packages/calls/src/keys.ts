@@ -17,7 +17,29 @@ export function isCallId(id: string): boolean {
  * listed in docs/redis-keys.md (owner, size bound, lifetime) are all the families there are.
  */
 export class Keys {
-  constructor(readonly prefix: string) {}
+  /**
+   * The root of every family used together with others (in one MULTI, pipeline or script),
+   * BullMQ's queues among them: the prefix itself on one server or Sentinel; on a Redis
+   * Cluster the prefix as a hash tag, `{toolgate}`, so those keys share one slot (BullMQ
+   * requires it of a queue, and toolgate's transactions span queue, records and stats).
+   */
+  readonly prefix: string;
+
+  /**
+   * @param base `redis.prefix`
+   * @param options.cluster the keys are for a Redis Cluster: hash-tag the root (above).
+   */
+  constructor(
+    readonly base: string,
+    options: { cluster?: boolean } = {},
+  ) {
+    this.prefix = options.cluster ? `{${base}}` : base;
+  }
+
+  /** The keys for a `redis` config section (hash-tagged when it names a cluster). */
+  static for(redis: { prefix: string; cluster?: unknown }): Keys {
+    return new Keys(redis.prefix, { cluster: redis.cluster !== undefined });
+  }
 
   /** BullMQ queue name; BullMQ adds its own `bull:` prefix (set to ours). */
   queue(kind: QueueKind): string {
@@ -118,7 +140,7 @@ export class Keys {
 
   /** Key prefix of the per-address counter of requests with a missing or unknown key. */
   get authFailures(): string {
-    return `${this.prefix}:authfail`;
+    return `${this.base}:authfail`;
   }
 
   /** Sorted set of pending approvals, scored by expiry time. */
@@ -162,30 +184,31 @@ export class Keys {
    * appends `:<clientId>`. One limiter per rate, so a changed rate starts a fresh count.
    */
   ratePrefix(perMinute: number): string {
-    return `${this.prefix}:rate:${perMinute}`;
+    return `${this.base}:rate:${perMinute}`;
   }
 
   /** rate-limiter-flexible's key prefix for the loop guard; it appends `:<clientId>:<conversationId>`. */
   get loopGuardPrefix(): string {
-    return `${this.prefix}:loop`;
+    return `${this.base}:loop`;
   }
 
   /** A client's MCP logging level (`logging/setLevel` of 2025-era clients, who have no session). */
   mcpLogLevel(clientId: string): string {
-    return `${this.prefix}:mcp-loglevel:${clientId}`;
+    return `${this.base}:mcp-loglevel:${clientId}`;
   }
 
   /** The call an MCP request runs, so `notifications/cancelled` on any gateway can cancel it. */
   mcpRequest(clientId: string, requestId: string): string {
-    return `${this.prefix}:mcp-req:${clientId}:${requestId}`;
+    return `${this.base}:mcp-req:${clientId}:${requestId}`;
   }
 
   /**
    * A client's memory (a hash of entries) and its version counter. The hash tag keeps both in
-   * one Redis Cluster slot: the memory scripts touch both.
+   * one Redis Cluster slot (the memory scripts touch both), and each client's memory in its
+   * own slot: the memory tool's data spreads over a cluster's masters.
    */
   memory(clientId: string): { entries: string; version: string } {
-    const entries = `${this.prefix}:memory:{${clientId}}`;
+    const entries = `${this.base}:memory:{${clientId}}`;
     return { entries, version: `${entries}:v` };
   }
 }

@@ -1,4 +1,5 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallOutcome } from './types.js';
 
@@ -35,7 +36,7 @@ const minuteOf = (ms: number) => Math.floor(ms / 60_000);
  */
 export class Series {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {}
 

@@ -1,4 +1,5 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { CallIndex } from './call-index.js';
 import type { Keys } from './keys.js';
 import type { Series } from './series.js';
@@ -72,7 +73,7 @@ export interface StatsReport {
  */
 export class Stats {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     /** Also written with every finished call: the console's time series and call index. */
     private readonly also: { series?: Series; index?: CallIndex } = {},

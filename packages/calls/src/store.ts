@@ -1,4 +1,5 @@
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
+import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { capOutcome } from './result-cap.js';
 import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
@@ -10,7 +11,7 @@ import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
  */
 export class CallStore {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     readonly ttlSeconds: number,
     readonly maxResultBytes: number,

@@ -1,4 +1,4 @@
 export { loadConfig, parseConfig, checkConfig, ConfigError, sha256 } from './load.js';
 export { ConfigSchema, CLIENT_LIMIT_DEFAULTS } from './schema.js';
-export type { Config, ClientConfig } from './schema.js';
+export type { Config, ClientConfig, RedisConfig } from './schema.js';
 export type { ConfigProblem } from './load.js';

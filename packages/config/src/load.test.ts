@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, parseConfig, sha256 } from './load.js';
+import { ConfigError, checkConfig, loadConfig, parseConfig, sha256 } from './load.js';
 
 function file(text: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'toolgate-config-'));
@@ -15,7 +15,11 @@ describe('loadConfig', () => {
   it('gives every field a default', () => {
     const config = loadConfig({});
     expect(config.server.port).toBe(8080);
-    expect(config.redis.url).toBe('redis://127.0.0.1:6379');
+    // No url, sentinel or cluster: the connection factory uses redis://127.0.0.1:6379.
+    expect(config.redis.url).toBeUndefined();
+    expect(config.redis.sentinel).toBeUndefined();
+    expect(config.redis.cluster).toBeUndefined();
+    expect(config.redis.durability).toEqual({ replicas: 0, timeoutMs: 1000 });
     expect(config.clients).toEqual([]);
     expect(config.policy.loopGuard).toEqual({ maxCalls: 25, windowSeconds: 300 });
     expect(config.policy.approval).toEqual({ tools: [], ttlSeconds: 900 });
@@ -86,6 +90,10 @@ server:
     [{ policy: { shell: { mode: 'yolo' } } }, '/policy/shell/mode'],
     [{ sandbox: 5 }, '/sandbox'],
     [{ worker: { queues: ['slow'] } }, '/worker/queues/0'],
+    [{ redis: { url: 'localhost:6379' } }, '/redis/url'],
+    [{ redis: { sentinel: { name: 'm', nodes: ['10.0.0.1'] } } }, '/redis/sentinel/nodes/0'],
+    [{ redis: { cluster: { nodes: [] } } }, '/redis/cluster/nodes'],
+    [{ redis: { url: 'redis://r:6379', cluster: { nodes: ['r1:7000'] } } }, '/redis/cluster'],
   ])('names the bad field: %j', (doc, field) => {
     expect(() => parseConfig(doc)).toThrow(ConfigError);
     try {
@@ -94,6 +102,30 @@ server:
       expect((err as ConfigError).field).toBe(field);
       expect((err as ConfigError).message).toContain(field);
     }
+  });
+
+  it('takes a sentinel set or a cluster instead of a url, but not both', () => {
+    const sentinel = parseConfig({
+      redis: {
+        sentinel: { name: 'toolgate', nodes: ['s1:26379', '[::1]:26380'], password: 'pw' },
+        durability: { replicas: 1 },
+      },
+    });
+    expect(sentinel.redis.sentinel?.nodes).toEqual(['s1:26379', '[::1]:26380']);
+    expect(sentinel.redis.durability).toEqual({ replicas: 1, timeoutMs: 1000 });
+    // REDIS_URL from the environment conflicts with a cluster in the file: said, not ignored.
+    expect(() =>
+      parseConfig({ redis: { cluster: { nodes: ['c1:7000'] } } }, { REDIS_URL: 'redis://r:1' }),
+    ).toThrow(/set only one of redis.url \(REDIS_URL\), redis.sentinel and redis.cluster/);
+    const { problems } = checkConfig({
+      redis: { sentinel: { name: 'm', nodes: ['s:1'] }, cluster: { nodes: ['c:1'] } },
+    });
+    expect(problems).toEqual([
+      {
+        path: '/redis/cluster',
+        message: expect.stringContaining('got sentinel and cluster') as unknown,
+      },
+    ]);
   });
 
   it('names a missing environment variable and a bad override', () => {

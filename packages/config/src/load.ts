@@ -79,6 +79,8 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
   if (!validate(doc))
     throw new ConfigError(fieldOf(validate.errors?.[0]), messageOf(validate.errors));
   checkClients(doc);
+  const redisProblem = redisProblems(doc)[0];
+  if (redisProblem) throw new ConfigError(redisProblem.path, redisProblem.message);
   for (const client of doc.clients) {
     if (client.key !== undefined) {
       client.keySha256 = sha256(client.key);
@@ -141,6 +143,8 @@ export function checkConfig(
   problems.push(...schemaProblems);
   if (Array.isArray(doc.clients) && doc.clients.every((c) => typeof c === 'object' && c !== null))
     problems.push(...clientProblems(doc as Config));
+  if (typeof doc.redis === 'object' && doc.redis !== null)
+    problems.push(...redisProblems(doc as Config));
   if (problems.length > 0) return { problems };
   return { config: parseConfig(raw, env), problems };
 }
@@ -202,6 +206,20 @@ function applyOverrides(doc: Record<string, unknown>, env: Env): void {
     }
     node[path[path.length - 1]!] = value;
   }
+}
+
+/** Redis is one of a url, a sentinel set or a cluster. */
+function redisProblems(config: Config): ConfigProblem[] {
+  const given = (['url', 'sentinel', 'cluster'] as const).filter(
+    (k) => config.redis[k] !== undefined,
+  );
+  if (given.length <= 1) return [];
+  return [
+    {
+      path: `/redis/${given[1]}`,
+      message: `set only one of redis.url (REDIS_URL), redis.sentinel and redis.cluster; got ${given.join(' and ')}`,
+    },
+  ];
 }
 
 function checkClients(config: Config): void {

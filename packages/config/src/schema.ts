@@ -9,6 +9,9 @@ function StringEnum<const T extends readonly string[]>(values: T, defaultValue: 
 /** Per-client fair-share defaults (docs/scheduling.md); the worker uses them for unknown clients. */
 export const CLIENT_LIMIT_DEFAULTS = { queued: 64, sandboxInFlight: 4 } as const;
 
+/** `host:port` of a Redis node (IPv6 in brackets: `[::1]:6379`). */
+const HostPort = Type.String({ pattern: '^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$' });
+
 const ClientSchema = Type.Object(
   {
     id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' }),
@@ -42,6 +45,8 @@ const ClientSchema = Type.Object(
 );
 
 const closed = { additionalProperties: false, default: {} } as const;
+/** For optional sections: present only when given (a default would switch them on). */
+const closedOptional = { additionalProperties: false } as const;
 
 export const ConfigSchema = Type.Object(
   {
@@ -75,9 +80,66 @@ export const ConfigSchema = Type.Object(
       },
       closed,
     ),
+    /**
+     * Where Redis is: one of `url` (a single server; the default), `sentinel` or `cluster`
+     * (docs/redis-ha.md). Every connection of every service uses it.
+     */
     redis: Type.Object(
       {
-        url: Type.String({ default: 'redis://127.0.0.1:6379' }),
+        /** `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS. */
+        url: Type.Optional(Type.String({ pattern: '^rediss?://' })),
+        sentinel: Type.Optional(
+          Type.Object(
+            {
+              /** The master's name the sentinels monitor (`sentinel monitor <name> …`). */
+              name: Type.String({ minLength: 1 }),
+              nodes: Type.Array(HostPort, { minItems: 1 }),
+              /** Password of the master and replicas (`requirepass`). */
+              password: Type.Optional(Type.String()),
+              username: Type.Optional(Type.String()),
+              /** Password of the sentinels themselves, when they have one. */
+              sentinelPassword: Type.Optional(Type.String()),
+            },
+            closedOptional,
+          ),
+        ),
+        cluster: Type.Optional(
+          Type.Object(
+            {
+              /** Some of the cluster's nodes; the rest are found from them. */
+              nodes: Type.Array(HostPort, { minItems: 1 }),
+              password: Type.Optional(Type.String()),
+              username: Type.Optional(Type.String()),
+            },
+            closedOptional,
+          ),
+        ),
+        /**
+         * TLS for sentinel and cluster connections (a `rediss://` url turns it on by itself):
+         * `caFile` is a PEM bundle to trust besides the system's.
+         */
+        tls: Type.Optional(
+          Type.Object(
+            {
+              caFile: Type.Optional(Type.String({ minLength: 1 })),
+              servername: Type.Optional(Type.String({ minLength: 1 })),
+              rejectUnauthorized: Type.Boolean({ default: true }),
+            },
+            closedOptional,
+          ),
+        ),
+        /**
+         * Replicas that must hold an accepted call before the gateway answers, and a worker's
+         * claim on a call before it runs it (Redis `WAIT`). 0 = don't wait (one server).
+         * docs/redis-ha.md says what each setting guarantees.
+         */
+        durability: Type.Object(
+          {
+            replicas: Type.Integer({ minimum: 0, maximum: 16, default: 0 }),
+            timeoutMs: Type.Integer({ minimum: 1, maximum: 60_000, default: 1000 }),
+          },
+          closed,
+        ),
         /** Key prefix for every toolgate key and queue; lets deployments share a Redis. */
         prefix: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'toolgate' }),
       },
@@ -216,3 +278,4 @@ export const ConfigSchema = Type.Object(
 
 export type Config = Static<typeof ConfigSchema>;
 export type ClientConfig = Static<typeof ClientSchema>;
+export type RedisConfig = Config['redis'];

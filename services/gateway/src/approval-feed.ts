@@ -1,5 +1,5 @@
 import { waitReady, type Keys } from '@toolgate/calls';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import type { ApprovalEvent } from './api-types.js';
 
 type Listener = (event: ApprovalEvent) => void;
@@ -13,8 +13,8 @@ export class ApprovalFeed {
   private readonly listeners = new Set<Listener>();
 
   constructor(
-    private readonly redis: Redis,
-    private readonly subscriber: Redis,
+    private readonly redis: RedisClient,
+    private readonly subscriber: RedisClient,
     private readonly keys: Keys,
   ) {
     subscriber.on('message', (channel: string, message: string) => {

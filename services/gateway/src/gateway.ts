@@ -67,12 +67,12 @@ const CLOSE_GRACE_MS = 30_000;
 
 export function createGateway({ config, registry, logger }: GatewayOptions): Gateway {
   const log = logger.child({ component: 'gateway' });
-  const keys = new Keys(config.redis.prefix);
-  const redis = createRedis(config.redis.url, 'command');
+  const keys = Keys.for(config.redis);
+  const redis = createRedis(config.redis, 'command');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
   const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
   // One subscriber connection carries this gateway's replies and the events of watched calls.
-  const subscriber = createRedis(config.redis.url, 'blocking');
+  const subscriber = createRedis(config.redis, 'blocking');
   const dispatcher = new Dispatcher(redis, subscriber, keys, store);
   const events = new CallEvents(redis, subscriber, keys);
   const feed = new ApprovalFeed(redis, subscriber, keys);

@@ -1,6 +1,6 @@
 import type { AuditLog } from '@toolgate/calls';
 import type { NextFunction, Request, Response } from 'express';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import type { Client, Clients } from './clients.js';
 import { ApiError } from './errors.js';
 import type { AuthFailures } from './policy/auth-failures.js';
@@ -37,7 +37,7 @@ export function authenticate(clients: Clients, failures?: AuthFailures) {
  * the rate is counted in slices. With Redis unreachable the request goes on uncharged (listings
  * still work; calls need Redis and are refused further on).
  */
-export function chargeRequests(limits: CallLimits, redis: Redis, audit: AuditLog) {
+export function chargeRequests(limits: CallLimits, redis: RedisClient, audit: AuditLog) {
   return (req: Request, res: Response, next: NextFunction): void => {
     if (redis.status !== 'ready') return next();
     const client = clientOf(res);

@@ -29,7 +29,7 @@ import {
 } from '@toolgate/calls';
 import { runPrecheck, type Tool, type ToolRegistry, type ToolServices } from '@toolgate/registry';
 import { injectContext, withSpan } from '@toolgate/telemetry';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import type { ApprovalFeed } from './approval-feed.js';
 import type { Client } from './clients.js';
 import { pendingApproval } from './views.js';
@@ -72,7 +72,7 @@ export type CallResponse =
   | { kind: 'accepted'; id: string; status: CallRecord['status'] };
 
 export interface PipelineOptions {
-  redis: Redis;
+  redis: RedisClient;
   keys: Keys;
   store: CallStore;
   dispatcher: Dispatcher;
@@ -661,7 +661,7 @@ function alreadyEnded(record: CallRecord): ApiError {
 }
 
 /** Redis connection failures become 503 unavailable. */
-export async function guardRedis<T>(fn: () => Promise<T>, redis: Redis): Promise<T> {
+export async function guardRedis<T>(fn: () => Promise<T>, redis: RedisClient): Promise<T> {
   // Lost after being up: fail now rather than wait in the offline queue for the outage's end.
   if (isConnectionLost(redis)) {
     throw new ApiError('unavailable', UNAVAILABLE, { headers: { 'Retry-After': '2' } });

@@ -13,7 +13,7 @@ import {
 } from '@toolgate/sandbox';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { startEgressProxy } from '@toolgate/tools';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import type { WorkerMetrics } from './metrics.js';
 
 /** One `sandbox.run` span per sandboxed run, under the worker's toolgate.execute span. */
@@ -79,7 +79,7 @@ export async function startSandbox(
   config: Config,
   logger: Logger,
   metrics: WorkerMetrics,
-  shared: { redis: Redis; keys: Keys; workerId: string },
+  shared: { redis: RedisClient; keys: Keys; workerId: string },
 ): Promise<{
   sandbox: Sandbox | undefined;
   /** Stops workspace retention (after the sandbox is closed). */
@@ -122,7 +122,7 @@ function startWorkspaces(
   config: Config,
   sandbox: Sandbox,
   logger: Logger,
-  shared: { redis: Redis; keys: Keys },
+  shared: { redis: RedisClient; keys: Keys },
 ): { workspaces: Workspaces; stop: () => void } {
   const sizes = new Map(
     config.clients.flatMap((c) =>

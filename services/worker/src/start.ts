@@ -23,7 +23,7 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
   );
   const metrics = createMetrics();
   const id = newWorkerId();
-  const memoryRedis = createRedis(config.redis.url, 'command');
+  const memoryRedis = createRedis(config.redis, 'command');
   // A worker that does not consume the sandbox queue never starts a sandbox driver.
   const {
     sandbox,
@@ -32,7 +32,7 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
   } = config.worker.queues.includes('sandbox')
     ? await startSandbox(config, logger, metrics, {
         redis: memoryRedis,
-        keys: new Keys(config.redis.prefix),
+        keys: Keys.for(config.redis),
         workerId: id,
       })
     : { sandbox: undefined, services: {} };
@@ -40,7 +40,7 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
     ...sandboxServices,
     http: createHttpServices(config.policy.http),
     shellPolicy: config.policy.shell,
-    memory: createMemoryStore(memoryRedis, { keys: new Keys(config.redis.prefix) }),
+    memory: createMemoryStore(memoryRedis, { keys: Keys.for(config.redis) }),
     toolCatalog: createToolCatalog(registry, config.clients),
   } as ToolServices;
   const worker = createWorker({

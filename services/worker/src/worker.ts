@@ -87,8 +87,8 @@ export function createWorker({
   onLostCalls,
 }: WorkerOptions): ToolWorker {
   const log = logger.child({ component: 'worker', workerId: id });
-  const keys = new Keys(config.redis.prefix);
-  const redis = createRedis(config.redis.url, 'blocking');
+  const keys = Keys.for(config.redis);
+  const redis = createRedis(config.redis, 'blocking');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
   const audit = new AuditLog(redis, keys, config.audit);
   const stats = new Stats(redis, keys, {
@@ -129,7 +129,7 @@ export function createWorker({
   const running = new Map<string, AbortController>();
   /** Cancels heard on the channel, by call id → who, for calls that start after the message. */
   const cancels = new Map<string, { by: string; at: number }>();
-  const cancelSubscriber = createRedis(config.redis.url, 'blocking');
+  const cancelSubscriber = createRedis(config.redis, 'blocking');
   cancelSubscriber.on('message', (_channel: string, message: string) => {
     let id: unknown, by: unknown;
     try {
@@ -331,7 +331,7 @@ export function createWorker({
           // The job's return value is a marker: the job hash keeps no copy of the result.
           (job, token) => processCall(job, kind, token).then(({ status }) => ({ status })),
           {
-            connection: createRedis(config.redis.url, 'blocking'),
+            connection: createRedis(config.redis, 'blocking'),
             prefix: keys.bullPrefix,
             concurrency:
               kind === 'fast' ? config.worker.concurrency : config.worker.sandboxConcurrency,

@@ -1,6 +1,7 @@
 /** `toolgate config check FILE`: every problem of a config file at once, each with its path. */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { describeRedis } from '@toolgate/calls';
 import { checkConfig } from '@toolgate/config';
 import { parseDocument } from 'yaml';
 import { colours, type Command } from '../command.js';
@@ -53,7 +54,7 @@ Exit codes: 0 valid, 1 problems found (or the file cannot be read or parsed), 2 
         `${c.green('✓')} ${file}: OK`,
         `  clients:  ${clients.length > 0 ? clients.join(', ') : 'none (development mode: one admin key made up at start, loopback only)'}`,
         `  plugins:  ${dirs.join(', ') || 'none'}`,
-        `  redis:    ${redactUrl(config.redis.url)} (prefix ${config.redis.prefix})`,
+        `  redis:    ${describeRedis(config.redis)} (prefix ${config.redis.prefix})`,
         `  worker:   queues ${config.worker.queues.join(', ')}; sandbox driver ${config.sandbox.driver}`,
         '',
       ].join('\n'),
@@ -61,14 +62,3 @@ Exit codes: 0 valid, 1 problems found (or the file cannot be read or parsed), 2 
     return 0;
   },
 };
-
-/** A Redis URL without its password. */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url;
-  }
-}

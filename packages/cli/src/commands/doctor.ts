@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { ConfigError, loadConfig } from '@toolgate/config';
 import { colours, type Command } from '../command.js';
 import { fail, ok, type CheckResult } from '../doctor/check.js';
-import { redactUrl } from './config-check.js';
+import { describeRedis } from '@toolgate/calls';
 
 /** deploy/sandbox of the checkout this runs from (absent in the images). */
 const SANDBOX_SOURCES = fileURLToPath(new URL('../../../../deploy/sandbox', import.meta.url));
@@ -62,7 +62,7 @@ Exit codes: 0 nothing broken (warnings allowed), 1 at least one ✗, 2 bad usage
     if (config) {
       const { checkRedis } = await import('../doctor/redis.js');
       const { checkSandbox } = await import('../doctor/sandbox.js');
-      results.push(...(await checkRedis(config.redis.url, redactUrl(config.redis.url))));
+      results.push(...(await checkRedis(config.redis, describeRedis(config.redis))));
       const checkout = existsSync(SANDBOX_SOURCES);
       results.push(
         ...(await checkSandbox(config, {

@@ -1,5 +1,5 @@
 /** Redis as BullMQ needs it: a version it supports, no eviction, and data that survives restarts. */
-import { Redis } from 'ioredis';
+import { createRedis, type RedisTarget } from '@toolgate/calls';
 import { fail, ok, warn, type CheckResult } from './check.js';
 
 /** BullMQ's RedisConnection.minimumVersion and recommendedMinimumVersion. */
@@ -19,8 +19,8 @@ function infoField(info: string, field: string): string | undefined {
   return new RegExp(`^${field}:(.*)$`, 'm').exec(info)?.[1]?.trim();
 }
 
-export async function checkRedis(url: string, shown: string): Promise<CheckResult[]> {
-  const redis = new Redis(url, {
+export async function checkRedis(target: RedisTarget, shown: string): Promise<CheckResult[]> {
+  const redis = createRedis(target, 'command', {
     lazyConnect: true,
     connectTimeout: 3000,
     maxRetriesPerRequest: 0,

@@ -1,8 +1,12 @@
 /** The memory tools and their Redis-backed store (`@toolgate/tools/memory`). */
 import type { AnyToolSpec } from '@toolgate/registry';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
+
 import { MemoryStore, type MemoryStoreOptions } from './store.js';
 import { memoryDelete, memorySave, memorySearch } from './tools.js';
+
+/** A connection to one server, a Sentinel-managed master or a Redis Cluster. */
+type RedisClient = Redis | Cluster;
 
 export const memoryTools: AnyToolSpec[] = [memorySave, memorySearch, memoryDelete];
 
@@ -10,7 +14,7 @@ export const memoryTools: AnyToolSpec[] = [memorySave, memorySearch, memoryDelet
  * The `memory` service for ToolContext.services. Give it a `command` connection
  * (createRedis(url, 'command')) and the `Keys` of @toolgate/calls.
  */
-export function createMemoryStore(redis: Redis, options: MemoryStoreOptions): MemoryStore {
+export function createMemoryStore(redis: RedisClient, options: MemoryStoreOptions): MemoryStore {
   return new MemoryStore(redis, options);
 }
 

@@ -10,9 +10,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import { ToolError } from '@toolgate/registry';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
+
 import MiniSearch, { type SearchOptions } from 'minisearch';
 import SearchableMap from 'minisearch/SearchableMap';
+
+/** A connection to one server, a Sentinel-managed master or a Redis Cluster. */
+type RedisClient = Redis | Cluster;
 
 export interface MemoryEntry {
   id: string;
@@ -130,7 +134,7 @@ export class MemoryStore {
   private readonly indexes = new Map<string, CachedIndex>();
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     options: MemoryStoreOptions,
   ) {
     this.keyNames = options.keys;

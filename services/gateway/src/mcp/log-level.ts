@@ -6,7 +6,7 @@
  */
 import type { Keys } from '@toolgate/calls';
 import type { LoggingLevel } from '@modelcontextprotocol/server';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 
 /** RFC 5424 order, as the MCP spec lists them. */
 export const LOG_LEVELS: readonly LoggingLevel[] = [
@@ -37,7 +37,7 @@ export function passes(level: LoggingLevel, threshold: LoggingLevel): boolean {
 
 export class LogLevels {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {}
 

@@ -5,7 +5,7 @@
  * entry ambiguous, and an ambiguous cancel is ignored rather than aimed at the wrong call.
  */
 import type { Keys } from '@toolgate/calls';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 
 const AMBIGUOUS = '?';
 
@@ -14,7 +14,7 @@ const RELEASE = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call
 
 export class McpRequests {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {}
 

@@ -1,5 +1,5 @@
 import { isIPv6 } from 'node:net';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ApiError } from '../errors.js';
 
@@ -14,7 +14,7 @@ export class AuthFailures {
   private readonly limiter: RateLimiterRedis;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     keyPrefix: string,
     private readonly perMinute: number,
     private readonly onLimited: () => void = () => undefined,

@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { Keys, createRedis } from '@toolgate/calls';
 import { ToolScope } from '@toolgate/registry';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
 import { CallLimits, Prepaid, sliceSize } from './limits.js';
 
-let redis: Redis;
+let redis: RedisClient;
 beforeAll(() => {
   redis = createRedis(inject('redisUrl'), 'command');
 });

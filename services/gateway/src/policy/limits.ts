@@ -1,5 +1,5 @@
 import type { Keys } from '@toolgate/calls';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
@@ -58,7 +58,7 @@ export class CallLimits {
   private readonly reportedUntil = new Map<string, number>();
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly loopGuard: { maxCalls: number; windowSeconds: number },
     private readonly onLimited: (kind: 'rate' | 'loop', client: Client) => void = () => undefined,

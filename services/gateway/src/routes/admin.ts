@@ -8,7 +8,7 @@ import { guardRedis, type CallPipeline } from '../pipeline.js';
 import type { ApprovalFeed } from '../approval-feed.js';
 import { openEventStream } from '../sse.js';
 import { pendingApproval } from '../views.js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 
 function intParam(req: Request, name: string, fallback: number, max: number): number {
   const v = req.query[name];
@@ -28,7 +28,7 @@ function stringParam(req: Request, name: string): string | undefined {
 
 /** Admin-only: human approval of parked calls, and the audit log. */
 export function adminRoutes(deps: {
-  redis: Redis;
+  redis: RedisClient;
   approvals: Approvals;
   audit: AuditLog;
   pipeline: CallPipeline;
@@ -155,7 +155,7 @@ export function adminRoutes(deps: {
  * workspace; one already running finishes in the old one.
  */
 export function workspaceAdminRoutes(deps: {
-  redis: Redis;
+  redis: RedisClient;
   resets: WorkspaceResets;
   clientIds: ReadonlySet<string>;
 }): Router {

@@ -7,7 +7,7 @@ import type { SeriesView, WhoAmI } from '../api-types.js';
 import { ApiError } from '../errors.js';
 import { clientOf } from '../http.js';
 import { guardRedis } from '../pipeline.js';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import type { ToolRegistry } from '@toolgate/registry';
 
 /**
@@ -84,7 +84,7 @@ export function consolePages(dir: string | undefined): Router {
 
 /** `GET /v1/me` and `GET /v1/series`: what the console asks besides the API it drives. */
 export function consoleApi(deps: {
-  redis: Redis;
+  redis: RedisClient;
   series: Series;
   registry: ToolRegistry;
   traceUrl: string;

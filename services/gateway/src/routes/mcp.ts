@@ -10,7 +10,7 @@ import type { Tool, ToolRegistry } from '@toolgate/registry';
 import { toNodeHandler, type NodeIncomingMessageLike } from '@modelcontextprotocol/node';
 import { createMcpHandler, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import { Router, type Response } from 'express';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import { ApiError } from '../errors.js';
 import { clientOf, prepaidOf } from '../http.js';
 import { LogLevels } from '../mcp/log-level.js';
@@ -25,7 +25,7 @@ export interface McpDeps {
   pipeline: Pick<CallPipeline, 'call' | 'get' | 'cancel' | 'watch'>;
   requiresApproval: (tool: Tool) => boolean;
   origins: OriginPolicy;
-  redis: Redis;
+  redis: RedisClient;
   keys: Keys;
   logger: Logger;
   syncWaitGraceMs: number;

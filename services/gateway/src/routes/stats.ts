@@ -1,7 +1,7 @@
 import type { ResultCache, Stats } from '@toolgate/calls';
 import type { ToolRegistry } from '@toolgate/registry';
 import { Router } from 'express';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@toolgate/calls';
 import { ApiError } from '../errors.js';
 import { clientOf } from '../http.js';
 import { guardRedis } from '../pipeline.js';
@@ -12,7 +12,7 @@ import { guardRedis } from '../pipeline.js';
  * with `?client=`.
  */
 export function statsRoutes(
-  redis: Redis,
+  redis: RedisClient,
   stats: Stats,
   cache: ResultCache,
   registry: ToolRegistry,

@@ -427,6 +427,11 @@ describe('helm chart deploy/helm/toolgate', () => {
       'redis.sentinel.nodes={s-0:26379,s-1:26379,s-2:26379}',
       '--set',
       'redis.sentinel.password=${REDIS_SENTINEL_PASSWORD}',
+      // The password from the Secret, like the client keys.
+      '--set',
+      'secretEnv.REDIS_SENTINEL_PASSWORD=redis-password',
+      '--set-string',
+      'secret.values.redis-password=sentinel-secret',
     );
     expect(file(sentinel).redis).toEqual({
       prefix: 'toolgate',
@@ -436,6 +441,12 @@ describe('helm chart deploy/helm/toolgate', () => {
         password: '${REDIS_SENTINEL_PASSWORD}',
       },
     });
+    // toolgate's own loader takes what the pods get.
+    for (const d of DEPLOYMENTS) {
+      const { redis } = loadedConfig(sentinel, d);
+      expect(redis.url).toBeUndefined();
+      expect(redis.sentinel).toMatchObject({ name: 'mymaster', password: 'sentinel-secret' });
+    }
     const cluster = render(
       ...KEYS,
       '--set',
@@ -448,6 +459,16 @@ describe('helm chart deploy/helm/toolgate', () => {
       cluster: { nodes: ['c-0:6379', 'c-1:6379'] },
       tls: { servername: 'redis.example' },
     });
+    const { redis } = loadedConfig(cluster, 'tg-toolgate-worker-sandbox');
+    expect(redis.cluster?.nodes).toEqual(['c-0:6379', 'c-1:6379']);
+    expect(redis.tls).toMatchObject({ servername: 'redis.example' });
+    // The queue keys docs/kubernetes.md names for Cluster mode: the prefix is hash-tagged.
+    expect(`${Keys.for(redis).bullPrefix}:calls-sandbox:prioritized`).toBe(
+      '{toolgate}:bull:calls-sandbox:prioritized',
+    );
+    expect(
+      `${Keys.for(loadedConfig(defaults, DEPLOYMENTS[0]!).redis).bullPrefix}:calls-sandbox:wait`,
+    ).toBe('toolgate:bull:calls-sandbox:wait');
 
     expect(
       renderFails(
@@ -518,7 +539,7 @@ describe('the ScaledObject query against a real gateway', () => {
       expect(res.status).toBe(202);
     }
     // Where BullMQ put them: the client's first call in the wait list, the rest prioritized.
-    const bull = `${new Keys(stack.config.redis.prefix).bullPrefix}:calls-sandbox`;
+    const bull = `${Keys.for(stack.config.redis).bullPrefix}:calls-sandbox`;
     expect(await redis.llen(`${bull}:wait`)).toBe(1);
     expect(await redis.zcard(`${bull}:prioritized`)).toBe(4);
 

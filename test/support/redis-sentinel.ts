@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { freePort } from './redis-server.js';
+import { freePort, untilRedisAnswers } from './redis-server.js';
 
 export const MASTER_NAME = 'toolgate';
 
@@ -45,31 +45,6 @@ function startNode(command: string, args: string[], port: number): RedisNode {
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   child.once('error', () => undefined);
   return { port, child, exited };
-}
-
-async function untilAnswers(node: RedisNode, what: string): Promise<void> {
-  const probe = new Redis(node.port, '127.0.0.1', {
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-  });
-  probe.on('error', () => undefined);
-  try {
-    for (let i = 0; i < 200; i++) {
-      if (node.child.exitCode !== null) throw new Error(`${what} exited at start`);
-      try {
-        if (probe.status !== 'ready') await probe.connect();
-        await probe.ping();
-        return;
-      } catch {
-        probe.disconnect();
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    }
-    throw new Error(`${what} did not answer on port ${node.port}`);
-  } finally {
-    probe.disconnect();
-  }
 }
 
 /**
@@ -117,7 +92,7 @@ export async function startSentinelSet(options: { replicas?: number } = {}): Pro
         port,
       );
       all.push(node);
-      await untilAnswers(node, 'redis-server');
+      await untilRedisAnswers(node.port, node.child, 'redis-server');
       return node;
     };
     const master = await server([]);
@@ -154,7 +129,7 @@ export async function startSentinelSet(options: { replicas?: number } = {}): Pro
       const [command, args] = sentinelCommand(file);
       const node = startNode(command, args, port);
       all.push(node);
-      await untilAnswers(node, 'redis-sentinel');
+      await untilRedisAnswers(node.port, node.child, 'redis-sentinel');
       sentinels.push(node);
     }
     const wanted = replicas.length;

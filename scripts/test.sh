@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One command to test toolgate: installs what is missing (Node 24, pnpm, redis-server, the
+# One command to test toolgate: installs what is missing (Node 24, pnpm, redis-server and redis-sentinel, the
 # Docker engine, bubblewrap, the sandbox images, chromium), then typechecks, lints, checks formatting and runs every test
 # against the real Redis, Docker and bubblewrap.
 set -euo pipefail
 source "$(dirname "$0")/lib/bootstrap.sh"
 bootstrap
 [ -n "${REDIS_URL:-}" ] || ensure_redis_server
+ensure_redis_sentinel
 if [ "${TOOLGATE_SANDBOX:-on}" != off ]; then
   bash "$ROOT/scripts/sandbox/ensure-docker.sh"
   bash "$ROOT/scripts/sandbox/build-images.sh"

@@ -55,6 +55,13 @@ ensure_redis_server() {
   # Debian's package starts a system instance on 6379; toolgate starts its own where it needs one.
 }
 
+ensure_redis_sentinel() {
+  # test/redis-ha starts its own master, replicas and sentinels, whatever REDIS_URL says.
+  # Debian ships the sentinel as its own package (a system instance on 26379, left alone).
+  command -v redis-server >/dev/null || apt_install redis-server
+  command -v redis-sentinel >/dev/null || apt_install redis-sentinel
+}
+
 bootstrap() {
   ensure_node
   ensure_packages

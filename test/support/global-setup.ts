@@ -1,4 +1,6 @@
 import type { TestProject } from 'vitest/node';
+import type { RedisTarget } from '@toolgate/calls';
+import { startRedisCluster, type RedisCluster } from './redis-cluster.js';
 import { startRedisServer, type RedisServer } from './redis-server.js';
 
 /**
@@ -7,6 +9,7 @@ import { startRedisServer, type RedisServer } from './redis-server.js';
  */
 let server: RedisServer | undefined;
 let container: { stop(): Promise<unknown> } | undefined;
+let cluster: RedisCluster | undefined;
 
 async function startLocalRedis(): Promise<string> {
   server = await startRedisServer();
@@ -21,6 +24,15 @@ async function startContainerRedis(): Promise<string> {
 }
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  if (project.name === 'cluster') {
+    // The `cluster` project runs the integration suite against a real 3-master Redis Cluster.
+    cluster = await startRedisCluster();
+    project.provide('redisTarget', { cluster: { nodes: cluster.nodes } });
+    project.provide('redisUrl', `redis://${cluster.nodes[0]}`);
+    return async () => {
+      await cluster?.stop();
+    };
+  }
   let url = process.env.REDIS_URL;
   if (!url) {
     try {
@@ -35,6 +47,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     }
   }
   project.provide('redisUrl', url);
+  project.provide('redisTarget', { url });
   return async () => {
     await server?.stop();
     await container?.stop();
@@ -43,6 +56,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
 
 declare module 'vitest' {
   export interface ProvidedContext {
+    /** A plain server's URL (on the cluster project: one node, for CLUSTER commands). */
     redisUrl: string;
+    /** What a test stack's `redis` section is: `{url}`, or `{cluster}` on the cluster project. */
+    redisTarget: RedisTarget;
   }
 }

@@ -56,33 +56,48 @@ export async function startRedisServer(
     );
     child.once('spawn', () => resolve());
   });
-  const probe = new Redis(listen, '127.0.0.1', {
+  try {
+    await untilRedisAnswers(listen, child, 'redis-server');
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
+  return {
+    port: listen,
+    url: `redis://127.0.0.1:${listen}`,
+    child,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+/** Resolves once a Redis process (server or sentinel) on `port` answers PING (≤ 10 s). */
+export async function untilRedisAnswers(
+  port: number,
+  child: ChildProcess,
+  what: string,
+): Promise<void> {
+  const probe = new Redis(port, '127.0.0.1', {
     lazyConnect: true,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
   });
   probe.on('error', () => undefined);
   try {
-    for (let i = 0; i < 100; i++) {
+    for (let i = 0; i < 200; i++) {
+      if (child.exitCode !== null) throw new Error(`${what} exited at start`);
       try {
         if (probe.status !== 'ready') await probe.connect();
         await probe.ping();
-        return {
-          port: listen,
-          url: `redis://127.0.0.1:${listen}`,
-          child,
-          async stop() {
-            if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
-            await exited;
-          },
-        };
+        return;
       } catch {
         probe.disconnect();
         await new Promise((r) => setTimeout(r, 50));
       }
     }
-    child.kill('SIGKILL');
-    throw new Error('redis-server did not answer');
+    throw new Error(`${what} did not answer on port ${port}`);
   } finally {
     probe.disconnect();
   }

@@ -48,7 +48,7 @@ export interface StackOptions {
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const config = parseConfig(
     {
-      redis: { url: inject('redisUrl'), prefix: `t${randomUUID().slice(0, 8)}` },
+      redis: { ...inject('redisTarget'), prefix: `t${randomUUID().slice(0, 8)}` },
       server: { port: 0, host: '127.0.0.1' },
       worker: { metricsPort: 0 },
       log: { level: 'silent' },

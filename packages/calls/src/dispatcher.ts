@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { EventEmitter } from 'node:events';
 import { Queue } from 'bullmq';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
@@ -168,6 +169,14 @@ export class Dispatcher {
     return pending;
   }
 
+  /**
+   * Ends every wait for a call on this gateway, answering undefined (no outcome): for a call
+   * whose request failed after the enqueue (its outcome has nobody left to read it).
+   */
+  forget(id: string): void {
+    this.cancel(id);
+  }
+
   /** Ends every wait for a call on this gateway, answering undefined (no outcome). */
   private cancel(id: string): void {
     const set = this.waiters.get(id);
@@ -242,9 +251,17 @@ export class Dispatcher {
   /** Closes the queues and the reply subscription; bounded, since a close waits for a connection that may never come. */
   async close(timeoutMs = 3000): Promise<void> {
     this.replies.disconnect();
-    const closing = Promise.allSettled(Object.values(this.queues).map((q) => q.close()));
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([closing, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+    const deadline = new Promise((r) => (timer = setTimeout(r, timeoutMs)));
+    // A queue still connecting (a Cluster loads its slots first) reports a failed start as an
+    // 'error' event; closed first, it has no listener left then, and the event becomes an
+    // unhandled rejection that ends the process. Let the start settle, then close.
+    const queues = Object.values(this.queues);
+    await Promise.race([Promise.allSettled(queues.map((q) => q.waitUntilReady())), deadline]);
+    const closing = Promise.allSettled(
+      queues.map((q) => q.close().finally(() => keepErrorListener(q))),
+    );
+    await Promise.race([closing, deadline]);
     clearTimeout(timer);
     for (const q of Object.values(this.queues)) void q.disconnect().catch(() => undefined);
   }
@@ -280,4 +297,13 @@ export function failedOutcome(id: string, tool: string, reason: string | undefin
     durationMs: 0,
     cached: false,
   };
+}
+
+/**
+ * BullMQ's RedisConnection drops every listener when it closes, and a start that fails after
+ * that (an untrusted TLS certificate, a cluster that never loaded its slots) emits 'error' with
+ * none left: an uncaught exception. One listener that stays absorbs it.
+ */
+function keepErrorListener(queue: Queue): void {
+  (queue as unknown as { connection?: EventEmitter }).connection?.on('error', () => undefined);
 }

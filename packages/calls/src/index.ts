@@ -18,6 +18,8 @@ export {
   DEFAULT_REDIS_URL,
 } from './redis.js';
 export type { RedisClient, RedisTarget } from './redis.js';
+export { ReplicaWait } from './replicas.js';
+export type { Replication } from './replicas.js';
 export { Admission, fairPriority, MAX_PRIORITY } from './admission.js';
 export { RunLeases } from './leases.js';
 export { Approvals, cancelledOutcome } from './approvals.js';

@@ -123,6 +123,14 @@ export class Keys {
     return `${this.prefix}:cancels`;
   }
 
+  /**
+   * A timestamp each gateway and worker writes just before a Redis `WAIT` (ReplicaWait): the
+   * write that WAIT waits for, standing for every write acknowledged before it.
+   */
+  get replicated(): string {
+    return `${this.prefix}:replicated`;
+  }
+
   /** Marks a call as cancelled, for a worker that missed the message (short-lived). */
   cancelled(id: string): string {
     return `${this.prefix}:cancelled:${id}`;

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { followFailovers } from './failover-watch.js';
 
 /** A connection to a single server, a Sentinel-managed master, or a Redis Cluster. */
 export type RedisClient = Redis | Cluster;
@@ -70,7 +71,8 @@ function tlsOptions(target: RedisTarget): ConnectionOptions | undefined {
  * wait); `blocking` ones wait and reconnect forever (BullMQ workers and event readers).
  *
  * Behind Sentinel, a connection asks the sentinels for the master at each (re)connect and
- * listens for their `+switch-master`, so a failover costs one reconnect; a command that meets
+ * follows their `+switch-master` (failover-watch.ts), so a failover costs one reconnect (a
+ * BullMQ duplicate of a connection reconnects when its socket breaks); a command that meets
  * a demoted master (`READONLY`) reconnects and is sent again. On a Cluster, commands follow
  * `MOVED`/`ASK` redirections and are retried through a failover (`CLUSTERDOWN`, `TRYAGAIN`).
  */
@@ -116,23 +118,33 @@ export function createRedis(
       retryDelayOnTryAgain: 200,
       maxRedirections: 32,
       slotsRefreshTimeout: 2000,
+      // After a failover, commands for the dead master's slots fail until the slot map is
+      // reloaded; ioredis's 5 s default left calls failing for seconds after the promotion.
+      slotsRefreshInterval: 1000,
       scaleReads: 'master',
     };
     redis = new Cluster(t.cluster.nodes.map(node), clusterOptions);
   } else if (t.sentinel) {
     const s = t.sentinel;
-    redis = new Redis({
+    const sentinels = s.nodes.map(node);
+    const sentinelAuth: RedisOptions = {
+      ...(s.sentinelPassword !== undefined ? { password: s.sentinelPassword } : {}),
+      ...(tls ? { tls } : {}),
+    };
+    const client = new Redis({
       ...common,
-      sentinels: s.nodes.map(node),
+      sentinels,
       name: s.name,
       role: 'master',
-      failoverDetector: true,
+      // Not ioredis's failoverDetector: see failover-watch.ts.
       sentinelRetryStrategy: (times) => Math.min(times * 200, 2000),
       ...(s.password !== undefined ? { password: s.password } : {}),
       ...(s.username !== undefined ? { username: s.username } : {}),
       ...(s.sentinelPassword !== undefined ? { sentinelPassword: s.sentinelPassword } : {}),
       ...(tls ? { tls, sentinelTLS: tls, enableTLSForSentinelMode: true } : {}),
     });
+    followFailovers(client, sentinels, s.name, sentinelAuth);
+    redis = client;
   } else {
     redis = new Redis(t.url ?? DEFAULT_REDIS_URL, { ...common, ...(tls ? { tls } : {}) });
   }
@@ -179,11 +191,14 @@ export async function waitReady(redis: RedisClient, timeoutMs = 10_000): Promise
 /**
  * True for errors that mean "Redis cannot take this right now" rather than a bug: unreachable,
  * loading, read-only, or full (OOM under `maxmemory` with `noeviction`, see docs/redis-keys.md).
+ * Behind Sentinel also: no sentinel answers, a master refusing writes for want of replicas
+ * (`min-replicas-to-write`: NOREPLICAS), a replica cut off from its master (MASTERDOWN), and a
+ * blocked command ended by a failover (UNBLOCKED).
  */
 export function isRedisDown(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const text = `${err.name} ${err.message}`;
-  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|enableOfflineQueue|Connection is closed|MaxRetriesPerRequest|Stream isn't writeable|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|None of startup nodes|Failed to refresh slots|All sentinels are unreachable|^\S+ OOM /i.test(
+  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|enableOfflineQueue|Connection is closed|MaxRetriesPerRequest|Stream isn't writeable|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|NOREPLICAS|UNBLOCKED|None of startup nodes|Failed to refresh slots|All sentinels are unreachable|failed to connect to sentinel|^\S+ OOM /i.test(
     text,
   );
 }

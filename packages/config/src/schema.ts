@@ -129,8 +129,10 @@ export const ConfigSchema = Type.Object(
           ),
         ),
         /**
-         * Replicas that must hold an accepted call before the gateway answers, and a worker's
-         * claim on a call before it runs it (Redis `WAIT`). 0 = don't wait (one server).
+         * Replicas that must hold an accepted call before the gateway answers, and, for a tool
+         * that is not idempotent, a worker's start of the call before it runs it and the
+         * outcome before its reply (Redis `WAIT`, up to `timeoutMs`; past it the call goes on,
+         * counted in toolgate_redis_unreplicated_total). 0 = don't wait (one server).
          * docs/redis-ha.md says what each setting guarantees.
          */
         durability: Type.Object(

@@ -14,6 +14,7 @@ import {
   Stats,
   WorkspaceResets,
   createRedis,
+  ReplicaWait,
   liveWorkers,
   warmSandboxes,
 } from '@toolgate/calls';
@@ -90,6 +91,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   );
   const longestTimeoutMs = Math.max(0, ...registry.list().map((t) => t.timeoutMs));
   const admission = new Admission(redis, keys, STALE_QUEUE_WAIT_MS + longestTimeoutMs);
+  const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
+  let unreplicatedWarnedAt = 0;
   const pipeline = new CallPipeline({
     redis,
     keys,
@@ -107,6 +110,16 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     cache,
     stats,
     metrics,
+    replicas,
+    onUnreplicated(replication) {
+      // One line per burst: a replica that is gone times out every call's WAIT.
+      if (Date.now() - unreplicatedWarnedAt < 10_000) return;
+      unreplicatedWarnedAt = Date.now();
+      log.warn(
+        { acked: replication.acked, wanted: config.redis.durability.replicas, ms: replication.ms },
+        'calls accepted on the Redis master only: WAIT timed out (toolgate_redis_unreplicated_total)',
+      );
+    },
     requiresApproval,
     services: { shellPolicy: config.policy.shell },
     syncWaitGraceMs: config.server.syncWaitGraceMs,
@@ -306,6 +319,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         clearTimeout(force);
       }
       await dispatcher.close();
+      replicas.close();
       redis.disconnect();
     },
   };

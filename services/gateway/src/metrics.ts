@@ -102,6 +102,11 @@ export function createMetrics() {
       if (sources) this.set(await sources.workersAlive().catch(() => 0));
     },
   });
+  const unreplicated = new Counter({
+    name: 'toolgate_redis_unreplicated_total',
+    help: 'Calls accepted although Redis WAIT timed out before redis.durability.replicas replicas held them (docs/redis-ha.md)',
+    registers: [registry],
+  });
   new Gauge({
     name: 'toolgate_redis_up',
     help: '1 while the gateway is connected to Redis, else 0',
@@ -120,6 +125,7 @@ export function createMetrics() {
     approvalDecisions,
     cache,
     cacheEvictions,
+    unreplicated,
     setSources(s: ScrapeSources) {
       sources = s;
     },

@@ -29,7 +29,7 @@ import {
 } from '@toolgate/calls';
 import { runPrecheck, type Tool, type ToolRegistry, type ToolServices } from '@toolgate/registry';
 import { injectContext, withSpan } from '@toolgate/telemetry';
-import type { RedisClient } from '@toolgate/calls';
+import type { RedisClient, Replication, ReplicaWait } from '@toolgate/calls';
 import type { ApprovalFeed } from './approval-feed.js';
 import type { Client } from './clients.js';
 import { pendingApproval } from './views.js';
@@ -93,6 +93,10 @@ export interface PipelineOptions {
   cache: ResultCache;
   stats: Stats;
   metrics: GatewayMetrics;
+  /** `redis.durability`: an accepted call is on that many replicas before it is answered. */
+  replicas: ReplicaWait;
+  /** Warns of calls accepted on the master only (WAIT timed out), at most every few seconds. */
+  onUnreplicated: (replication: Replication) => void;
   requiresApproval: (tool: Tool) => boolean;
   /**
    * What tools' prechecks see on the gateway: the policy settings only (`shellPolicy`); the
@@ -258,31 +262,30 @@ export class CallPipeline {
       if (trace) job.trace = trace;
       let outcome: Promise<CallOutcome | undefined> | undefined;
       let stopEvents: (() => void) | undefined;
+      let parked: CallRecord | undefined;
       try {
         if (needsApproval) {
-          const parked = await this.o.approvals.park(job, kind);
+          parked = await this.o.approvals.park(job, kind);
           this.o.metrics.approvalsParked.inc({ tool: tool.name });
           const multi = this.o.redis.multi();
           this.o.index.addTo(multi, client.id, [id]);
           await multi.exec();
-          this.o.feed
-            .publish({ type: 'parked', approval: pendingApproval(parked) })
-            .catch(() => undefined);
-          return { kind: 'accepted', id, status: 'pending_approval' };
-        }
-        const admitted = await this.o.admission.admit(client.id, kind, id, client.limits.queued);
-        if (!admitted.admitted) throw this.tooManyInFlight(client, admitted.inFlight);
-        outcome = req.wait
-          ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
-          : undefined;
-        try {
-          // Subscribed before the job exists, so no event of it is missed.
-          if (req.wait && req.onEvent) stopEvents = await this.o.events.subscribe(id, req.onEvent);
-          await this.o.dispatcher.enqueue(job, kind, admitted.priority);
-        } catch (err) {
-          stopEvents?.();
-          await this.o.admission.release(client.id, kind, id).catch(() => undefined);
-          throw err;
+        } else {
+          const admitted = await this.o.admission.admit(client.id, kind, id, client.limits.queued);
+          if (!admitted.admitted) throw this.tooManyInFlight(client, admitted.inFlight);
+          outcome = req.wait
+            ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
+            : undefined;
+          try {
+            // Subscribed before the job exists, so no event of it is missed.
+            if (req.wait && req.onEvent)
+              stopEvents = await this.o.events.subscribe(id, req.onEvent);
+            await this.o.dispatcher.enqueue(job, kind, admitted.priority);
+          } catch (err) {
+            stopEvents?.();
+            await this.o.admission.release(client.id, kind, id).catch(() => undefined);
+            throw err;
+          }
         }
       } catch (err) {
         // Not accepted: free the idempotency key so a retry can run the call.
@@ -292,6 +295,19 @@ export class CallPipeline {
             .catch(() => undefined);
         }
         throw err;
+      }
+      // Accepted (parked or queued): from here on the idempotency key stays with the call.
+      try {
+        await this.replicated(id);
+      } catch (err) {
+        stopEvents?.();
+        throw err;
+      }
+      if (parked) {
+        this.o.feed
+          .publish({ type: 'parked', approval: pendingApproval(parked) })
+          .catch(() => undefined);
+        return { kind: 'accepted', id, status: 'pending_approval' };
       }
       if (!outcome) return { kind: 'accepted', id, status: 'queued' };
       req.onAccepted?.(id);
@@ -554,7 +570,34 @@ export class CallPipeline {
         await this.o.admission.release(job.clientId, record.queue, job.id).catch(() => undefined);
         throw err;
       }
+      await this.replicated(job.id);
     }, this.o.redis);
+  }
+
+  /**
+   * With `redis.durability.replicas` > 0: returns once the call just accepted (its job, record,
+   * idempotency key) is on that many replicas, so a failover cannot lose it. A WAIT that times
+   * out leaves the call accepted (on the master only): counted and logged, not refused, since
+   * refusing would not take it back. Redis failing over meanwhile is a 503 that says the call
+   * may still run, with its id to look it up.
+   */
+  private async replicated(id: string): Promise<void> {
+    if (!this.o.replicas.enabled) return;
+    let replication: Replication;
+    try {
+      replication = await this.o.replicas.confirm();
+    } catch (err) {
+      this.o.dispatcher.forget(id);
+      throw new ApiError(
+        'unavailable',
+        `Redis failed over before call ${id} reached a replica: it may or may not run; look it up (GET /v1/calls/${id}) or send it again with the same Idempotency-Key`,
+        { cause: err, headers: { 'Retry-After': '2' }, details: { callId: id } },
+      );
+    }
+    if (!replication.replicated) {
+      this.o.metrics.unreplicated.inc();
+      this.o.onUnreplicated(replication);
+    }
   }
 
   private tooManyInFlight(client: Client, inFlight: number): ApiError {

@@ -31,6 +31,12 @@ export function createMetrics() {
     labelNames: ['queue', 'client'] as const,
     registers: [registry],
   });
+  const unreplicated = new Counter({
+    name: 'toolgate_redis_unreplicated_total',
+    help: 'Non-idempotent calls that went on although Redis WAIT timed out before redis.durability.replicas replicas held their start (step=start) or outcome (step=outcome) (docs/redis-ha.md)',
+    labelNames: ['step'] as const,
+    registers: [registry],
+  });
   const cacheLookups = new Counter({
     name: 'toolgate_cache_lookups_total',
     help: 'Result-cache lookups; the worker counts misses (calls of cacheable tools it had to run)',
@@ -79,6 +85,7 @@ export function createMetrics() {
     executionDuration,
     inFlight,
     deferred,
+    unreplicated,
     cacheLookups,
     sandboxStart,
     sandboxRun,

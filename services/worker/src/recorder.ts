@@ -9,15 +9,20 @@ import {
   type Keys,
   type OutcomeEvent,
   type QueueKind,
+  type RedisClient,
   type Stats,
 } from '@toolgate/calls';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry } from '@toolgate/registry';
-import type { RedisClient } from '@toolgate/calls';
 import type { WorkerMetrics } from './metrics.js';
 
 const MAX_DELAY_MS = 10;
 const MAX_BATCH = 200;
+/**
+ * How long a batch that failed is tried again: a Sentinel or Cluster failover takes seconds,
+ * and a record dropped then would leave an answered call `not_found` for good.
+ */
+const RETRY_FOR_MS = 60_000;
 
 interface Finished {
   call: CallJob;
@@ -32,7 +37,7 @@ interface Finished {
 /**
  * Writes what a finished call leaves behind — its record, audit entry, stats, the end of its
  * in-flight entry when nobody waited for it —
- * in batches: one Redis pipeline per MAX_DELAY_MS or MAX_BATCH calls. Off the caller's path
+ * in batches: one Redis transaction per MAX_DELAY_MS or MAX_BATCH calls. Off the caller's path
  * (the waiting gateway has the outcome from the worker's reply message), and a fraction of the commands and
  * syscalls of one transaction per call.
  */
@@ -61,6 +66,11 @@ export class Recorder {
     else this.timer ??= setTimeout(() => this.flush(), MAX_DELAY_MS);
   }
 
+  /** Writes one call's at once, outside the batches (resolves once it has landed). */
+  async now(finished: Finished): Promise<void> {
+    await this.write([finished], true);
+  }
+
   /** Writes everything pending now; resolves when every write so far has landed. */
   async drain(): Promise<void> {
     this.flush();
@@ -73,7 +83,7 @@ export class Recorder {
     const batch = this.pending;
     if (batch.length === 0) return;
     this.pending = [];
-    const writing = this.write(batch)
+    const writing = this.writeRetrying(batch)
       .catch((err: unknown) =>
         this.o.log.error({ err, calls: batch.length }, 'could not record call outcomes'),
       )
@@ -81,9 +91,30 @@ export class Recorder {
     this.inFlight.add(writing);
   }
 
-  private async write(batch: Finished[]): Promise<void> {
+  private async writeRetrying(batch: Finished[]): Promise<void> {
+    const started = Date.now();
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.write(batch, attempt === 0);
+        return;
+      } catch (err) {
+        if (Date.now() - started > RETRY_FOR_MS) throw err;
+        this.o.log.warn(
+          { err: (err as Error).message, calls: batch.length, attempt },
+          'could not record call outcomes yet; trying again',
+        );
+        await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 2000)));
+      }
+    }
+  }
+
+  /**
+   * One transaction: all of a batch lands or none of it, so a batch tried again after a failed
+   * write never counts a call twice in the stats or the audit log.
+   */
+  private async write(batch: Finished[], first: boolean): Promise<void> {
     const { redis, store, admission, registry, audit, stats, metrics, keys } = this.o;
-    const pipeline = redis.pipeline();
+    const pipeline = redis.multi();
     for (const { call, kind, outcome, release, end } of batch) {
       if (release) admission.releaseIn(pipeline, call.clientId, kind, call.id);
       const entry = audit.entry({
@@ -104,7 +135,8 @@ export class Recorder {
       const tool = registry.get(call.tool);
       if (tool && tool.cacheTtlSeconds > 0) {
         stats.countCache(pipeline, 'misses', 1, call.clientId);
-        metrics.cacheLookups.inc({ tool: call.tool, result: 'miss' });
+        // The process's counter: once per call, however often the batch is tried.
+        if (first) metrics.cacheLookups.inc({ tool: call.tool, result: 'miss' });
       }
     }
     stats.addBatch(

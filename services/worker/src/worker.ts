@@ -11,6 +11,7 @@ import {
   Heartbeat,
   Keys,
   ResultCache,
+  ReplicaWait,
   RunLeases,
   Series,
   Stats,
@@ -18,11 +19,13 @@ import {
   createRedis,
   publishOutcome,
   waitReady,
+  FINAL_STATUSES,
   type CallDone,
   type CallJob,
   type CallOutcome,
   type OutcomeEvent,
   type QueueKind,
+  type Replication,
 } from '@toolgate/calls';
 import { CLIENT_LIMIT_DEFAULTS, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
@@ -110,6 +113,8 @@ export function createWorker({
   // Stale horizon is the gateway's business; the worker only removes entries.
   const admission = new Admission(redis, keys, 0);
   const leases = new RunLeases(redis, keys);
+  const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
+  let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
   const shutdown = new AbortController();
   const workers: Worker[] = [];
@@ -255,6 +260,10 @@ export function createWorker({
     const events = new CallEventWriter(redis, keys, call.id, config.calls.events, (err) =>
       log.debug({ err, callId: call.id }, 'could not write call events'),
     );
+    /** The outcome was recorded before (a restarted call that had ended): not again. */
+    let recorded = false;
+    /** A non-idempotent run under redis.durability: recorded on replicas before anyone hears. */
+    let durable = false;
     try {
       const before = cancelledBefore(call, kind);
       const cancelledBy = before instanceof Promise ? await before : before;
@@ -269,13 +278,25 @@ export function createWorker({
         );
       } else if (job.attemptsStarted - deferrals > 1 && !tool.idempotent) {
         // (Each fairness deferral started the job once without running it.)
-        // A worker died while running this call; running a non-idempotent tool twice could repeat its effects.
-        outcome = errorOutcome(
-          call,
-          'worker_lost',
-          `the worker running ${call.tool} stopped mid-call; it was not run again because the tool is not idempotent`,
-        );
+        // A worker died while running this call; running a non-idempotent tool twice could
+        // repeat its effects. Unless it died (or Redis failed over) after recording the outcome
+        // and before BullMQ's completion: then the call ended, and its clients may have heard so.
+        const ended = await store.get(call.id);
+        if (ended?.outcome && FINAL_STATUSES.has(ended.status)) {
+          outcome = ended.outcome;
+          recorded = true;
+        } else {
+          outcome = errorOutcome(
+            call,
+            'worker_lost',
+            `the worker running ${call.tool} stopped mid-call; it was not run again because the tool is not idempotent`,
+          );
+        }
       } else {
+        if (!tool.idempotent) {
+          await startReplicated(call);
+          durable = replicas.enabled;
+        }
         if (kind === 'sandbox') events.status('running');
         outcome = await runTool(tool, call, services, shutdown.signal, {
           cancel: cancel.signal,
@@ -300,8 +321,16 @@ export function createWorker({
       // in-flight entry and lease go in the same round trip, before the client can send its
       // next call. Calls nobody waits for are released in the record batch.
       const end = events.idle ? events.finish(outcome) : await events.finishWrites(outcome);
-      const releaseNow = call.replyTo !== undefined || kind === 'sandbox';
-      recorder.add({ call, kind, outcome, release: !releaseNow, ...(releaseNow ? {} : { end }) });
+      const releaseNow = recorded || call.replyTo !== undefined || kind === 'sandbox';
+      const finished = {
+        call,
+        kind,
+        outcome,
+        release: !releaseNow,
+        ...(releaseNow ? {} : { end }),
+      };
+      if (durable) await recordReplicated(finished);
+      else if (!recorded) recorder.add(finished);
       if (releaseNow) release(call, kind, end).catch(() => undefined);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
@@ -314,6 +343,59 @@ export function createWorker({
       running.delete(call.id);
       metrics.inFlight.dec({ queue: kind });
     }
+  }
+
+  /**
+   * With `redis.durability.replicas` > 0, before a non-idempotent tool runs: waits until the
+   * call's start (BullMQ's moveToActive, which counted `attemptsStarted`) is on that many
+   * replicas. A failover after this point hands the call out again as a restarted one, which
+   * the check above turns into `worker_lost` (or the recorded outcome), never into a second
+   * run. A WAIT that times out runs the call anyway (counted, logged): the replicas are gone or
+   * lagging, and holding every call back would not bring them back. Redis failing over
+   * meanwhile leaves it unknown whether the new master knows of this start, so the call is not
+   * run here: if the start was lost the new master hands the call out afresh; if not, the call
+   * fails with this error.
+   */
+  async function startReplicated(call: CallJob): Promise<void> {
+    if (!replicas.enabled) return;
+    try {
+      unreplicated(await replicas.confirm(), 'start');
+    } catch (err) {
+      throw new Error(
+        `Redis failed over as ${call.tool} was starting, before its start reached a replica; it was not run, so that it cannot run twice`,
+        { cause: err },
+      );
+    }
+  }
+
+  /**
+   * After a non-idempotent run under redis.durability: its record (and audit entry, stats) are
+   * written now, not batched, and on the replicas before its reply goes out — so an outcome a
+   * client has heard survives a failover, and the restarted job finds it instead of ending
+   * `worker_lost`. Redis failing over meanwhile fails the job without a reply: the outcome the
+   * client then reads is the one the new master has.
+   */
+  async function recordReplicated(finished: Parameters<Recorder['add']>[0]): Promise<void> {
+    try {
+      await recorder.now(finished);
+      unreplicated(await replicas.confirm(), 'outcome');
+    } catch (err) {
+      throw new Error(
+        `${finished.call.tool} ran, but Redis failed over before its outcome was recorded on a replica`,
+        { cause: err },
+      );
+    }
+  }
+
+  function unreplicated(replication: Replication, step: 'start' | 'outcome'): void {
+    if (replication.replicated) return;
+    metrics.unreplicated.inc({ step });
+    if (Date.now() - unreplicatedWarnedAt < 10_000) return;
+    unreplicatedWarnedAt = Date.now();
+    log.warn(
+      { acked: replication.acked, wanted: replicas.durability.replicas, ms: replication.ms, step },
+      'non-idempotent calls go on with their start or outcome on the Redis master only: WAIT timed out (toolgate_redis_unreplicated_total)',
+    );
   }
 
   return {
@@ -402,6 +484,7 @@ export function createWorker({
       await heartbeat.stop();
       metricsServer?.close();
       cancelSubscriber.disconnect();
+      replicas.close();
       redis.disconnect();
       log.info('worker stopped');
     },

@@ -1,6 +1,8 @@
-import { liveWorkers, type Keys } from '@toolgate/calls';
+import { isConnectionLost, liveWorkers, type Keys, type RedisClient } from '@toolgate/calls';
 import { Router } from 'express';
-import type { RedisClient } from '@toolgate/calls';
+
+/** How long /readyz waits for Redis: a probe must answer, even while Redis fails over. */
+const READY_TIMEOUT_MS = 2000;
 
 export function healthRoutes(redis: RedisClient, keys: Keys): Router {
   const router = Router();
@@ -8,16 +10,38 @@ export function healthRoutes(redis: RedisClient, keys: Keys): Router {
     res.json({ status: 'ok' });
   });
   router.get('/readyz', async (_req, res) => {
+    // Lost and reconnecting (a failover under way): say so now rather than let the PING wait
+    // in the offline queue for the new master.
+    if (isConnectionLost(redis)) {
+      res.status(503).json({
+        status: 'unavailable',
+        reason: `Redis connection lost (${redis.status})`,
+      });
+      return;
+    }
+    // Reading the worker set (not a PING) asks the node that holds toolgate's keys: on a
+    // Cluster, the master of the prefix's slot, which a PING to any node would not.
+    let workers: number;
+    let timer: NodeJS.Timeout | undefined;
     try {
-      await redis.ping();
+      workers = await Promise.race([
+        liveWorkers(redis, keys),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () => reject(new Error(`no answer within ${READY_TIMEOUT_MS} ms`)),
+            READY_TIMEOUT_MS,
+          );
+        }),
+      ]);
     } catch (err) {
       res.status(503).json({
         status: 'unavailable',
         reason: `Redis does not answer: ${(err as Error).message}`,
       });
       return;
+    } finally {
+      clearTimeout(timer);
     }
-    const workers = await liveWorkers(redis, keys).catch(() => 0);
     if (workers === 0) {
       res.status(503).json({ status: 'unavailable', reason: 'no worker is alive' });
       return;

@@ -1,0 +1,162 @@
+{{/* Names, labels, images and the config file, shared by every template. */}}
+
+{{- define "toolgate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "toolgate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels every object carries. */}}
+{{- define "toolgate.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "toolgate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Pod selector of one component (gateway, worker-fast, worker-sandbox). Call with (list . "gateway"). */}}
+{{- define "toolgate.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "toolgate.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "toolgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "toolgate.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "toolgate.secretName" -}}
+{{- default (include "toolgate.fullname" .) .Values.secret.existingSecret -}}
+{{- end -}}
+
+{{/* registry + repository:tag. Call with (list . .Values.gateway.image). */}}
+{{- define "toolgate.image" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- printf "%s%s:%s" $root.Values.image.registry $image.repository (default $root.Values.image.tag $image.tag | toString) -}}
+{{- end -}}
+
+{{/*
+The Redis part of the config: exactly one of url, sentinel, cluster (checked here, so a bad
+values file fails at render time with the field named).
+*/}}
+{{- define "toolgate.redisConfig" -}}
+{{- $r := .Values.redis -}}
+{{- $modes := list -}}
+{{- if $r.url }}{{ $modes = append $modes "redis.url" }}{{ end -}}
+{{- if $r.sentinel }}{{ $modes = append $modes "redis.sentinel" }}{{ end -}}
+{{- if $r.cluster }}{{ $modes = append $modes "redis.cluster" }}{{ end -}}
+{{- if gt (len $modes) 1 -}}
+{{- fail (printf "toolgate: set only one of redis.url, redis.sentinel, redis.cluster (got %s)" (join " and " $modes)) -}}
+{{- end -}}
+{{- $out := dict "prefix" $r.prefix -}}
+{{- if $r.sentinel -}}
+{{- if not (and $r.sentinel.name $r.sentinel.nodes) -}}
+{{- fail "toolgate: redis.sentinel needs name (the master's name) and nodes (host:port of each sentinel)" -}}
+{{- end -}}
+{{- $_ := set $out "sentinel" $r.sentinel -}}
+{{- else if $r.cluster -}}
+{{- if not $r.cluster.nodes -}}
+{{- fail "toolgate: redis.cluster needs nodes (host:port of one or more cluster nodes)" -}}
+{{- end -}}
+{{- $_ := set $out "cluster" $r.cluster -}}
+{{- else -}}
+{{- $_ := set $out "url" (default "redis://redis:6379" $r.url) -}}
+{{- end -}}
+{{- if $r.tls }}{{ $_ := set $out "tls" $r.tls }}{{ end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* The toolgate config file (TOOLGATE_CONFIG) the gateway and both worker pools read. */}}
+{{- define "toolgate.configFile" -}}
+{{- $cfg := deepCopy (default (dict) .Values.config) -}}
+{{- $chart := dict
+  "server" (dict "port" (int .Values.gateway.port))
+  "redis" (include "toolgate.redisConfig" . | fromYaml)
+  "clients" .Values.clients
+  "worker" (dict "metricsPort" (int .Values.workers.metricsPort))
+  "log" (dict "level" .Values.logLevel)
+-}}
+{{- $sandbox := dict "driver" .Values.workers.sandbox.driver -}}
+{{- if eq .Values.workers.sandbox.driver "docker" -}}
+{{- /* Host paths: the node's engine resolves bind mounts on the node (docs/kubernetes.md). */ -}}
+{{- $_ := set $sandbox "workspacesRoot" (printf "%s/workspaces" .Values.workers.sandbox.docker.dataDir) -}}
+{{- $_ := set $sandbox "stateDir" (printf "%s/sandbox" .Values.workers.sandbox.docker.dataDir) -}}
+{{- $_ := set $sandbox "docker" (dict "socketPath" .Values.workers.sandbox.docker.socketPath) -}}
+{{- else -}}
+{{- $_ := set $sandbox "workspacesRoot" (printf "%s/workspaces" .Values.workers.sandbox.dataDir) -}}
+{{- $_ := set $sandbox "stateDir" (printf "%s/sandbox" .Values.workers.sandbox.dataDir) -}}
+{{- end -}}
+{{- $_ := set $chart "sandbox" $sandbox -}}
+{{- toYaml (mustMergeOverwrite $cfg $chart) -}}
+{{- end -}}
+
+{{/* Env of every toolgate container: the config file, the Secret's keys, extra env. */}}
+{{- define "toolgate.env" -}}
+- name: TOOLGATE_CONFIG
+  value: /etc/toolgate/toolgate.yaml
+{{- range $name, $key := .Values.secretEnv }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "toolgate.secretName" $ }}
+      key: {{ $key }}
+{{- end }}
+{{- with .Values.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations that roll the pods when the config or the chart's Secret changes. */}}
+{{- define "toolgate.checksums" -}}
+checksum/config: {{ include "toolgate.configFile" . | sha256sum }}
+{{- if not .Values.secret.existingSecret }}
+checksum/secret: {{ toYaml .Values.secret.values | sha256sum }}
+{{- end }}
+{{- end -}}
+
+{{/* The PromQL behind a worker pool's ScaledObject: calls waiting or running in its queue. */}}
+{{- define "toolgate.queueQuery" -}}
+{{- $root := index . 0 -}}
+{{- $queue := index . 1 -}}
+{{- $selector := $root.Values.keda.prometheus.selector -}}
+{{- if not $selector -}}
+{{- $selector = printf "namespace=%q,job=%q" $root.Release.Namespace (printf "%s-gateway" (include "toolgate.fullname" $root)) -}}
+{{- end -}}
+{{- /* Every gateway reports the same Redis counts: max across gateways, never sum. */ -}}
+sum(max by (state) (toolgate_queue_jobs{ {{- $selector }},queue="{{ $queue }}",state=~"waiting|active"}))
+{{- end -}}
+
+{{/* NetworkPolicy egress every toolgate pod needs: DNS, and Redis on redis.ports. */}}
+{{- define "toolgate.baseEgress" -}}
+- to:
+    {{- toYaml .Values.networkPolicy.dns.to | nindent 4 }}
+  ports:
+    - { protocol: UDP, port: 53 }
+    - { protocol: TCP, port: 53 }
+- ports:
+    {{- range .Values.redis.ports }}
+    - { protocol: TCP, port: {{ . }} }
+    {{- end }}
+  {{- with .Values.networkPolicy.redis.to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}

@@ -1,0 +1,574 @@
+/**
+ * The Helm chart (deploy/helm/toolgate), rendered by a real helm (test/deploy/helm-binary.ts,
+ * no network) with the default values and with values-bwrap.yaml / values-docker.yaml. Every
+ * object is validated against the Kubernetes, KEDA and Prometheus Operator schemas bundled in
+ * kubernetes-models, and the test checks what an operator would notice: the config the pods
+ * read loads in toolgate's own loader with the Secret's keys, probes hit /readyz and /healthz,
+ * each worker pool consumes and scales on its own queue, sandbox workers reach only Redis and
+ * DNS, and a bad values file fails at render time with a message that names the field.
+ */
+import { readFileSync } from 'node:fs';
+import { Keys } from '@toolgate/calls';
+import { parseConfig } from '@toolgate/config';
+import { createLogger } from '@toolgate/log';
+import type { ToolServices } from '@toolgate/registry';
+import { createHttpServices, createToolRegistry } from '@toolgate/tools';
+import { createWorker, type ToolWorker } from '@toolgate/worker';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import {
+  CHART,
+  KEYS,
+  ROOT,
+  containerEnv,
+  helm,
+  podSpec,
+  render,
+  renderFails,
+  type NetworkPolicyRule,
+  type Rendered,
+} from './helm-render.js';
+import { unknownFields } from './helm-fields.js';
+import { startStack, type Stack } from '../support/stack.js';
+
+/** The kubernetes-models class of an object (core, KEDA, Prometheus Operator). */
+async function modelFor(apiVersion: string, kind: string) {
+  const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+  const path =
+    group === 'keda.sh'
+      ? `@kubernetes-models/keda/keda.sh/${version}/${kind}`
+      : group === 'monitoring.coreos.com'
+        ? `@kubernetes-models/prometheus-operator/monitoring.coreos.com/${version}/${kind}`
+        : `kubernetes-models/${group ? `${group}/` : ''}${version}/${kind}`;
+  const mod = (await import(path)) as Record<string, new (data: unknown) => { validate(): void }>;
+  const model = mod[kind];
+  if (!model) throw new Error(`no schema for ${apiVersion} ${kind}`);
+  return model;
+}
+
+async function validateAll(r: Rendered): Promise<string[]> {
+  const checked: string[] = [];
+  for (const o of r.objects) {
+    const Model = await modelFor(o.apiVersion, o.kind);
+    try {
+      new Model(o).validate();
+    } catch (err) {
+      throw new Error(`${o.kind} ${o.metadata.name}: ${(err as Error).message}`, { cause: err });
+    }
+    checked.push(`${o.kind}/${o.metadata.name}`);
+  }
+  return checked;
+}
+
+/** The config a container loads: the ConfigMap's file, its env, and `--queues` as the CLI maps it. */
+function loadedConfig(r: Rendered, deployment: string) {
+  const c = podSpec(r, deployment).containers[0]!;
+  const file = r.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!;
+  const env = containerEnv(r, c);
+  expect(env.TOOLGATE_CONFIG).toBe('/etc/toolgate/toolgate.yaml');
+  expect(c.volumeMounts).toContainEqual(
+    expect.objectContaining({ name: 'config', mountPath: '/etc/toolgate' }),
+  );
+  const queues = c.args?.indexOf('--queues') ?? -1;
+  if (queues >= 0) env.TOOLGATE_WORKER_QUEUES = c.args![queues + 1]!;
+  return parseConfig(parseYaml(file), env);
+}
+
+const DEPLOYMENTS = [
+  'tg-toolgate-gateway',
+  'tg-toolgate-worker-fast',
+  'tg-toolgate-worker-sandbox',
+];
+
+describe('helm chart deploy/helm/toolgate', () => {
+  let defaults: Rendered;
+  let bwrap: Rendered;
+  let docker: Rendered;
+
+  beforeAll(() => {
+    defaults = render(...KEYS);
+    bwrap = render('-f', `${CHART}/values-bwrap.yaml`, ...KEYS);
+    docker = render('-f', `${CHART}/values-docker.yaml`, ...KEYS);
+  });
+
+  it('renders every object valid against the Kubernetes, KEDA and Prometheus Operator schemas', async () => {
+    for (const r of [defaults, bwrap, docker]) {
+      // Closed types: no field the API would drop (a misspelt one, or one at the wrong level).
+      expect(unknownFields(r.objects)).toEqual([]);
+      const checked = await validateAll(r);
+      expect(checked).toEqual(
+        expect.arrayContaining([
+          ...DEPLOYMENTS.map((d) => `Deployment/${d}`),
+          'Service/tg-toolgate-gateway',
+          'HorizontalPodAutoscaler/tg-toolgate-gateway',
+          'PodDisruptionBudget/tg-toolgate-gateway',
+          'ScaledObject/tg-toolgate-worker-fast',
+          'ScaledObject/tg-toolgate-worker-sandbox',
+          'ServiceMonitor/tg-toolgate-gateway',
+          'ServiceMonitor/tg-toolgate-worker-fast',
+          'ServiceMonitor/tg-toolgate-worker-sandbox',
+          'ConfigMap/tg-toolgate-config',
+          'ConfigMap/tg-toolgate-dashboard',
+          'Secret/tg-toolgate',
+          'NetworkPolicy/tg-toolgate-gateway',
+          'NetworkPolicy/tg-toolgate-worker-fast',
+          'NetworkPolicy/tg-toolgate-worker-sandbox',
+        ]),
+      );
+    }
+  });
+
+  it('would catch a misspelt field (the closed-type check is not vacuous)', () => {
+    const objects = structuredClone(defaults.objects);
+    const gateway = objects.find(
+      (o) => o.metadata.name === 'tg-toolgate-gateway' && o.kind === 'Deployment',
+    )!;
+    const spec = gateway.spec as { template: { spec: { containers: Record<string, unknown>[] } } };
+    spec.template.spec.containers[0]!.readinesProbe = {
+      httpGet: { path: '/readyz', port: 'http' },
+    };
+    expect(unknownFields(objects)).toEqual([
+      expect.stringMatching(
+        /^Deployment\/tg-toolgate-gateway: .*'"readinesProbe"' does not exist in type 'IContainer'/,
+      ),
+    ]);
+  });
+
+  it('passes helm lint --strict with each values file', () => {
+    for (const values of [
+      [],
+      ['-f', `${CHART}/values-bwrap.yaml`],
+      ['-f', `${CHART}/values-docker.yaml`],
+    ]) {
+      const { status, stdout } = helm(['lint', CHART, '--strict', ...values, ...KEYS]);
+      expect(stdout).toContain('0 chart(s) failed');
+      expect(status).toBe(0);
+    }
+  });
+
+  it('gives every pod a config that toolgate loads, with the client keys from the Secret', () => {
+    for (const r of [defaults, bwrap, docker]) {
+      for (const d of DEPLOYMENTS) {
+        const config = loadedConfig(r, d);
+        expect(config.clients.map((c) => [c.id, c.admin])).toEqual([
+          ['ops', true],
+          ['assistant', false],
+        ]);
+        expect(config.redis.url).toBe('redis://redis:6379');
+        expect(config.server.port).toBe(8080);
+      }
+    }
+    // The keys themselves never reach the ConfigMap.
+    const file = defaults.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!;
+    expect(file).not.toContain('admin-key-0123456789abcdef');
+    expect(file).toContain('${TOOLGATE_ADMIN_KEY}');
+  });
+
+  it('runs one worker pool per queue with its own concurrency', () => {
+    const fast = loadedConfig(defaults, 'tg-toolgate-worker-fast');
+    expect(fast.worker.queues).toEqual(['fast']);
+    expect(fast.worker.concurrency).toBe(32);
+    const sandbox = loadedConfig(defaults, 'tg-toolgate-worker-sandbox');
+    expect(sandbox.worker.queues).toEqual(['sandbox']);
+    expect(sandbox.worker.sandboxConcurrency).toBe(4);
+    for (const d of DEPLOYMENTS.slice(1)) {
+      expect(podSpec(defaults, d).containers[0]!.command).toEqual(['toolgate', 'worker']);
+    }
+    expect(podSpec(defaults, 'tg-toolgate-gateway').containers[0]!.command).toEqual([
+      'toolgate',
+      'gateway',
+    ]);
+  });
+
+  it('probes the gateway on /readyz and /healthz, the workers on /healthz of their metrics port', () => {
+    const g = podSpec(defaults, 'tg-toolgate-gateway').containers[0]!;
+    expect(g.ports).toEqual([{ name: 'http', containerPort: 8080, protocol: 'TCP' }]);
+    expect(g.readinessProbe?.httpGet).toEqual({ path: '/readyz', port: 'http' });
+    expect(g.livenessProbe?.httpGet).toEqual({ path: '/healthz', port: 'http' });
+    for (const d of DEPLOYMENTS.slice(1)) {
+      const w = podSpec(defaults, d).containers[0]!;
+      expect(w.ports).toEqual([{ name: 'metrics', containerPort: 9091, protocol: 'TCP' }]);
+      expect(w.livenessProbe?.httpGet).toEqual({ path: '/healthz', port: 'metrics' });
+      expect(w.readinessProbe?.httpGet).toEqual({ path: '/healthz', port: 'metrics' });
+    }
+    // The port the probes name is the one the config makes the worker listen on.
+    expect(loadedConfig(defaults, 'tg-toolgate-worker-fast').worker.metricsPort).toBe(9091);
+  });
+
+  it('selects the right pods from every Service, PDB, HPA, ScaledObject and ServiceMonitor', () => {
+    const podLabels = (d: string) =>
+      defaults.get<{ template: { metadata: { labels: Record<string, string> } } }>('Deployment', d)
+        .spec.template.metadata.labels;
+    const matches = (selector: Record<string, string>, d: string) =>
+      Object.entries(selector).every(([k, v]) => podLabels(d)[k] === v);
+    const only = (selector: Record<string, string>) =>
+      DEPLOYMENTS.filter((d) => matches(selector, d));
+
+    const svc = defaults.get<{ selector: Record<string, string> }>(
+      'Service',
+      'tg-toolgate-gateway',
+    );
+    expect(only(svc.spec.selector)).toEqual(['tg-toolgate-gateway']);
+    const pdb = defaults.get<{ selector: { matchLabels: Record<string, string> } }>(
+      'PodDisruptionBudget',
+      'tg-toolgate-gateway',
+    );
+    expect(only(pdb.spec.selector.matchLabels)).toEqual(['tg-toolgate-gateway']);
+    const hpa = defaults.get<{
+      scaleTargetRef: { kind: string; name: string };
+      metrics: { resource: { name: string } }[];
+    }>('HorizontalPodAutoscaler', 'tg-toolgate-gateway');
+    expect(hpa.spec.scaleTargetRef).toMatchObject({
+      kind: 'Deployment',
+      name: 'tg-toolgate-gateway',
+    });
+    expect(hpa.spec.metrics.map((m) => m.resource.name)).toEqual(['cpu']);
+    // KEDA owns the workers' replica count (an HPA of its own); Helm must not reset it.
+    for (const d of DEPLOYMENTS) {
+      expect(defaults.get('Deployment', d).spec).not.toHaveProperty('replicas');
+    }
+
+    for (const queue of ['fast', 'sandbox']) {
+      const d = `tg-toolgate-worker-${queue}`;
+      const so = defaults.get<{ scaleTargetRef: { name: string } }>('ScaledObject', d);
+      expect(so.spec.scaleTargetRef.name).toBe(d);
+      const workerSvc = defaults.get<{ selector: Record<string, string>; clusterIP: string }>(
+        'Service',
+        d,
+      );
+      expect(only(workerSvc.spec.selector)).toEqual([d]);
+      const sm = defaults.get<{
+        selector: { matchLabels: Record<string, string> };
+        endpoints: { port: string; path: string }[];
+      }>('ServiceMonitor', d);
+      expect(sm.spec.selector.matchLabels).toEqual(workerSvc.spec.selector);
+      expect(sm.spec.endpoints).toEqual([
+        expect.objectContaining({ port: 'metrics', path: '/metrics', honorLabels: true }),
+      ]);
+    }
+    const gsm = defaults.get<{ endpoints: { port: string; path: string }[] }>(
+      'ServiceMonitor',
+      'tg-toolgate-gateway',
+    );
+    expect(gsm.spec.endpoints).toEqual([
+      expect.objectContaining({ port: 'http', path: '/metrics', honorLabels: true }),
+    ]);
+  });
+
+  it('scales each worker pool on its own queue: waiting (wait list + prioritized) and running calls', () => {
+    for (const [queue, perReplica, min] of [
+      ['fast', '32', 1],
+      ['sandbox', '4', 0],
+    ] as const) {
+      const so = defaults.get<{
+        minReplicaCount: number;
+        triggers: { type: string; metadata: Record<string, string> }[];
+      }>('ScaledObject', `tg-toolgate-worker-${queue}`);
+      expect(so.spec.minReplicaCount).toBe(min);
+      expect(so.spec.triggers).toHaveLength(1);
+      const [trigger] = so.spec.triggers;
+      expect(trigger!.type).toBe('prometheus');
+      expect(trigger!.metadata.threshold).toBe(perReplica);
+      // The gateway's gauge already counts prioritized jobs as waiting; every gateway reports
+      // the same Redis numbers, so the query takes max across them, not sum.
+      expect(trigger!.metadata.query).toBe(
+        `sum(max by (state) (toolgate_queue_jobs{namespace="tools",job="tg-toolgate-gateway",queue="${queue}",state=~"waiting|active"}))`,
+      );
+    }
+    // The ServiceMonitor that gives Prometheus those series scrapes that very Service.
+    const svc = defaults.get<{ ports: { name: string }[] }>('Service', 'tg-toolgate-gateway');
+    expect(svc.spec.ports.map((p) => p.name)).toEqual(['http']);
+    // The fast pool cannot go to zero: /readyz needs a live worker, or no call gets in.
+    expect(renderFails(...KEYS, '--set', 'workers.fast.autoscaling.minReplicas=0')).toMatch(
+      /workers\.fast\.autoscaling\.minReplicas|minReplicas/,
+    );
+  });
+
+  it('lets sandbox workers reach only Redis and DNS; the gateway takes traffic on its port only', () => {
+    const policy = (name: string) =>
+      defaults.get<{
+        policyTypes: string[];
+        ingress: NetworkPolicyRule[];
+        egress: NetworkPolicyRule[];
+      }>('NetworkPolicy', name).spec;
+    const ports = (rules: NetworkPolicyRule[]) =>
+      rules.flatMap((r) => (r.ports ?? []).map((p) => `${p.protocol}/${p.port}`)).sort();
+
+    const sandbox = policy('tg-toolgate-worker-sandbox');
+    expect(sandbox.policyTypes).toEqual(['Ingress', 'Egress']);
+    expect(ports(sandbox.egress)).toEqual(['TCP/26379', 'TCP/53', 'TCP/6379', 'UDP/53']);
+    // Every egress rule is port-bound: no rule opens all ports to anywhere.
+    expect(sandbox.egress.every((r) => (r.ports ?? []).length > 0)).toBe(true);
+    expect(ports(sandbox.ingress)).toEqual(['TCP/9091']);
+
+    const gateway = policy('tg-toolgate-gateway');
+    expect(ports(gateway.ingress)).toEqual(['TCP/8080']);
+    expect(ports(gateway.egress)).toEqual(['TCP/26379', 'TCP/53', 'TCP/6379', 'UDP/53']);
+
+    // Fast workers add HTTP(S) for http_get, to public addresses only.
+    const fast = policy('tg-toolgate-worker-fast');
+    expect(ports(fast.egress)).toEqual([
+      'TCP/26379',
+      'TCP/443',
+      'TCP/53',
+      'TCP/6379',
+      'TCP/80',
+      'UDP/53',
+    ]);
+    const http = fast.egress.find((r) => r.ports?.some((p) => p.port === 443))!;
+    expect(http.to).toEqual([
+      {
+        ipBlock: expect.objectContaining({
+          cidr: '0.0.0.0/0',
+          except: expect.arrayContaining([
+            '10.0.0.0/8',
+            '172.16.0.0/12',
+            '192.168.0.0/16',
+            '169.254.0.0/16',
+          ]),
+        }),
+      },
+    ]);
+  });
+
+  it('gives bwrap sandbox pods a user namespace, unmasked /proc, no runtime seccomp/AppArmor veto, no SYS_ADMIN', () => {
+    for (const r of [defaults, bwrap]) {
+      const pod = podSpec(r, 'tg-toolgate-worker-sandbox');
+      const c = pod.containers[0]!;
+      expect(loadedConfig(r, 'tg-toolgate-worker-sandbox').sandbox.driver).toBe('bwrap');
+      expect(c.image).toBe('toolgate/worker-bwrap:local');
+      expect(pod.hostUsers).toBe(false);
+      expect(pod.securityContext).toMatchObject({
+        seccompProfile: { type: 'Unconfined' },
+        appArmorProfile: { type: 'Unconfined' },
+      });
+      expect(c.securityContext).toMatchObject({
+        procMount: 'Unmasked',
+        allowPrivilegeEscalation: false,
+        capabilities: {
+          drop: ['ALL'],
+          add: ['SETUID', 'SETGID', 'SETFCAP', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER'],
+        },
+      });
+      expect(c.securityContext).not.toHaveProperty('privileged');
+      expect(pod.volumes?.some((v) => v.hostPath)).toBe(false);
+    }
+    // The fast pool needs none of that.
+    const fast = podSpec(bwrap, 'tg-toolgate-worker-fast');
+    expect(fast.securityContext).toMatchObject({
+      runAsNonRoot: true,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    expect(fast.containers[0]!.securityContext).toMatchObject({
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    });
+  });
+
+  it('gives docker sandbox pods the node engine socket and the data directory at the same path as on the node', () => {
+    const pod = podSpec(docker, 'tg-toolgate-worker-sandbox');
+    const c = pod.containers[0]!;
+    const config = loadedConfig(docker, 'tg-toolgate-worker-sandbox');
+    expect(config.sandbox.driver).toBe('docker');
+    expect(c.image).toBe('toolgate/worker:local');
+    const mount = (name: string) => c.volumeMounts!.find((m) => m.name === name)!.mountPath;
+    const hostPath = (name: string) => pod.volumes!.find((v) => v.name === name)!.hostPath!.path;
+    expect(hostPath('docker-sock')).toBe('/var/run/docker.sock');
+    expect(mount('docker-sock')).toBe('/var/run/docker.sock');
+    expect(config.sandbox.docker.socketPath).toBe('/var/run/docker.sock');
+    // The engine resolves workspace bind mounts on the node: same path inside and out.
+    expect(hostPath('data')).toBe('/var/lib/toolgate');
+    expect(mount('data')).toBe('/var/lib/toolgate');
+    expect(config.sandbox.workspacesRoot).toBe('/var/lib/toolgate/workspaces');
+    expect(config.sandbox.stateDir).toBe('/var/lib/toolgate/sandbox');
+    expect(pod.hostUsers).toBe(true);
+    expect(pod.securityContext).toMatchObject({ runAsUser: 0 });
+  });
+
+  it('runs without KEDA, the Prometheus Operator and NetworkPolicies when they are off', async () => {
+    const plain = render(
+      ...KEYS,
+      '--set',
+      'keda.enabled=false',
+      '--set',
+      'metrics.serviceMonitor.enabled=false',
+      '--set',
+      'networkPolicy.enabled=false',
+    );
+    const kinds = new Set(plain.objects.map((o) => o.kind));
+    for (const kind of ['ScaledObject', 'ServiceMonitor', 'NetworkPolicy'])
+      expect(kinds).not.toContain(kind);
+    // Fixed replica counts instead.
+    expect(plain.get('Deployment', 'tg-toolgate-worker-fast').spec.replicas).toBe(2);
+    expect(plain.get('Deployment', 'tg-toolgate-worker-sandbox').spec.replicas).toBe(1);
+    await validateAll(plain);
+  });
+
+  it('ships the Grafana dashboard for the sidecar, identical to deploy/grafana/dashboards/toolgate.json', () => {
+    const original = readFileSync(`${ROOT}deploy/grafana/dashboards/toolgate.json`, 'utf8');
+    // The chart's copy (helm reads no file outside the chart) must not drift from the original.
+    expect(readFileSync(`${CHART}/dashboards/toolgate.json`, 'utf8')).toBe(original);
+    const cm = defaults.get('ConfigMap', 'tg-toolgate-dashboard');
+    expect(cm.metadata.labels).toMatchObject({ grafana_dashboard: '1' });
+    expect(JSON.parse(cm.data!['toolgate.json']!)).toEqual(JSON.parse(original));
+  });
+
+  it('passes redis.sentinel and redis.cluster through to the config, and refuses more than one', () => {
+    const file = (r: Rendered) =>
+      parseYaml(r.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!) as {
+        redis: Record<string, unknown>;
+      };
+    const sentinel = render(
+      ...KEYS,
+      '--set',
+      'redis.sentinel.name=mymaster',
+      '--set',
+      'redis.sentinel.nodes={s-0:26379,s-1:26379,s-2:26379}',
+      '--set',
+      'redis.sentinel.password=${REDIS_SENTINEL_PASSWORD}',
+      // The password from the Secret, like the client keys.
+      '--set',
+      'secretEnv.REDIS_SENTINEL_PASSWORD=redis-password',
+      '--set-string',
+      'secret.values.redis-password=sentinel-secret',
+    );
+    expect(file(sentinel).redis).toEqual({
+      prefix: 'toolgate',
+      sentinel: {
+        name: 'mymaster',
+        nodes: ['s-0:26379', 's-1:26379', 's-2:26379'],
+        password: '${REDIS_SENTINEL_PASSWORD}',
+      },
+    });
+    // toolgate's own loader takes what the pods get.
+    for (const d of DEPLOYMENTS) {
+      const { redis } = loadedConfig(sentinel, d);
+      expect(redis.url).toBeUndefined();
+      expect(redis.sentinel).toMatchObject({ name: 'mymaster', password: 'sentinel-secret' });
+    }
+    const cluster = render(
+      ...KEYS,
+      '--set',
+      'redis.cluster.nodes={c-0:6379,c-1:6379}',
+      '--set',
+      'redis.tls.servername=redis.example',
+    );
+    expect(file(cluster).redis).toEqual({
+      prefix: 'toolgate',
+      cluster: { nodes: ['c-0:6379', 'c-1:6379'] },
+      tls: { servername: 'redis.example' },
+    });
+    const { redis } = loadedConfig(cluster, 'tg-toolgate-worker-sandbox');
+    expect(redis.cluster?.nodes).toEqual(['c-0:6379', 'c-1:6379']);
+    expect(redis.tls).toMatchObject({ servername: 'redis.example' });
+    // The queue keys docs/kubernetes.md names for Cluster mode: the prefix is hash-tagged.
+    expect(`${Keys.for(redis).bullPrefix}:calls-sandbox:prioritized`).toBe(
+      '{toolgate}:bull:calls-sandbox:prioritized',
+    );
+    expect(
+      `${Keys.for(loadedConfig(defaults, DEPLOYMENTS[0]!).redis).bullPrefix}:calls-sandbox:wait`,
+    ).toBe('toolgate:bull:calls-sandbox:wait');
+
+    expect(
+      renderFails(
+        ...KEYS,
+        '--set',
+        'redis.url=redis://r:6379',
+        '--set',
+        'redis.cluster.nodes={c-0:6379}',
+      ),
+    ).toContain(
+      'set only one of redis.url, redis.sentinel, redis.cluster (got redis.url and redis.cluster)',
+    );
+    expect(renderFails(...KEYS, '--set', 'redis.sentinel.name=mymaster')).toContain(
+      "redis.sentinel needs name (the master's name) and nodes",
+    );
+  });
+
+  it('refuses to render without the keys the pods read, and takes an existing Secret instead', () => {
+    expect(renderFails()).toContain(
+      'secret.values.admin-key is not set (secretEnv.TOOLGATE_ADMIN_KEY reads it)',
+    );
+    const existing = render('--set', 'secret.existingSecret=toolgate-keys');
+    expect(existing.objects.some((o) => o.kind === 'Secret')).toBe(false);
+    const env = podSpec(existing, 'tg-toolgate-gateway').containers[0]!.env!;
+    expect(env.find((e) => e.name === 'TOOLGATE_ADMIN_KEY')?.valueFrom?.secretKeyRef).toEqual({
+      name: 'toolgate-keys',
+      key: 'admin-key',
+    });
+  });
+
+  it('rejects values outside the schema (values.schema.json) with the field named', () => {
+    expect(renderFails(...KEYS, '--set', 'workers.sandbox.driver=podman')).toMatch(/driver/);
+    expect(renderFails(...KEYS, '--set', 'redis.prefix=a:b')).toMatch(/prefix/);
+  });
+});
+
+describe('the ScaledObject query against a real gateway', () => {
+  let stack: Stack;
+  let worker: ToolWorker;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    // A worker for the fast queue only (what `--queues fast` gives): sandbox calls stay
+    // queued, as they do while the sandbox pool scales up from zero.
+    stack = await startStack({ worker: false });
+    worker = createWorker({
+      config: stack.config,
+      registry: createToolRegistry(),
+      logger: createLogger('test', { level: 'silent' }),
+      // As a fast-queue worker has them (main.ts); no sandbox: it never takes a sandbox call.
+      services: { http: createHttpServices(stack.config.policy.http) } as ToolServices,
+      queues: ['fast'],
+    });
+    await worker.start();
+    redis = new Redis(inject('redisUrl'));
+  });
+  afterAll(async () => {
+    await worker.close();
+    await stack.close();
+    redis.disconnect();
+  });
+
+  it('counts prioritized calls that a Redis list scaler (LLEN wait) would miss', async () => {
+    for (let i = 0; i < 5; i++) {
+      const res = await stack.call('/tools/run_python/execute?wait=false', {
+        json: { code: `print(${i})` },
+      });
+      expect(res.status).toBe(202);
+    }
+    // Where BullMQ put them: the client's first call in the wait list, the rest prioritized.
+    const bull = `${Keys.for(stack.config.redis).bullPrefix}:calls-sandbox`;
+    expect(await redis.llen(`${bull}:wait`)).toBe(1);
+    expect(await redis.zcard(`${bull}:prioritized`)).toBe(4);
+
+    // The series the rendered query selects, as this gateway exports them.
+    const so = render(...KEYS).get<{ triggers: { metadata: Record<string, string> }[] }>(
+      'ScaledObject',
+      'tg-toolgate-worker-sandbox',
+    );
+    const { query, threshold } = so.spec.triggers[0]!.metadata;
+    const states = /state=~"([^"]+)"/.exec(query!)![1]!.split('|');
+    expect(query).toContain('toolgate_queue_jobs{');
+    expect(query).toContain('queue="sandbox"');
+    const metrics = await (await fetch(`${stack.url}/metrics`)).text();
+    const sample = (state: string) => {
+      const wanted = { queue: 'sandbox', state };
+      const line = metrics.split('\n').find((l) => {
+        const m = /^toolgate_queue_jobs\{([^}]*)\} /.exec(l);
+        if (!m) return false;
+        const labels = Object.fromEntries(
+          m[1]!.split(',').map((kv) => [kv.split('=')[0], JSON.parse(kv.split('=')[1]!)]),
+        );
+        return Object.entries(wanted).every(([k, v]) => labels[k] === v);
+      });
+      expect(line, `toolgate_queue_jobs{queue="sandbox",state="${state}"}`).toBeDefined();
+      return Number(line!.split(' ').at(-1));
+    };
+    const depth = states.reduce((sum, state) => sum + sample(state), 0);
+    expect(depth).toBe(5);
+    // KEDA's desired replicas for that depth: ceil(5 / 4 calls per pod).
+    expect(Math.ceil(depth / Number(threshold))).toBe(2);
+  });
+});

@@ -40,10 +40,10 @@ export class Dispatcher {
   private subscribed: Promise<unknown>;
 
   constructor(
-    connection: RedisClient,
+    private readonly connection: RedisClient,
     /** The subscriber connection for replies (a blocking one: it reconnects forever). */
     subscriber: RedisClient,
-    keys: Keys,
+    private readonly keys: Keys,
     private readonly store: CallStore,
   ) {
     this.queues = Object.fromEntries(
@@ -206,7 +206,15 @@ export class Dispatcher {
         createdAt: data.acceptedAt,
       };
       const state = await job.getState();
-      if (state === 'active') return { ...base, status: 'running' };
+      if (state === 'active') {
+        // A sandbox call runs once its worker holds its client's lease. Taken by a worker
+        // without one, it is on its way back to the queue (the client already runs its
+        // share: a fairness deferral), or it has just ended and given its lease back.
+        if (kind !== 'sandbox') return { ...base, status: 'running' };
+        const leased = await this.connection.zscore(this.keys.running(data.clientId, kind), id);
+        if (leased !== null) return { ...base, status: 'running' };
+        return (await this.recordAfterGrace(id)) ?? { ...base, status: 'queued' };
+      }
       if (state === 'failed')
         return {
           ...base,
@@ -216,15 +224,20 @@ export class Dispatcher {
       if (state === 'completed') {
         // The worker's record write is batched (≤ 10 ms behind the completion): wait for it
         // once; still missing, the call reads as running and the next read finds it.
-        const recorded =
-          (await this.store.get(id)) ??
-          (await new Promise((r) => setTimeout(r, RECORD_GRACE_MS)).then(() => this.store.get(id)));
-        return recorded ?? { ...base, status: 'running' };
+        return (await this.recordAfterGrace(id)) ?? { ...base, status: 'running' };
       }
       return { ...base, status: 'queued' };
     }
     // Finished between the two reads (or approved and not yet enqueued).
     return (await this.store.get(id)) ?? record;
+  }
+
+  /** A call's record, read once more after RECORD_GRACE_MS if it is not there yet. */
+  private async recordAfterGrace(id: string): Promise<CallRecord | undefined> {
+    return (
+      (await this.store.get(id)) ??
+      (await new Promise((r) => setTimeout(r, RECORD_GRACE_MS)).then(() => this.store.get(id)))
+    );
   }
 
   /**

@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { Keys } from '@toolgate/calls';
 import { startService, type Service } from '../support/process.js';
 import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
@@ -81,6 +82,7 @@ describe('Redis Sentinel', () => {
     const sinkUrl = `http://127.0.0.1:${(sink.address() as { port: number }).port}/effects`;
 
     const workerPort = await freePort();
+    const prefix = `s${randomUUID().slice(0, 6)}`;
     const file = join(dir, 'toolgate.json');
     writeFileSync(
       file,
@@ -88,7 +90,7 @@ describe('Redis Sentinel', () => {
         redis: {
           sentinel: { name: set.name, nodes: set.nodes },
           durability: { replicas: 1, timeoutMs: 1000 },
-          prefix: `s${randomUUID().slice(0, 6)}`,
+          prefix,
         },
         server: { port: 0, host: '127.0.0.1' },
         worker: { queues: ['fast'], metricsPort: workerPort, lostCallTimeoutMs: 3000 },
@@ -216,7 +218,9 @@ describe('Redis Sentinel', () => {
     const accepted = answers.filter((a) => a.status === 200 || a.status === 202);
     const named = answers.filter((a) => a.id !== undefined);
     const final = new Map<string, { status: string; code?: string }>();
-    const settleBy = Date.now() + 30_000;
+    /** What the last read of a call not yet settled said. */
+    const lastRead = new Map<string, string>();
+    const settleBy = Date.now() + 45_000;
     while (final.size < named.length && Date.now() < settleBy) {
       for (const a of named) {
         if (final.has(a.id!)) continue;
@@ -226,6 +230,7 @@ describe('Redis Sentinel', () => {
           continue;
         }
         const body = (await res.json()) as { status: string; error?: { code: string } };
+        lastRead.set(a.id!, `${res.status} ${body.status ?? JSON.stringify(body)}`);
         if (res.status === 200 && body.status !== 'queued' && body.status !== 'running')
           final.set(a.id!, {
             status: body.status,
@@ -258,7 +263,29 @@ describe('Redis Sentinel', () => {
       ),
     };
     console.warn(`sentinel failover: ${JSON.stringify(figures)}`);
-    const shown = JSON.stringify(figures);
+    const unsettled = await describeUnsettled(
+      named.filter((a) => !final.has(a.id!)),
+      lastRead,
+      killedAt,
+      await set.masterPort(),
+      prefix,
+      { gateway, worker },
+    );
+    const shown = JSON.stringify({
+      ...figures,
+      ...(unsettled.length
+        ? {
+            unsettled,
+            unreplicated: {
+              gateway: metricLines(await (await fetch(`${base}/metrics`)).text()),
+              worker: metricLines(
+                await (await fetch(`http://127.0.0.1:${workerPort}/metrics`)).text(),
+              ),
+            },
+            warnings: { gateway: warnings(gateway), worker: warnings(worker) },
+          }
+        : {}),
+    });
 
     // The sentinels moved the master, and calls went through again within the target.
     expect(switchedAt, shown).toBeGreaterThan(0);
@@ -310,8 +337,98 @@ describe('Redis Sentinel', () => {
     expect(worker.child.exitCode).toBeNull();
     expect({ gateway: gateway.child.pid, worker: worker.child.pid }).toEqual(pids);
     expect((await fetch(`http://127.0.0.1:${workerPort}/healthz`)).status).toBe(200);
-  }, 120_000);
+  }, 150_000);
 });
+
+/**
+ * For a failure message: each call that did not settle, as its client and the gateway saw it,
+ * and its BullMQ job on the master now (state lists, attempts, timestamps relative to the kill).
+ */
+async function describeUnsettled(
+  calls: Answer[],
+  lastRead: Map<string, string>,
+  killedAt: number,
+  masterPort: number,
+  prefix: string,
+  services: { gateway: Service; worker: Service },
+): Promise<unknown[]> {
+  if (calls.length === 0) return [];
+  const keys = new Keys(prefix);
+  const redis = new Redis(masterPort, '127.0.0.1');
+  try {
+    return await Promise.all(
+      calls.slice(0, 10).map(async (a) => {
+        const base = keys.bullJob('fast', a.id!).slice(0, -a.id!.length);
+        const job = await redis.hgetall(keys.bullJob('fast', a.id!));
+        const inList = async (list: string) =>
+          (await redis.lpos(base + list, a.id!)) !== null ? [list] : [];
+        const inSet = async (set: string) =>
+          (await redis.zscore(base + set, a.id!)) !== null ? [set] : [];
+        const where = [
+          ...(await inList('wait')),
+          ...(await inList('active')),
+          ...(await inSet('completed')),
+          ...(await inSet('failed')),
+          ...(await inSet('delayed')),
+          ...(await inSet('prioritized')),
+          ...((await redis.exists(base + a.id! + ':lock')) ? ['locked'] : []),
+        ];
+        const at = (field: string) =>
+          job[field] !== undefined ? Number(job[field]) - killedAt : undefined;
+        return {
+          tool: a.tool,
+          answered: `${a.status}${a.code ? ` ${a.code}` : ''}`,
+          startedMs: a.startedAt - killedAt,
+          endedMs: a.endedAt - killedAt,
+          lastRead: lastRead.get(a.id!),
+          job: {
+            where,
+            attemptsStarted: job.ats,
+            attemptsMade: job.atm,
+            stalled: job.stc,
+            processedMs: at('processedOn'),
+            finishedMs: at('finishedOn'),
+            failedReason: job.failedReason,
+          },
+          gatewayLog: linesWith(services.gateway, a.id!),
+          workerLog: linesWith(services.worker, a.id!),
+        };
+      }),
+    );
+  } finally {
+    redis.disconnect();
+  }
+}
+
+/** A service's log lines that name `text` (at most 5, cut short). */
+function linesWith(service: Service, text: string): string[] {
+  return service
+    .output()
+    .split('\n')
+    .filter((line) => line.includes(text))
+    .slice(0, 5)
+    .map((line) => line.slice(0, 400));
+}
+
+/** A service's warnings and errors, counted by message. */
+function warnings(service: Service): Record<string, number> {
+  const messages: string[] = [];
+  for (const line of service.output().split('\n')) {
+    try {
+      const entry = JSON.parse(line) as { level?: number; msg?: string; err?: unknown };
+      if ((entry.level ?? 0) >= 40)
+        messages.push(`${entry.msg} ${JSON.stringify(entry.err ?? '')}`.slice(0, 200));
+    } catch {
+      // not a log line
+    }
+  }
+  return countBy(messages);
+}
+
+/** The `toolgate_redis_unreplicated_total` samples of a metrics page. */
+function metricLines(text: string): string[] {
+  return text.split('\n').filter((l) => l.startsWith('toolgate_redis_unreplicated_total'));
+}
 
 function countBy(values: string[]): Record<string, number> {
   const out: Record<string, number> = {};

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Keys } from '@toolgate/calls';
+import { Keys, createRedis, type RedisClient } from '@toolgate/calls';
 import { startService, type Service } from '../support/process.js';
 import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
@@ -466,4 +466,39 @@ describe('redis.durability without the replicas it asks for', () => {
     probe.disconnect();
     expect(Number(/cmdstat_wait:calls=(\d+)/.exec(stats)?.[1])).toBeLessThan(10);
   });
+});
+
+describe('a Sentinel failover while the old master hangs', () => {
+  it('moves every connection, BullMQ-style duplicates too, to the new master at the switch', async () => {
+    // The master stops answering (SIGSTOP: a hung process, or a partition that the clients
+    // are on the master's side of): its sockets stay open, so nothing tells a connection to
+    // ask the sentinels again — commands just hang. The sentinels fail over, and every
+    // connection must move at their +switch-master.
+    const own = await startSentinelSet({ replicas: 1 });
+    const target = { sentinel: { name: own.name, nodes: own.nodes } };
+    const redis = createRedis(target, 'blocking');
+    const copy = redis.duplicate();
+    copy.on('error', () => undefined);
+    const port = (c: RedisClient) => (c.status === 'ready' ? (c as Redis).stream.remotePort : 0);
+    try {
+      await Promise.all([redis.ping(), copy.ping()]);
+      expect([port(redis), port(copy)]).toEqual([own.master.port, own.master.port]);
+      own.master.child.kill('SIGSTOP');
+      const newMaster = own.replicas[0]!.port;
+      for (let i = 0; (await own.masterPort()) !== newMaster; i++) {
+        expect(i, 'the sentinels never switched masters').toBeLessThan(300);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      for (let i = 0; port(copy) !== newMaster || port(redis) !== newMaster; i++) {
+        expect(i, `on ${port(redis)} and ${port(copy)}, not ${newMaster}`).toBeLessThan(50);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(await copy.set('moved', '1')).toBe('OK');
+      expect(await redis.get('moved')).toBe('1');
+    } finally {
+      copy.disconnect();
+      redis.disconnect();
+      await own.stop();
+    }
+  }, 60_000);
 });

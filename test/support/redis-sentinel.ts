@@ -4,7 +4,7 @@
  * sentinels declare a master down after 1 s, so a failover takes a few seconds.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -70,6 +70,10 @@ export async function startSentinelSet(options: { replicas?: number } = {}): Pro
   try {
     const server = async (extra: string[]) => {
       const port = await freePort();
+      // Each server its own dir: a replica's full sync renames its download to `dump.rdb`
+      // there and loads it; two replicas syncing at once in one dir could load each other's.
+      const own = join(dir, String(port));
+      mkdirSync(own);
       const node = startNode(
         'redis-server',
         [
@@ -83,7 +87,7 @@ export async function startSentinelSet(options: { replicas?: number } = {}): Pro
           'no',
           // A replica's full sync goes through a file: in the temp dir, not the cwd.
           '--dir',
-          dir,
+          own,
           // The new master syncs a replica at once, not after the default 5 s.
           '--repl-diskless-sync-delay',
           '0',

@@ -71,8 +71,8 @@ function tlsOptions(target: RedisTarget): ConnectionOptions | undefined {
  * wait); `blocking` ones wait and reconnect forever (BullMQ workers and event readers).
  *
  * Behind Sentinel, a connection asks the sentinels for the master at each (re)connect and
- * follows their `+switch-master` (failover-watch.ts), so a failover costs one reconnect (a
- * BullMQ duplicate of a connection reconnects when its socket breaks); a command that meets
+ * follows their `+switch-master` (failover-watch.ts), and so do its duplicates (BullMQ's
+ * blocking connections), so a failover costs one reconnect; a command that meets
  * a demoted master (`READONLY`) reconnects and is sent again. On a Cluster, commands follow
  * `MOVED`/`ASK` redirections and are retried through a failover (`CLUSTERDOWN`, `TRYAGAIN`).
  */
@@ -144,6 +144,14 @@ export function createRedis(
       ...(tls ? { tls, sentinelTLS: tls, enableTLSForSentinelMode: true } : {}),
     });
     followFailovers(client, sentinels, s.name, sentinelAuth);
+    // BullMQ runs its blocking commands on a duplicate of the connection it is given: the
+    // duplicate follows failovers too.
+    const duplicate = client.duplicate.bind(client);
+    client.duplicate = (override?: Partial<RedisOptions>) => {
+      const copy = duplicate(override);
+      followFailovers(copy, sentinels, s.name, sentinelAuth);
+      return copy;
+    };
     redis = client;
   } else {
     redis = new Redis(t.url ?? DEFAULT_REDIS_URL, { ...common, ...(tls ? { tls } : {}) });

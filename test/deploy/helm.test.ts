@@ -103,6 +103,8 @@ describe('helm chart deploy/helm/toolgate', () => {
           'Service/tg-toolgate-gateway',
           'HorizontalPodAutoscaler/tg-toolgate-gateway',
           'PodDisruptionBudget/tg-toolgate-gateway',
+          'PodDisruptionBudget/tg-toolgate-worker-fast',
+          'PodDisruptionBudget/tg-toolgate-worker-sandbox',
           'ScaledObject/tg-toolgate-worker-fast',
           'ScaledObject/tg-toolgate-worker-sandbox',
           'ServiceMonitor/tg-toolgate-gateway',
@@ -215,6 +217,16 @@ describe('helm chart deploy/helm/toolgate', () => {
       'tg-toolgate-gateway',
     );
     expect(only(pdb.spec.selector.matchLabels)).toEqual(['tg-toolgate-gateway']);
+    // Each worker pool's budget covers its own pods only: a drain of one pool never counts the
+    // other's pods as available.
+    for (const pool of ['worker-fast', 'worker-sandbox']) {
+      const budget = defaults.get<{
+        maxUnavailable: number;
+        selector: { matchLabels: Record<string, string> };
+      }>('PodDisruptionBudget', `tg-toolgate-${pool}`);
+      expect(only(budget.spec.selector.matchLabels)).toEqual([`tg-toolgate-${pool}`]);
+      expect(budget.spec.maxUnavailable).toBe(1);
+    }
     const hpa = defaults.get<{
       scaleTargetRef: { kind: string; name: string };
       metrics: { resource: { name: string } }[];

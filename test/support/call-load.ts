@@ -11,8 +11,9 @@ export interface LoadAnswer {
   httpStatus: number;
   /** The call id, when the call was accepted (200 or 202). */
   id?: string;
-  /** The error code of a refused call (e.g. `unavailable`). */
+  /** The error code of a refused call (e.g. `unavailable`), and its message. */
   code?: string;
+  message?: string;
   retryAfter?: string | null;
 }
 
@@ -51,7 +52,7 @@ export function startCallLoad(
       const json = (await res.json().catch(() => ({}))) as {
         id?: string;
         status?: string;
-        error?: { code?: string };
+        error?: { code?: string; message?: string };
       };
       answers.push({
         at: Date.now() - started,
@@ -59,6 +60,7 @@ export function startCallLoad(
         httpStatus: res.status,
         ...(res.status === 200 || res.status === 202 ? { id: json.id } : {}),
         ...(json.error?.code ? { code: json.error.code } : {}),
+        ...(json.error?.message && res.status >= 400 ? { message: json.error.message } : {}),
         retryAfter: res.headers.get('retry-after'),
       });
     } catch (err) {

@@ -5,6 +5,12 @@
 import type { Keys } from './keys.js';
 import { createRedis, type RedisClient, type RedisTarget } from './redis.js';
 
+/** Cluster redirections and refusals while a slot moves between masters. */
+const SLOT_MOVING = /^(ASK|MOVED|TRYAGAIN|CLUSTERDOWN)\b/;
+/** How long a confirmation waits out a slot migration (ioredis's own TRYAGAIN retries: ~6 s). */
+const SLOT_MOVE_WAIT_MS = 6000;
+const SLOT_MOVE_RETRY_MS = 100;
+
 /** How a confirmation went: `replicated` false when WAIT's timeout passed first. */
 export interface Replication {
   /** Replicas that acknowledged. */
@@ -68,14 +74,25 @@ export class ReplicaWait {
   private async round(redis: RedisClient): Promise<Replication> {
     const started = performance.now();
     const { replicas, timeoutMs } = this.durability;
-    const results = await redis
-      .pipeline()
-      .set(this.keys.replicated, Date.now())
-      .wait(replicas, timeoutMs)
-      .exec();
-    for (const [err] of results ?? []) if (err) throw err;
-    const acked = Number(results?.[1]?.[1] ?? 0);
-    return { acked, replicated: acked >= replicas, ms: performance.now() - started };
+    for (;;) {
+      const results = await redis
+        .pipeline()
+        .set(this.keys.replicated, Date.now())
+        .wait(replicas, timeoutMs)
+        .exec();
+      const failed = results?.find(([err]) => err)?.[0];
+      if (!failed) {
+        const acked = Number(results?.[1]?.[1] ?? 0);
+        return { acked, replicated: acked >= replicas, ms: performance.now() - started };
+      }
+      // A Redis Cluster moving toolgate's slot to another master: the marker is redirected
+      // (ASK, then MOVED once the slot is there) while WAIT runs where the pipeline was sent,
+      // so the pair fails. Again in a moment, until the slot has settled (the calls being
+      // confirmed waited for that too: their multi-key writes get TRYAGAIN meanwhile).
+      if (!SLOT_MOVING.test(failed.message) || performance.now() - started > SLOT_MOVE_WAIT_MS)
+        throw failed;
+      await new Promise((r) => setTimeout(r, SLOT_MOVE_RETRY_MS));
+    }
   }
 
   close(): void {

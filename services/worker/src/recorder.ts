@@ -23,6 +23,11 @@ const MAX_BATCH = 200;
  * and a record dropped then would leave an answered call `not_found` for good.
  */
 const RETRY_FOR_MS = 60_000;
+/**
+ * How long a write for a caller waiting on it (`now`) is tried again: long enough for a Redis
+ * Cluster to finish moving toolgate's slot (a transaction meanwhile gets ASK or TRYAGAIN).
+ */
+const NOW_RETRY_FOR_MS = 10_000;
 
 interface Finished {
   call: CallJob;
@@ -68,7 +73,7 @@ export class Recorder {
 
   /** Writes one call's at once, outside the batches (resolves once it has landed). */
   async now(finished: Finished): Promise<void> {
-    await this.write([finished], true);
+    await this.writeRetrying([finished], NOW_RETRY_FOR_MS);
   }
 
   /** Writes everything pending now; resolves when every write so far has landed. */
@@ -91,14 +96,14 @@ export class Recorder {
     this.inFlight.add(writing);
   }
 
-  private async writeRetrying(batch: Finished[]): Promise<void> {
+  private async writeRetrying(batch: Finished[], retryForMs = RETRY_FOR_MS): Promise<void> {
     const started = Date.now();
     for (let attempt = 0; ; attempt++) {
       try {
         await this.write(batch, attempt === 0);
         return;
       } catch (err) {
-        if (Date.now() - started > RETRY_FOR_MS) throw err;
+        if (Date.now() - started > retryForMs) throw err;
         this.o.log.warn(
           { err: (err as Error).message, calls: batch.length, attempt },
           'could not record call outcomes yet; trying again',

@@ -32,6 +32,7 @@ describe('Dispatcher.lookup', () => {
     const takenBy = new Promise<void>((r) => (taken = r));
     // A worker that takes the job and holds it, as toolgate's worker does for the moment between
     // BullMQ handing it out and the lease check that sends a client's extra call back.
+    const connection = createRedis(inject('redisTarget'), 'blocking');
     const worker = new Worker(
       keys.queue('sandbox'),
       async () => {
@@ -39,7 +40,7 @@ describe('Dispatcher.lookup', () => {
         await held;
         return { status: 'ok' };
       },
-      { connection: createRedis(inject('redisTarget'), 'blocking'), prefix: keys.bullPrefix },
+      { connection, prefix: keys.bullPrefix },
     );
     try {
       await dispatcher.enqueue(
@@ -54,6 +55,7 @@ describe('Dispatcher.lookup', () => {
     } finally {
       release();
       await worker.close();
+      connection.disconnect();
     }
   });
 });

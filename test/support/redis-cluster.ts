@@ -51,10 +51,15 @@ export async function startRedisCluster(
   try {
     for (let i = 0; i < masters * (1 + replicas); i++) {
       const port = await freePort();
+      // The cluster bus port too: by default it is port + 10000, which for an ephemeral port
+      // above 55535 does not exist, and otherwise may be taken.
+      const busPort = await freePort();
       servers.push(
         await startRedisServer(port, [
           '--cluster-enabled',
           'yes',
+          '--cluster-port',
+          String(busPort),
           '--cluster-config-file',
           `nodes-${port}.conf`,
           // Failover in about a second: a dead master is noticed after the node timeout,

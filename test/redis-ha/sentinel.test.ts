@@ -10,10 +10,11 @@
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { createServer as createNetServer, type Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Keys, createRedis, type RedisClient } from '@toolgate/calls';
 import { startService, type Service } from '../support/process.js';
 import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
@@ -40,6 +41,7 @@ let set: SentinelSet | undefined;
 let stack: Stack | undefined;
 let lone: RedisServer | undefined;
 let sink: Server | undefined;
+let hold: NetServer | undefined;
 const services: Service[] = [];
 // Should the hooks not run (vitest tearing the worker down), the services still end with it.
 const killServices = () => {
@@ -47,7 +49,10 @@ const killServices = () => {
 };
 process.once('exit', killServices);
 const dir = mkdtempSync(join(tmpdir(), 'toolgate-sentinel-test-'));
-afterAll(async () => {
+// Each test's processes end with it: a set's sentinels outliving their test would take a later
+// test's redis-server that got the killed master's port for their old master come back, and
+// make it a replica (of a master that is not that test's).
+afterEach(async () => {
   for (const s of services) if (s.child.exitCode === null) s.child.kill('SIGTERM');
   const stopped = Promise.all(services.map((s) => s.exited));
   const late = setTimeout(() => {
@@ -55,11 +60,16 @@ afterAll(async () => {
   }, 10_000);
   await stopped;
   clearTimeout(late);
+  services.length = 0;
   sink?.closeAllConnections();
   sink?.close();
   await set?.stop();
   await stack?.close();
   await lone?.stop();
+  hold?.close();
+  [sink, set, stack, lone, hold] = [undefined, undefined, undefined, undefined, undefined];
+});
+afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
   process.off('exit', killServices);
 });
@@ -187,18 +197,29 @@ describe('Redis Sentinel', () => {
 
     // The sentinels' announcement of the new master: the first of the three to make it.
     let switchedAt = 0;
-    const watches = set.sentinels.map((sentinel) => {
+    // Every sentinel's events, for a failure message: who saw what, and when.
+    const sentinelEvents: string[] = [];
+    let killedAt = 0;
+    const watches = set.sentinels.map((sentinel, i) => {
       const watch = new Redis(sentinel.port, '127.0.0.1');
       watch.on('error', () => undefined);
-      watch.on('message', () => (switchedAt ||= Date.now()));
+      watch.on('pmessage', (_pattern: string, channel: string, message: string) => {
+        if (channel === '+switch-master') switchedAt ||= Date.now();
+        if (killedAt && !/^[+-](sentinel|slave|reboot)$|hello/.test(channel))
+          sentinelEvents.push(`${Date.now() - killedAt} s${i} ${channel} ${message}`);
+      });
       return watch;
     });
-    await Promise.all(watches.map((w) => w.subscribe('+switch-master')));
+    await Promise.all(watches.map((w) => w.psubscribe('*')));
 
     await new Promise((r) => setTimeout(r, 2000));
     const oldMaster = set.master.port;
     set.master.child.kill('SIGKILL');
-    const killedAt = Date.now();
+    killedAt = Date.now();
+    // Its port stays taken: a redis-server another test file starts on it meanwhile would be
+    // taken by these sentinels for the old master back, and turned into a replica.
+    await set.master.exited;
+    hold = await holdPort(oldMaster);
     // Load goes on until the new master has served calls for a while (or too long has passed).
     const resumedAt = () =>
       Math.min(
@@ -283,6 +304,8 @@ describe('Redis Sentinel', () => {
               ),
             },
             warnings: { gateway: warnings(gateway), worker: warnings(worker) },
+            sentinelEvents: sentinelEvents.slice(0, 80),
+            nodes: await roles([...set.replicas, set.master].map((n) => n.port)),
           }
         : {}),
     });
@@ -398,6 +421,38 @@ async function describeUnsettled(
   } finally {
     redis.disconnect();
   }
+}
+
+/** Listens on `port` (closing every connection at once) until closed. */
+async function holdPort(port: number): Promise<NetServer> {
+  const server = createNetServer((socket) => socket.destroy());
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => resolve());
+  });
+  return server;
+}
+
+/** Each Redis server's role now, and its replication offset (for a failure message). */
+async function roles(ports: number[]): Promise<string[]> {
+  return Promise.all(
+    ports.map(async (port) => {
+      const node = new Redis(port, '127.0.0.1', {
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+      });
+      node.on('error', () => undefined);
+      try {
+        const info = await node.info('replication');
+        const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
+        return `${port} ${field('role')} replid=${field('master_replid')?.slice(0, 8)} offset=${field('master_repl_offset')} master=${field('master_port') ?? '-'} link=${field('master_link_status') ?? '-'}`;
+      } catch (err) {
+        return `${port} ${(err as Error).message}`;
+      } finally {
+        node.disconnect();
+      }
+    }),
+  );
 }
 
 /** A service's log lines that name `text` (at most 5, cut short). */

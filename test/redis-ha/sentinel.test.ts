@@ -76,7 +76,10 @@ afterAll(() => {
 
 describe('Redis Sentinel', () => {
   it('a gateway and a worker ride through a kill -9 of the master: no accepted call lost, none run twice', async () => {
-    set = await startSentinelSet({ replicas: 2 });
+    // Declared down after 3 s: with 1 s, a sentinel on a busy machine now and then declared the
+    // new master down as well, before its first PING there was answered, and failed over again
+    // (handled below, but not the case this test is for).
+    set = await startSentinelSet({ replicas: 2, downAfterMs: 3000 });
 
     // The non-idempotent tool's effect, outside Redis: each POST body is a call's marker.
     const effects = new Map<string, number>();
@@ -199,12 +202,17 @@ describe('Redis Sentinel', () => {
     let switchedAt = 0;
     // Every sentinel's events, for a failure message: who saw what, and when.
     const sentinelEvents: string[] = [];
+    /** The ports the sentinels switched to: more than one is a second failover. */
+    const masters = new Set<string>();
     let killedAt = 0;
     const watches = set.sentinels.map((sentinel, i) => {
       const watch = new Redis(sentinel.port, '127.0.0.1');
       watch.on('error', () => undefined);
       watch.on('pmessage', (_pattern: string, channel: string, message: string) => {
-        if (channel === '+switch-master') switchedAt ||= Date.now();
+        if (channel === '+switch-master') {
+          switchedAt ||= Date.now();
+          masters.add(message.split(' ')[4]!);
+        }
         if (killedAt && !/^[+-](sentinel|slave|reboot)$|hello/.test(channel))
           sentinelEvents.push(`${Date.now() - killedAt} s${i} ${channel} ${message}`);
       });
@@ -262,7 +270,16 @@ describe('Redis Sentinel', () => {
     }
 
     const outage = answers.filter((a) => a.status !== 200 && a.status !== 202);
+    const unreplicated = {
+      gateway: counter(await (await fetch(`${base}/metrics`)).text(), ''),
+      workerStart: counter(
+        await (await fetch(`http://127.0.0.1:${workerPort}/metrics`)).text(),
+        'step="start"',
+      ),
+    };
     const figures = {
+      switches: masters.size,
+      unreplicated,
       killToSwitchMs: switchedAt - killedAt,
       killToResumeMs: resumedAt() - killedAt,
       switchToResumeMs: resumedAt() - switchedAt,
@@ -297,12 +314,6 @@ describe('Redis Sentinel', () => {
       ...(unsettled.length
         ? {
             unsettled,
-            unreplicated: {
-              gateway: metricLines(await (await fetch(`${base}/metrics`)).text()),
-              worker: metricLines(
-                await (await fetch(`http://127.0.0.1:${workerPort}/metrics`)).text(),
-              ),
-            },
             warnings: { gateway: warnings(gateway), worker: warnings(worker) },
             sentinelEvents: sentinelEvents.slice(0, 80),
             nodes: await roles([...set.replicas, set.master].map((n) => n.port)),
@@ -325,9 +336,19 @@ describe('Redis Sentinel', () => {
     // call's outcome. The idempotent calls all end `ok`; a non-idempotent one that was only
     // accepted (202) ends `ok`, or says it was not run again (`worker_lost`) or not completed
     // (`worker_error`) when the master died as it ran.
-    expect(final.size, `unsettled calls: ${shown}`).toBe(named.length);
+    //
+    // Unless the sentinels failed over a second time: then what the new master accepted before
+    // a replica had synced (its WAITs timed out, and each such call was counted in
+    // toolgate_redis_unreplicated_total, as docs/redis-ha.md says) can be gone. Only then may
+    // calls be missing, and no more than were counted; likewise non-idempotent calls started
+    // without a replica's confirmation may run again.
+    const secondFailover = masters.size > 1;
+    const missing = named.length - final.size;
+    if (secondFailover) expect(missing, shown).toBeLessThanOrEqual(unreplicated.gateway);
+    else expect(final.size, `unsettled calls: ${shown}`).toBe(named.length);
     for (const a of accepted) {
       const end = final.get(a.id!);
+      if (secondFailover && !end) continue;
       const told = a.status === 200 && a.code === undefined;
       if (a.tool === 'calculator' || told)
         expect(end, `${a.id} ${shown}`).toEqual({ status: 'ok' });
@@ -338,12 +359,13 @@ describe('Redis Sentinel', () => {
         ).toBe(true);
     }
     // None ran twice: every POST reached the sink at most once, and each `ok` one exactly once.
-    expect(
-      [...effects.values()].filter((count) => count > 1),
-      shown,
-    ).toEqual([]);
+    const twice = [...effects.values()].filter((count) => count > 1);
+    if (secondFailover) expect(twice.length, shown).toBeLessThanOrEqual(unreplicated.workerStart);
+    else expect(twice, shown).toEqual([]);
     for (const a of answers.filter((x) => x.tool === 'http_post' && x.id)) {
-      if (final.get(a.id!)?.status === 'ok') expect(effects.get(a.marker!), shown).toBe(1);
+      if (final.get(a.id!)?.status !== 'ok') continue;
+      if (secondFailover) expect(effects.get(a.marker!), shown).toBeGreaterThanOrEqual(1);
+      else expect(effects.get(a.marker!), shown).toBe(1);
     }
     expect(accepted.filter((a) => a.tool === 'http_post').length).toBeGreaterThan(0);
 
@@ -480,9 +502,12 @@ function warnings(service: Service): Record<string, number> {
   return countBy(messages);
 }
 
-/** The `toolgate_redis_unreplicated_total` samples of a metrics page. */
-function metricLines(text: string): string[] {
-  return text.split('\n').filter((l) => l.startsWith('toolgate_redis_unreplicated_total'));
+/** The sum of a metrics page's `toolgate_redis_unreplicated_total` samples with `label`. */
+function counter(text: string, label: string): number {
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('toolgate_redis_unreplicated_total') && l.includes(label))
+    .reduce((sum, l) => sum + Number(l.split(' ').at(-1)), 0);
 }
 
 function countBy(values: string[]): Record<string, number> {

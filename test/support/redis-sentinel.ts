@@ -1,7 +1,7 @@
 /**
  * A real Redis Sentinel set for tests: one master, its replicas and three sentinels, each a
  * redis-server process on loopback with its config file in a temp dir, stopped by pid. The
- * sentinels declare a master down after 1 s, so a failover takes a few seconds.
+ * sentinels declare a master down after 1 s (by default), so a failover takes a few seconds.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -51,7 +51,17 @@ function startNode(command: string, args: string[], port: number): RedisNode {
  * Starts the set and resolves once every sentinel sees the master, all its replicas and the
  * other sentinels (quorum and majority reachable: a failover can be authorized).
  */
-export async function startSentinelSet(options: { replicas?: number } = {}): Promise<SentinelSet> {
+export async function startSentinelSet(
+  options: {
+    replicas?: number;
+    /**
+     * `down-after-milliseconds` (default 1000). On a busy machine 1 s can be too short for a
+     * sentinel's first PING to the master it just switched to: it declares that one down too
+     * and fails over again, to a replica that may not have synced yet.
+     */
+    downAfterMs?: number;
+  } = {},
+): Promise<SentinelSet> {
   const dir = mkdtempSync(join(tmpdir(), 'toolgate-sentinel-'));
   const all: RedisNode[] = [];
   const killAll = () => {
@@ -124,7 +134,7 @@ export async function startSentinelSet(options: { replicas?: number } = {}): Pro
           'bind 127.0.0.1',
           `dir ${dir}`,
           `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${master.port} 2`,
-          `sentinel down-after-milliseconds ${MASTER_NAME} 1000`,
+          `sentinel down-after-milliseconds ${MASTER_NAME} ${options.downAfterMs ?? 1000}`,
           `sentinel failover-timeout ${MASTER_NAME} 5000`,
           `sentinel parallel-syncs ${MASTER_NAME} 1`,
           '',

@@ -49,9 +49,9 @@ const killServices = () => {
 };
 process.once('exit', killServices);
 const dir = mkdtempSync(join(tmpdir(), 'toolgate-sentinel-test-'));
-// Each test's processes end with it: a set's sentinels outliving their test would take a later
-// test's redis-server that got the killed master's port for their old master come back, and
-// make it a replica (of a master that is not that test's).
+// Each test's processes end with it: a set's sentinels outliving their test would mistake a
+// later test's redis-server on their killed master's port for that master, back, and make it a
+// replica of theirs.
 afterEach(async () => {
   for (const s of services) if (s.child.exitCode === null) s.child.kill('SIGTERM');
   const stopped = Promise.all(services.map((s) => s.exited));
@@ -224,8 +224,8 @@ describe('Redis Sentinel', () => {
     const oldMaster = set.master.port;
     set.master.child.kill('SIGKILL');
     killedAt = Date.now();
-    // Its port stays taken: a redis-server another test file starts on it meanwhile would be
-    // taken by these sentinels for the old master back, and turned into a replica.
+    // Its port stays taken: these sentinels would mistake a redis-server that another test file
+    // starts on it meanwhile for the old master, back, and make it a replica.
     await set.master.exited;
     hold = await holdPort(oldMaster);
     // Load goes on until the new master has served calls for a while (or too long has passed).
@@ -445,14 +445,16 @@ async function describeUnsettled(
   }
 }
 
-/** Listens on `port` (closing every connection at once) until closed. */
-async function holdPort(port: number): Promise<NetServer> {
+/**
+ * Listens on `port` (closing every connection at once) until closed; undefined if something
+ * took the port first.
+ */
+async function holdPort(port: number): Promise<NetServer | undefined> {
   const server = createNetServer((socket) => socket.destroy());
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => resolve());
+  return new Promise((resolve) => {
+    server.once('error', () => resolve(undefined));
+    server.listen(port, '127.0.0.1', () => resolve(server));
   });
-  return server;
 }
 
 /** Each Redis server's role now, and its replication offset (for a failure message). */

@@ -121,6 +121,80 @@ describe('helm chart deploy/helm/toolgate', () => {
     }
   });
 
+  it('renders an Ingress only when asked, routing the public paths and not /metrics or the probes', async () => {
+    expect(defaults.objects.filter((o) => o.kind === 'Ingress')).toEqual([]);
+    const r = render(
+      ...KEYS,
+      '--set',
+      'gateway.ingress.enabled=true',
+      '--set',
+      'gateway.ingress.className=nginx',
+      '--set',
+      'gateway.ingress.host=tools.example.com',
+      '--set',
+      'gateway.ingress.tls[0].secretName=toolgate-tls',
+      '--set',
+      'gateway.ingress.tls[0].hosts[0]=tools.example.com',
+    );
+    const ingresses = r.objects.filter((o) => o.kind === 'Ingress');
+    expect(unknownFields(ingresses)).toEqual([]);
+    expect(await validateAll({ ...r, objects: ingresses })).toEqual([
+      'Ingress/tg-toolgate-gateway',
+    ]);
+    const ingress = r.get<{
+      ingressClassName: string;
+      tls: { secretName: string; hosts: string[] }[];
+      rules: {
+        host: string;
+        http: {
+          paths: {
+            path: string;
+            pathType: string;
+            backend: { service: { name: string; port: { name: string } } };
+          }[];
+        };
+      }[];
+    }>('Ingress', 'tg-toolgate-gateway');
+    expect(ingress.spec.ingressClassName).toBe('nginx');
+    expect(ingress.spec.tls).toEqual([
+      { secretName: 'toolgate-tls', hosts: ['tools.example.com'] },
+    ]);
+    expect(ingress.spec.rules.map((rule) => rule.host)).toEqual(['tools.example.com']);
+    const paths = ingress.spec.rules[0]!.http.paths;
+    expect(paths.map((p) => `${p.pathType} ${p.path}`)).toEqual([
+      'Prefix /v1',
+      'Prefix /tools',
+      'Prefix /mcp',
+      'Prefix /console',
+    ]);
+    // Each goes to the gateway Service's named port, which exists.
+    const service = r.get<{ ports: { name: string }[] }>('Service', 'tg-toolgate-gateway');
+    for (const p of paths) {
+      expect(p.backend.service.name).toBe('tg-toolgate-gateway');
+      expect(service.spec.ports.map((port) => port.name)).toContain(p.backend.service.port.name);
+    }
+    // No host: the rule serves any host, and the object is still valid.
+    const anyHost = render(...KEYS, '--set', 'gateway.ingress.enabled=true');
+    const plain = anyHost.objects.filter((o) => o.kind === 'Ingress');
+    expect(unknownFields(plain)).toEqual([]);
+    await validateAll({ ...anyHost, objects: plain });
+    const rules = anyHost.get<{ rules: { host?: string; http: { paths: unknown[] } }[] }>(
+      'Ingress',
+      'tg-toolgate-gateway',
+    ).spec.rules;
+    expect(rules.map((rule) => [rule.host, rule.http.paths.length])).toEqual([[undefined, 4]]);
+    // A path that is not a path is refused by the values schema.
+    expect(
+      renderFails(
+        ...KEYS,
+        '--set',
+        'gateway.ingress.enabled=true',
+        '--set',
+        'gateway.ingress.paths[0]=v1',
+      ),
+    ).toMatch(/paths/);
+  });
+
   it('would catch a misspelt field (the closed-type check is not vacuous)', () => {
     const objects = structuredClone(defaults.objects);
     const gateway = objects.find(

@@ -362,9 +362,17 @@ describe.skipIf(reason !== undefined)('cancellation and live events (docker)', (
         3000,
       ),
     ).toBe(0);
-    const stats = (await (await stack.call('/v1/stats', { key: KEYS.bob })).json()) as {
-      recent: { tool: string; status: string }[];
-    };
-    expect(stats.recent.find((c) => c.tool === 'run_shell')?.status).toBe('cancelled');
+    // The worker records the call in its next batch, a few ms after it stopped.
+    const recent = await until(
+      async () =>
+        (
+          (await (await stack.call('/v1/stats', { key: KEYS.bob })).json()) as {
+            recent: { tool: string; status: string }[];
+          }
+        ).recent,
+      (calls) => calls.some((c) => c.tool === 'run_shell'),
+      3000,
+    );
+    expect(recent.find((c) => c.tool === 'run_shell')?.status).toBe('cancelled');
   }, 30_000);
 });

@@ -162,9 +162,10 @@ describe.each(drivers)('sandbox isolation: %s driver', (driver) => {
     const r = await shell(
       'dd if=/dev/zero of=big.bin bs=1M count=200 2>/dev/null; echo "dd=$?"; dd if=/dev/zero of=/tmp/big bs=1M count=200 2>/dev/null; echo "tmp=$?"',
     );
-    // dd is stopped by SIGXFSZ (128+25) at the limit, in the workspace and in /tmp alike.
-    expect(r.stdout).toContain('dd=153');
-    expect(r.stdout).toContain('tmp=153');
+    // dd is stopped at the limit (SIGXFSZ on Linux, whose number varies by architecture), in
+    // the workspace and in /tmp alike: it fails, and the file on the host holds no more.
+    expect(r.stdout).toMatch(/^dd=[1-9]\d*$/m);
+    expect(r.stdout).toMatch(/^tmp=[1-9]\d*$/m);
     const limit = sandbox.config.limits.fileSizeMb * 1024 * 1024;
     const size = (await stat(path.join(workspaces.pathFor('alice'), 'big.bin'))).size;
     expect(size).toBeLessThanOrEqual(limit);

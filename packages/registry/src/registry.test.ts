@@ -278,24 +278,24 @@ describe('result schemas', () => {
     expect(r.register(add).result).toBeUndefined();
   });
 
-  it('refuses a result schema that is not an object schema, saying why', () => {
+  it('takes a result schema of any shape (MCP wraps the non-object ones), refuses what is no schema', () => {
     const r = new ToolRegistry();
     for (const [name, result] of [
-      ['string_result', Type.String()],
+      ['number_result', Type.Number()],
       ['array_result', Type.Array(Type.String())],
       ['union_result', Type.Union([Type.Object({ a: Type.String() }), Type.Object({})])],
-      ['plain_result', { properties: { a: { type: 'string' } } }],
     ] as const) {
-      expect(() => r.register(spec(name, result))).toThrow(
-        new RegistryError(
-          `tool "${name}": result must be an object schema (type: "object"), as MCP requires of an outputSchema; leave it out for a tool whose result is not an object`,
-        ),
+      expect(r.register(spec(name, result)).result).toEqual(JSON.parse(JSON.stringify(result)));
+    }
+    expect(r.checkResult('number_result', 14)).toEqual({ ok: true });
+    expect(r.checkResult('number_result', '14')).toMatchObject({ ok: false });
+    for (const result of [null, 42, [Type.String()]]) {
+      expect(() => r.register(spec('not_a_schema', result))).toThrow(
+        new RegistryError('tool "not_a_schema": result must be a JSON Schema object'),
       );
     }
-    expect(() => r.register(spec('null_result', null))).toThrow(
-      'result must be a JSON Schema object',
-    );
-    expect(r.size).toBe(0);
+    expect(() => r.register(spec('typo', { type: 'nubmer' }))).toThrow('invalid result schema');
+    expect(r.size).toBe(3);
   });
 
   it('compiles the result schema at registration: a broken one is refused there', () => {

@@ -100,7 +100,8 @@ export class ToolRegistry {
   /**
    * The declared result schema as plain JSON, compiled once. Not closed the way parameters
    * are: a result schema says what the tool returns, and only its author knows whether more
-   * fields may come.
+   * fields may come. Any schema: MCP wants an object `outputSchema`, and the MCP server wraps
+   * a result of any other shape as `{"result": …}` (docs/tool-results.md).
    */
   private compileResult(spec: AnyToolSpec): {
     result: Record<string, unknown> | undefined;
@@ -111,12 +112,6 @@ export class ToolRegistry {
       throw new RegistryError(`tool "${spec.name}": result must be a JSON Schema object`);
     }
     const result = plainSchema(spec.result);
-    if (result.type !== 'object') {
-      throw new RegistryError(
-        `tool "${spec.name}": result must be an object schema (type: "object"), as MCP requires ` +
-          `of an outputSchema; leave it out for a tool whose result is not an object`,
-      );
-    }
     try {
       return { result, validateResult: this.resultAjv.compile(result) };
     } catch (err) {

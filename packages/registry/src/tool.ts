@@ -1,4 +1,4 @@
-import type { Static, TObject, TSchema } from '@sinclair/typebox';
+import type { Static, TSchema } from '@sinclair/typebox';
 import { ToolError } from './errors.js';
 
 export type Risk = 'safe' | 'sensitive' | 'destructive';
@@ -71,8 +71,9 @@ export interface ToolSpec<
   idempotent?: boolean;
   /**
    * JSON Schema of the handler's result (MCP `outputSchema`, `structuredContent`). An object
-   * schema (the registry refuses any other); tools whose result is not an object leave it out.
-   * With defineTool, the handler must return its static type (docs/tool-results.md).
+   * schema goes to MCP as it is; any other (a number, a string, an array) is wrapped as
+   * `{"result": …}` there, as FastMCP does. With defineTool, the handler must return its
+   * static type (docs/tool-results.md).
    */
   result?: O;
   /**
@@ -141,7 +142,7 @@ export type HandlerResult<O extends TSchema | undefined> = [O] extends [TSchema]
 export function defineTool<
   S extends TSchema,
   const R extends HandlerResult<O>,
-  O extends TObject | undefined = undefined,
+  O extends TSchema | undefined = undefined,
 >(spec: ToolSpec<S, R, O>): ToolSpec<S, R, O> {
   return spec;
 }

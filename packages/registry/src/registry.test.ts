@@ -186,21 +186,41 @@ describe('ToolRegistry.list', () => {
 });
 
 describe('registration', () => {
-  it('decides strict-mode qualification once: optional non-nullable fields disqualify', () => {
+  it('makes every tool its strict form once: optional fields nullable, bounds in the description', () => {
     const r = registry();
     expect(r.get('add_numbers')?.strict).toBe(true);
-    expect(r.get('get_weather')?.strict).toBe(false);
+    const weather = r.get('get_weather')!;
+    expect(weather.strict).toBe(true);
+    expect(weather.strictParameters).toMatchObject({
+      required: ['city', 'units', 'days'],
+      properties: {
+        units: { anyOf: [{ const: 'c' }, { const: 'f' }, { type: 'null' }] },
+        days: { type: ['integer', 'null'], description: 'At least 1. Null to leave it out.' },
+      },
+    });
+    // The full schema is what calls are validated against.
+    expect(weather.parameters).toMatchObject({ required: ['city'] });
+    expect(r.validate('get_weather', { city: 'Oslo', units: null, days: 0 })).toMatchObject({
+      ok: false,
+      issues: [{ path: '/days', keyword: 'minimum' }],
+    });
     r.register({
-      name: 'get_weather_strict',
-      description: 'Current weather for a city',
+      name: 'no_strict_form',
+      description: 'd',
       category: 'web',
       parameters: Type.Object({
-        city: Type.String(),
-        units: Type.Union([Type.Literal('c'), Type.Literal('f'), Type.Null()]),
+        both: Type.Intersect([
+          Type.Object({ a: Type.String() }),
+          Type.Object({ b: Type.String() }),
+        ]),
       }),
-      handler: () => 'sunny',
+      handler: () => 'x',
     });
-    expect(r.get('get_weather_strict')?.strict).toBe(true);
+    expect(r.get('no_strict_form')).toMatchObject({
+      strict: false,
+      strictParameters: undefined,
+      strictIssue: expect.stringContaining('allOf'),
+    });
   });
 });
 

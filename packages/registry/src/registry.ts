@@ -1,15 +1,10 @@
 import type { TSchema } from '@sinclair/typebox';
 import MiniSearch from 'minisearch';
-import {
-  SchemaCompiler,
-  closeObjects,
-  dropNullOptionals,
-  formatErrors,
-  plainSchema,
-} from './schema.js';
+import { SchemaCompiler, closeObjects, formatErrors, plainSchema } from './schema.js';
 import type { ValidateFunction, ValidationIssue } from './schema.js';
 import type { ToolScope } from './scope.js';
 import { strictSchemaIssue } from './strict.js';
+import { fromStrictArguments, toStrictSchema } from './strict-form.js';
 import {
   DEFAULT_TIMEOUT_MS,
   TOOL_NAME,
@@ -71,6 +66,9 @@ export class ToolRegistry {
       throw new RegistryError(`tool "${spec.name}": invalid schema: ${(err as Error).message}`);
     }
     const { result, validateResult } = this.compileResult(spec);
+    const strictForm = toStrictSchema(parameters);
+    // The rewrite makes what it can; the check is what OpenAI takes (limits included).
+    const strictIssue = strictForm.ok ? strictSchemaIssue(strictForm.schema) : strictForm.issue;
     const risk = spec.risk ?? 'safe';
     const tool: Tool = {
       name: spec.name,
@@ -85,7 +83,9 @@ export class ToolRegistry {
       cacheScope: spec.cacheScope ?? 'global',
       idempotent: spec.idempotent ?? false,
       result,
-      strict: strictSchemaIssue(parameters) === undefined,
+      strict: strictIssue === undefined,
+      strictParameters: strictForm.ok && strictIssue === undefined ? strictForm.schema : undefined,
+      ...(strictIssue === undefined ? {} : { strictIssue }),
       precheck: spec.precheck as Tool['precheck'],
       handler: spec.handler as Tool['handler'],
     };
@@ -133,7 +133,11 @@ export class ToolRegistry {
     return this.tools.size;
   }
 
-  /** Validates a call's arguments against the tool's schema (strict; nulls of optional fields dropped). */
+  /**
+   * Validates a call's arguments against the tool's full schema, after bringing them back
+   * from the strict form a strict-mode model may have used (fromStrictArguments: `null` for
+   * an optional property is absent, a map's `{key, value}` pairs are the object).
+   */
   validate(name: string, args: unknown): ValidationResult {
     const tool = this.tools.get(name);
     const validate = this.validators.get(name);
@@ -146,7 +150,7 @@ export class ToolRegistry {
         ],
       };
     }
-    const cleaned = dropNullOptionals(tool.parameters, args as Record<string, unknown>);
+    const cleaned = fromStrictArguments(tool.parameters, args as Record<string, unknown>);
     if (validate(cleaned)) return { ok: true, args: cleaned };
     return { ok: false, issues: formatErrors(validate.errors) };
   }

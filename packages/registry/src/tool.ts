@@ -106,10 +106,18 @@ export interface Tool {
   /** The result's JSON Schema, when the tool declares one. */
   result: Record<string, unknown> | undefined;
   /**
-   * Whether `parameters` qualifies for OpenAI strict mode as it stands (decided at
-   * registration, see strict.ts): only then do listings offer `strict: true`.
+   * Whether the tool has a strict form for OpenAI strict mode (made at registration, see
+   * strict-form.ts): only then do listings offer `strict: true`, with `strictParameters`.
    */
   strict: boolean;
+  /**
+   * `parameters` as strict mode takes them: constraints told in descriptions, optional
+   * properties nullable and required, maps as `{key, value}` lists. For the model only: calls
+   * are validated against `parameters`.
+   */
+  strictParameters: Record<string, unknown> | undefined;
+  /** Why the tool has no strict form (a plugin author's hint), when it has none. */
+  strictIssue?: string;
   precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;
   handler: (args: unknown, ctx: ToolContext) => Promise<unknown> | unknown;
 }

@@ -236,6 +236,11 @@ describe('fromStrictArguments', () => {
     expect(fromStrictArguments(full, { city: 'x', headers: extra }).headers).toBe(extra);
     const args = { city: 'x', headers: { a: '1' }, l: [{ c: 1 }] };
     expect(fromStrictArguments(full, args)).toBe(args);
+    // An open object with named properties is no map: its optional nulls are dropped as ever.
+    const open = stored(
+      Type.Object({ a: Type.Optional(Type.String()) }, { additionalProperties: true }),
+    );
+    expect(fromStrictArguments(open, { a: null, extra: null })).toEqual({ extra: null });
     // A required property's null is the caller's mistake, left for validation to say so.
     expect(fromStrictArguments(full, { city: null })).toEqual({ city: null });
   });

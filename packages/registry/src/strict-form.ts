@@ -318,7 +318,8 @@ const MAX_WALK_DEPTH = 64;
 function normalise(node: unknown, value: unknown, root: Json, depth: number): unknown {
   const s = resolve(node, root);
   if (!s || depth > MAX_WALK_DEPTH) return value;
-  if (isMap(s)) {
+  const named = isObject(s.properties) && Object.keys(s.properties).length > 0;
+  if (!named && isMap(s)) {
     const object = Array.isArray(value) ? pairsToObject(value) : value;
     if (!isObject(object)) return value;
     const valueSchema = isObject(s.patternProperties)

@@ -344,6 +344,19 @@ describe('MCP tool listings', () => {
     });
     expect(result.structuredContent).toEqual({ result: 14 });
     expect(text(result)).toBe('14');
+    // The same through a 2025-11-25 task (tasks/result answers from the call record).
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: { name: 'calculator', arguments: { expression: '6*7' }, task: {} },
+      },
+      CreateTaskResultSchema,
+    );
+    const viaTask = await client.request(
+      { method: 'tasks/result', params: { taskId: created.task.taskId } },
+      CallToolResultSchema,
+    );
+    expect(viaTask.structuredContent).toEqual({ result: 42 });
     // REST and the dialects keep the bare number.
     const rest = await stack.call('/tools/calculator/execute', { json: { expression: '1+1' } });
     expect(await rest.json()).toMatchObject({ status: 'ok', result: 2 });

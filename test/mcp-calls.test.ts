@@ -173,6 +173,38 @@ describe.skipIf(reason !== undefined)('MCP long calls (docker sandbox)', () => {
     expect(result.structuredContent).toMatchObject({ stdout: 'done\n', exitCode: 0 });
   }, 60_000);
 
+  it('a chatty call (a line a second) still sends keep-alive progress: a 4 s timeout reset on progress completes', async () => {
+    const { client, logs } = await legacyClient();
+    await client.setLoggingLevel('info');
+    const progress: { at: number; message?: string }[] = [];
+    const started = Date.now();
+    const result = await client.callTool(
+      {
+        name: 'run_shell',
+        arguments: { command: 'for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 1; done' },
+      },
+      CallToolResultSchema,
+      {
+        onprogress: (p) => progress.push({ at: Date.now(), message: p.message }),
+        timeout: 4000,
+        resetTimeoutOnProgress: true,
+      },
+    );
+    const ended = Date.now();
+    expect(result.isError).toBeFalsy();
+    expect(result.structuredContent).toMatchObject({ exitCode: 0 });
+    // The output went out as log messages while it ran…
+    const lines = logs.filter((l) => l.level === 'info').map((l) => String(l.data));
+    expect(lines).toEqual(expect.arrayContaining(['line 1', 'line 4', 'line 8']));
+    // …and did not hold back the keep-alives (the old notifier sent none while lines flowed):
+    // one at least every 4 s of the 8 s call (every 2 s as sent), the later ones counting the
+    // output seen.
+    expect(progress.length).toBeGreaterThanOrEqual(Math.floor((ended - started) / 4000));
+    const times = [started, ...progress.map((p) => p.at), ended];
+    for (let i = 1; i < times.length; i++) expect(times[i]! - times[i - 1]!).toBeLessThan(4000);
+    expect(progress.some((p) => /characters of output/.test(p.message ?? ''))).toBe(true);
+  }, 60_000);
+
   it('logging/setLevel sent to one replica filters the log messages of calls on another', async () => {
     const { client: setter } = await legacyClient(replica);
     const { client, logs } = await legacyClient(stack);

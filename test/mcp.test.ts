@@ -318,7 +318,7 @@ describe('MCP tool listings', () => {
     const result = await client.callTool({ name: 'forecast', arguments: { city: 'Oslo' } });
     expect(result.structuredContent).toEqual({ city: 'Oslo', celsius: 4 });
     expect(JSON.parse(text(result))).toEqual(result.structuredContent);
-    // The built-ins declare theirs (calculator answers a plain string: none).
+    // The built-ins declare theirs.
     for (const name of ['current_time', 'http_get', 'run_python', 'file_read', 'find_tools']) {
       expect(tools.find((t) => t.name === name)?.outputSchema, name).toMatchObject({
         type: 'object',
@@ -326,7 +326,44 @@ describe('MCP tool listings', () => {
     }
     const time = await client.callTool({ name: 'current_time', arguments: { timezone: 'UTC' } });
     expect(time.structuredContent).toMatchObject({ timezone: 'UTC' });
-    expect(tools.find((t) => t.name === 'calculator')?.outputSchema).toBeUndefined();
+  });
+
+  it('calculator, whose result is a bare number, answers it structured as {"result": …}', async () => {
+    const client = await connect();
+    const { tools } = await client.listTools();
+    expect(tools.find((t) => t.name === 'calculator')?.outputSchema).toEqual({
+      type: 'object',
+      properties: { result: { type: 'number', description: expect.any(String) } },
+      required: ['result'],
+      additionalProperties: false,
+    });
+    // The v1 SDK client checks structuredContent against that schema: a mismatch would throw.
+    const result = await client.callTool({
+      name: 'calculator',
+      arguments: { expression: '2*(3+4)' },
+    });
+    expect(result.structuredContent).toEqual({ result: 14 });
+    expect(text(result)).toBe('14');
+    // The same through a 2025-11-25 task (tasks/result answers from the call record).
+    const created = await client.request(
+      {
+        method: 'tools/call',
+        params: { name: 'calculator', arguments: { expression: '6*7' }, task: {} },
+      },
+      CreateTaskResultSchema,
+    );
+    const viaTask = await client.request(
+      { method: 'tasks/result', params: { taskId: created.task.taskId } },
+      CallToolResultSchema,
+    );
+    expect(viaTask.structuredContent).toEqual({ result: 42 });
+    // REST and the dialects keep the bare number.
+    const rest = await stack.call('/tools/calculator/execute', { json: { expression: '1+1' } });
+    expect(await rest.json()).toMatchObject({ status: 'ok', result: 2 });
+    // An error is no result: no structured content.
+    const failed = await client.callTool({ name: 'calculator', arguments: { expression: '1/0' } });
+    expect(failed.isError).toBe(true);
+    expect(failed.structuredContent).toBeUndefined();
   });
 });
 

@@ -89,14 +89,22 @@ describe('defineTool with a result schema', () => {
     });
   });
 
-  it('takes only object schemas as a result (MCP outputSchema is an object)', () => {
+  it('takes a non-object result schema too, and holds the handler to it', () => {
     defineTool({
-      name: 'string_result',
+      name: 'number_result',
       description: 'd',
       category: 'c',
       parameters: Params,
-      // @ts-expect-error a result schema must be Type.Object
-      result: Type.String(),
+      result: Type.Number(),
+      handler: () => 42,
+    });
+    defineTool({
+      name: 'string_for_number',
+      description: 'd',
+      category: 'c',
+      parameters: Params,
+      result: Type.Number(),
+      // @ts-expect-error a string where the schema says number
       handler: () => 'x',
     });
   });

@@ -1,6 +1,6 @@
 /**
  * Result schemas of plugin tools, as the services load them: a plugin declaring a result that
- * is not an object is skipped with a reason; one whose handler breaks its declared result still
+ * is not a JSON Schema is skipped with a reason; one whose handler breaks its declared result still
  * answers the caller with what it returned, and the worker counts the mismatch.
  */
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -30,15 +30,15 @@ export default ({ Type }) => ({
 });
 `;
 
-const NOT_AN_OBJECT = `
+const NOT_A_SCHEMA = `
 export default ({ Type }) => ({
-  name: 'not_an_object',
+  name: 'not_a_schema',
   tools: [{
     name: 'word_list',
     description: 'The words of a text',
     category: 'text',
     parameters: Type.Object({ text: Type.String() }),
-    result: Type.Array(Type.String()),
+    result: 'a list of words',
     handler: ({ text }) => text.split(/\\s+/),
   }],
 });
@@ -53,7 +53,7 @@ beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'tg-result-plugins-'));
   for (const [name, source] of [
     ['liar', LIAR],
-    ['not_an_object', NOT_AN_OBJECT],
+    ['not_a_schema', NOT_A_SCHEMA],
   ] as const) {
     await mkdir(path.join(dir, name));
     await writeFile(path.join(dir, name, 'plugin.mjs'), source);
@@ -89,14 +89,12 @@ const mismatches = async (tool: string): Promise<number> => {
 };
 
 describe('plugin result schemas', () => {
-  it('a plugin whose result schema is not an object is skipped, saying why', () => {
+  it('a plugin whose result schema is no JSON Schema is skipped, saying why', () => {
     expect(plugins.tools.map((t) => t.name)).toEqual(['count_words']);
     expect(plugins.failed).toEqual([
       {
-        dir: path.join(dir, 'not_an_object'),
-        error: expect.stringContaining(
-          'tool "word_list": result must be an object schema (type: "object")',
-        ),
+        dir: path.join(dir, 'not_a_schema'),
+        error: expect.stringContaining('tool "word_list": result must be a JSON Schema object'),
       },
     ]);
   });

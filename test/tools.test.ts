@@ -73,11 +73,12 @@ describe('GET /tools/openai', () => {
     });
   });
 
-  it('?strict=true marks only the tools whose schema qualifies; the others keep their schema', async () => {
+  it('?strict=true lists every tool in its strict form; without it, the schema as declared', async () => {
     const { body } = await get('/tools/openai?strict=true&category=web');
     const byName = Object.fromEntries(
       body.map((t: { function: { name: string } }) => [t.function.name, t.function]),
     );
+    // Already strict as written: listed as it is.
     expect(byName.get_forecast).toEqual({
       name: 'get_forecast',
       description: 'Get the weather forecast for a city',
@@ -95,18 +96,61 @@ describe('GET /tools/openai', () => {
         additionalProperties: false,
       },
     });
-    // optional `units` is not nullable: no strict, and the schema exactly as without ?strict
-    const plain = await get('/tools/openai?category=web');
-    expect(byName.get_weather).not.toHaveProperty('strict');
-    expect(byName.get_weather).toEqual(
-      plain.body.find((t: { function: { name: string } }) => t.function.name === 'get_weather')
-        .function,
-    );
-    // calculator's expression has minLength/maxLength, which strict mode does not take
+    // An optional property: nullable and required in the strict form.
+    expect(byName.get_weather).toEqual({
+      name: 'get_weather',
+      description: 'Get the current weather for a city',
+      strict: true,
+      parameters: {
+        type: 'object',
+        properties: {
+          city: { type: 'string', description: 'City name, e.g. "Paris"' },
+          units: {
+            anyOf: [
+              { const: 'celsius', type: 'string' },
+              { const: 'fahrenheit', type: 'string' },
+              { type: 'null' },
+            ],
+            description: 'Null to leave it out.',
+          },
+        },
+        required: ['city', 'units'],
+        additionalProperties: false,
+      },
+    });
+    // calculator's expression has minLength/maxLength: told in the description instead.
     const all = (await get('/tools/openai?strict=true')).body;
     expect(
       all.find((t: { function: { name: string } }) => t.function.name === 'calculator').function,
-    ).not.toHaveProperty('strict');
+    ).toMatchObject({
+      strict: true,
+      parameters: {
+        properties: {
+          expression: {
+            type: 'string',
+            description: expect.stringContaining('1 to 1000 characters'),
+          },
+        },
+      },
+    });
+    // Without ?strict: no entry says strict, and the schema is the one the gateway validates.
+    const plain = await get('/tools/openai?category=web');
+    expect(
+      plain.body.find((t: { function: { name: string } }) => t.function.name === 'get_weather')
+        .function.parameters.required,
+    ).toEqual(['city']);
+  });
+
+  it('a strict-listed call past a bound the strict form only tells is a readable invalid_arguments', async () => {
+    const res = await stack.call('/tools/calculator/execute', {
+      json: { expression: '1+'.repeat(600) + '1' },
+    });
+    expect(res.status).toBe(400);
+    expect((await res.json()).error).toMatchObject({
+      code: 'invalid_arguments',
+      message:
+        'arguments for calculator do not match its schema: /expression must NOT have more than 1000 characters',
+    });
   });
 
   it('a strict-mode model sending null for an optional field still validates', async () => {
@@ -162,7 +206,7 @@ describe('GET /tools/anthropic and /tools', () => {
       risk: 'safe',
       requiresApproval: false,
       sandboxed: false,
-      strict: false,
+      strict: true,
       timeoutMs: 1000,
       cacheTtlSeconds: 0,
     });
@@ -173,7 +217,7 @@ type Listed = { name?: string; function?: { name: string } };
 const nameOf = (t: Listed) => t.name ?? t.function?.name;
 
 describe('GET /tools/openai-responses', () => {
-  it('lists the flat Responses shape, strict only where the schema qualifies', async () => {
+  it('lists the flat Responses shape, strict forms by default', async () => {
     const { status, body } = await get('/tools/openai-responses');
     expect(status).toBe(200);
     for (const entry of body) {
@@ -194,13 +238,21 @@ describe('GET /tools/openai-responses', () => {
       parameters: expect.objectContaining({ required: ['city', 'days'] }),
       strict: true,
     });
-    expect(byName.get_weather).toMatchObject({ name: 'get_weather', strict: false });
-    expect(byName.calculator.strict).toBe(false);
+    expect(byName.get_weather).toMatchObject({
+      name: 'get_weather',
+      strict: true,
+      parameters: { required: ['city', 'units'] },
+    });
+    expect(byName.calculator.strict).toBe(true);
   });
 
   it('?strict=false turns strict off everywhere; a bad value is 400', async () => {
     const { body } = await get('/tools/openai-responses?strict=false');
     expect(body.every((t: { strict: boolean }) => t.strict === false)).toBe(true);
+    // …and the schemas as declared.
+    expect(
+      body.find((t: { name: string }) => t.name === 'get_weather').parameters.required,
+    ).toEqual(['city']);
     const bad = await get('/tools/openai-responses?strict=1');
     expect(bad.status).toBe(400);
     expect(bad.body.error).toMatchObject({

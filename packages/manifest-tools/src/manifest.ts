@@ -45,8 +45,9 @@ export const ManifestSchema = Type.Object(
       default: 'auto',
     }),
     /**
-     * JSON Schema of what the program prints (an object schema, with `output: json`): MCP
-     * clients get it as the tool's outputSchema and the result as structuredContent.
+     * JSON Schema of what the program prints (with `output: json`): MCP clients get it as the
+     * tool's outputSchema and the result as structuredContent (a non-object one wrapped as
+     * `{"result": …}`).
      */
     result: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
     risk: Type.Optional(Risk),

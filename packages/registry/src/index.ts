@@ -4,6 +4,7 @@ export { ToolScope } from './scope.js';
 export { defineTool, runPrecheck, DEFAULT_TIMEOUT_MS, TOOL_NAME } from './tool.js';
 export { closeObjects } from './schema.js';
 export { strictSchemaIssue, STRICT_LIMITS } from './strict.js';
+export { fromStrictArguments, toStrictSchema } from './strict-form.js';
 export { Type } from '@sinclair/typebox';
 
 export type {
@@ -20,4 +21,5 @@ export type {
 } from './tool.js';
 export type { ListOptions, ResultCheck, ValidationResult } from './registry.js';
 export type { ValidationIssue } from './schema.js';
+export type { StrictForm } from './strict-form.js';
 export type { Static, TObject, TSchema } from '@sinclair/typebox';

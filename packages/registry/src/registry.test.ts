@@ -186,21 +186,41 @@ describe('ToolRegistry.list', () => {
 });
 
 describe('registration', () => {
-  it('decides strict-mode qualification once: optional non-nullable fields disqualify', () => {
+  it('makes every tool its strict form once: optional fields nullable, bounds in the description', () => {
     const r = registry();
     expect(r.get('add_numbers')?.strict).toBe(true);
-    expect(r.get('get_weather')?.strict).toBe(false);
+    const weather = r.get('get_weather')!;
+    expect(weather.strict).toBe(true);
+    expect(weather.strictParameters).toMatchObject({
+      required: ['city', 'units', 'days'],
+      properties: {
+        units: { anyOf: [{ const: 'c' }, { const: 'f' }, { type: 'null' }] },
+        days: { type: ['integer', 'null'], description: 'At least 1. Null to leave it out.' },
+      },
+    });
+    // The full schema is what calls are validated against.
+    expect(weather.parameters).toMatchObject({ required: ['city'] });
+    expect(r.validate('get_weather', { city: 'Oslo', units: null, days: 0 })).toMatchObject({
+      ok: false,
+      issues: [{ path: '/days', keyword: 'minimum' }],
+    });
     r.register({
-      name: 'get_weather_strict',
-      description: 'Current weather for a city',
+      name: 'no_strict_form',
+      description: 'd',
       category: 'web',
       parameters: Type.Object({
-        city: Type.String(),
-        units: Type.Union([Type.Literal('c'), Type.Literal('f'), Type.Null()]),
+        both: Type.Intersect([
+          Type.Object({ a: Type.String() }),
+          Type.Object({ b: Type.String() }),
+        ]),
       }),
-      handler: () => 'sunny',
+      handler: () => 'x',
     });
-    expect(r.get('get_weather_strict')?.strict).toBe(true);
+    expect(r.get('no_strict_form')).toMatchObject({
+      strict: false,
+      strictParameters: undefined,
+      strictIssue: expect.stringContaining('allOf'),
+    });
   });
 });
 
@@ -278,24 +298,24 @@ describe('result schemas', () => {
     expect(r.register(add).result).toBeUndefined();
   });
 
-  it('refuses a result schema that is not an object schema, saying why', () => {
+  it('takes a result schema of any shape (MCP wraps the non-object ones), refuses what is no schema', () => {
     const r = new ToolRegistry();
     for (const [name, result] of [
-      ['string_result', Type.String()],
+      ['number_result', Type.Number()],
       ['array_result', Type.Array(Type.String())],
       ['union_result', Type.Union([Type.Object({ a: Type.String() }), Type.Object({})])],
-      ['plain_result', { properties: { a: { type: 'string' } } }],
     ] as const) {
-      expect(() => r.register(spec(name, result))).toThrow(
-        new RegistryError(
-          `tool "${name}": result must be an object schema (type: "object"), as MCP requires of an outputSchema; leave it out for a tool whose result is not an object`,
-        ),
+      expect(r.register(spec(name, result)).result).toEqual(JSON.parse(JSON.stringify(result)));
+    }
+    expect(r.checkResult('number_result', 14)).toEqual({ ok: true });
+    expect(r.checkResult('number_result', '14')).toMatchObject({ ok: false });
+    for (const result of [null, 42, [Type.String()]]) {
+      expect(() => r.register(spec('not_a_schema', result))).toThrow(
+        new RegistryError('tool "not_a_schema": result must be a JSON Schema object'),
       );
     }
-    expect(() => r.register(spec('null_result', null))).toThrow(
-      'result must be a JSON Schema object',
-    );
-    expect(r.size).toBe(0);
+    expect(() => r.register(spec('typo', { type: 'nubmer' }))).toThrow('invalid result schema');
+    expect(r.size).toBe(3);
   });
 
   it('compiles the result schema at registration: a broken one is refused there', () => {

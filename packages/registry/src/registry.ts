@@ -1,15 +1,10 @@
 import type { TSchema } from '@sinclair/typebox';
 import MiniSearch from 'minisearch';
-import {
-  SchemaCompiler,
-  closeObjects,
-  dropNullOptionals,
-  formatErrors,
-  plainSchema,
-} from './schema.js';
+import { SchemaCompiler, closeObjects, formatErrors, plainSchema } from './schema.js';
 import type { ValidateFunction, ValidationIssue } from './schema.js';
 import type { ToolScope } from './scope.js';
 import { strictSchemaIssue } from './strict.js';
+import { fromStrictArguments, toStrictSchema } from './strict-form.js';
 import {
   DEFAULT_TIMEOUT_MS,
   TOOL_NAME,
@@ -71,6 +66,9 @@ export class ToolRegistry {
       throw new RegistryError(`tool "${spec.name}": invalid schema: ${(err as Error).message}`);
     }
     const { result, validateResult } = this.compileResult(spec);
+    const strictForm = toStrictSchema(parameters);
+    // The rewrite makes what it can; the check is what OpenAI takes (limits included).
+    const strictIssue = strictForm.ok ? strictSchemaIssue(strictForm.schema) : strictForm.issue;
     const risk = spec.risk ?? 'safe';
     const tool: Tool = {
       name: spec.name,
@@ -85,7 +83,9 @@ export class ToolRegistry {
       cacheScope: spec.cacheScope ?? 'global',
       idempotent: spec.idempotent ?? false,
       result,
-      strict: strictSchemaIssue(parameters) === undefined,
+      strict: strictIssue === undefined,
+      strictParameters: strictForm.ok && strictIssue === undefined ? strictForm.schema : undefined,
+      ...(strictIssue === undefined ? {} : { strictIssue }),
       precheck: spec.precheck as Tool['precheck'],
       handler: spec.handler as Tool['handler'],
     };
@@ -100,7 +100,8 @@ export class ToolRegistry {
   /**
    * The declared result schema as plain JSON, compiled once. Not closed the way parameters
    * are: a result schema says what the tool returns, and only its author knows whether more
-   * fields may come.
+   * fields may come. Any schema: MCP wants an object `outputSchema`, and the MCP server wraps
+   * a result of any other shape as `{"result": …}` (docs/tool-results.md).
    */
   private compileResult(spec: AnyToolSpec): {
     result: Record<string, unknown> | undefined;
@@ -111,12 +112,6 @@ export class ToolRegistry {
       throw new RegistryError(`tool "${spec.name}": result must be a JSON Schema object`);
     }
     const result = plainSchema(spec.result);
-    if (result.type !== 'object') {
-      throw new RegistryError(
-        `tool "${spec.name}": result must be an object schema (type: "object"), as MCP requires ` +
-          `of an outputSchema; leave it out for a tool whose result is not an object`,
-      );
-    }
     try {
       return { result, validateResult: this.resultAjv.compile(result) };
     } catch (err) {
@@ -138,7 +133,11 @@ export class ToolRegistry {
     return this.tools.size;
   }
 
-  /** Validates a call's arguments against the tool's schema (strict; nulls of optional fields dropped). */
+  /**
+   * Validates a call's arguments against the tool's full schema, after bringing them back
+   * from the strict form a strict-mode model may have used (fromStrictArguments: `null` for
+   * an optional property is absent, a map's `{key, value}` pairs are the object).
+   */
   validate(name: string, args: unknown): ValidationResult {
     const tool = this.tools.get(name);
     const validate = this.validators.get(name);
@@ -151,7 +150,7 @@ export class ToolRegistry {
         ],
       };
     }
-    const cleaned = dropNullOptionals(tool.parameters, args as Record<string, unknown>);
+    const cleaned = fromStrictArguments(tool.parameters, args as Record<string, unknown>);
     if (validate(cleaned)) return { ok: true, args: cleaned };
     return { ok: false, issues: formatErrors(validate.errors) };
   }

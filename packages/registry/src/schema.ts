@@ -113,31 +113,3 @@ export function closeObjects(schema: Json): Json {
   });
   return copy;
 }
-
-/**
- * Drops `null` values of optional properties whose schema does not accept null, so calls
- * from strict-mode models validate against the tool's real schema.
- */
-export function dropNullOptionals(schema: Json, args: Json): Json {
-  const props = isObject(schema.properties) ? schema.properties : {};
-  const required = new Set(Array.isArray(schema.required) ? (schema.required as string[]) : []);
-  let out: Json | undefined;
-  for (const [key, value] of Object.entries(args)) {
-    if (value !== null || required.has(key)) continue;
-    const prop = props[key];
-    if (isObject(prop) && acceptsNull(prop)) continue;
-    out ??= { ...args };
-    delete out[key];
-  }
-  return out ?? args;
-}
-
-function acceptsNull(s: Json): boolean {
-  if (s.type === 'null') return true;
-  if (Array.isArray(s.type) && s.type.includes('null')) return true;
-  for (const key of ['anyOf', 'oneOf']) {
-    const list = s[key];
-    if (Array.isArray(list) && list.some((x) => isObject(x) && acceptsNull(x))) return true;
-  }
-  return false;
-}

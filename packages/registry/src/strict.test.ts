@@ -78,5 +78,29 @@ describe('strictSchemaIssue', () => {
       Array.from({ length: STRICT_LIMITS.properties + 1 }, (_, i) => [`p${i}`, Type.String()]),
     );
     expect(strictSchemaIssue(stored(Type.Object(wide)))).toContain('properties in all');
+    const manyEnums = Object.fromEntries(
+      Array.from({ length: 11 }, (_, i) => [
+        `e${i}`,
+        { type: 'integer', enum: Array.from({ length: 100 }, (_, j) => j) },
+      ]),
+    );
+    expect(strictSchemaIssue(stored(Type.Object(manyEnums)))).toContain('enum values in all');
+    const bigEnum = {
+      type: 'string',
+      enum: Array.from({ length: 251 }, (_, i) => `${i}`.padEnd(60, 'x')),
+    };
+    expect(strictSchemaIssue(stored(Type.Object({ big: bigEnum })))).toContain(
+      'more than 250 strings',
+    );
+    const longNames = Object.fromEntries(
+      Array.from({ length: 1001 }, (_, i) => [`${i}`.padEnd(120, 'n'), Type.String()]),
+    );
+    expect(strictSchemaIssue(stored(Type.Object(longNames)))).toContain('characters of names');
+  });
+
+  it('rejects a schema that does not say its type', () => {
+    expect(strictSchemaIssue(stored(Type.Object({ v: Type.Unknown() })))).toContain(
+      'must say its type',
+    );
   });
 });

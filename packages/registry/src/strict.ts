@@ -1,15 +1,14 @@
 /**
- * Whether a tool's parameter schema qualifies for OpenAI strict mode (Structured Outputs),
- * decided once when the tool is registered. Listings put `strict: true` only on tools that
- * qualify: a schema OpenAI would reject fails the model's whole request, a schema listed
- * without `strict` merely goes unenforced.
+ * Whether a schema is one OpenAI strict mode (Structured Outputs) takes: the check a tool's
+ * strict form (strict-form.ts) must pass before a listing offers it with `strict: true`. A
+ * schema OpenAI would reject fails the model's whole request, so a tool whose strict form
+ * fails here is listed without `strict`.
  *
- * Conservative on purpose. The keywords strict mode accepts have changed over time (string
- * `pattern`/`format`, number bounds and array `minItems`/`maxItems` arrived late and not for
- * every model; `minLength`/`maxLength`, `default` and the rest never did), so this is an
- * allow-list of what every strict-capable model accepts, and the size limits are the
- * original, smallest ones. A tool that does not qualify is listed without `strict`, as it
- * always was.
+ * Conservative on purpose in the keywords. The ones strict mode accepts have changed over time
+ * (string `pattern`/`format`, number bounds and array `minItems`/`maxItems` arrived late and
+ * not for every model; `minLength`/`maxLength`, `default` and the rest never did), so this is
+ * an allow-list of what every strict-capable model accepts; the strict form tells the others
+ * in descriptions. The size limits are OpenAI's published ones (docs/dialects.md).
  */
 
 type Json = Record<string, unknown>;
@@ -33,12 +32,18 @@ const ALLOWED = new Set([
 const TYPES = new Set(['string', 'number', 'integer', 'boolean', 'object', 'array', 'null']);
 
 export const STRICT_LIMITS = {
-  /** Levels of nesting below the root object. */
-  depth: 5,
+  /** Levels of nesting below the root object (through properties, items and anyOf). */
+  depth: 10,
   /** Object properties, all levels together. */
-  properties: 100,
+  properties: 5000,
   /** Enum values, all enums together. */
-  enumValues: 500,
+  enumValues: 1000,
+  /** Characters of every property name, definition name, enum value and const value together. */
+  nameChars: 120_000,
+  /** One string enum of more than this many values… */
+  largeEnumValues: 250,
+  /** …may hold at most this many characters in all. */
+  largeEnumChars: 15_000,
 } as const;
 
 function isObject(v: unknown): v is Json {
@@ -48,6 +53,7 @@ function isObject(v: unknown): v is Json {
 interface Counts {
   properties: number;
   enumValues: number;
+  nameChars: number;
 }
 
 /**
@@ -59,13 +65,15 @@ interface Counts {
 export function strictSchemaIssue(schema: Json): string | undefined {
   if (schema.type !== 'object') return 'the root must be an object schema';
   if ('anyOf' in schema) return 'the root must not be an anyOf';
-  const counts: Counts = { properties: 0, enumValues: 0 };
+  const counts: Counts = { properties: 0, enumValues: 0, nameChars: 0 };
   const issue = check(schema, '', 0, counts);
   if (issue) return issue;
   if (counts.properties > STRICT_LIMITS.properties)
     return `more than ${STRICT_LIMITS.properties} properties in all`;
   if (counts.enumValues > STRICT_LIMITS.enumValues)
     return `more than ${STRICT_LIMITS.enumValues} enum values in all`;
+  if (counts.nameChars > STRICT_LIMITS.nameChars)
+    return `more than ${STRICT_LIMITS.nameChars} characters of names, enum and const values in all`;
   return undefined;
 }
 
@@ -81,10 +89,25 @@ function check(s: Json, path: string, depth: number, counts: Counts): string | u
   }
   if (s.$ref !== undefined && (typeof s.$ref !== 'string' || !s.$ref.startsWith('#')))
     return `${at}: only local $ref`;
+  if (
+    s.type === undefined &&
+    s.enum === undefined &&
+    s.const === undefined &&
+    s.anyOf === undefined &&
+    s.$ref === undefined
+  )
+    return `${at}: a schema must say its type (type, enum, const, anyOf or $ref)`;
   if (s.enum !== undefined) {
-    if (!Array.isArray(s.enum)) return `${at}: enum must be an array`;
+    if (!Array.isArray(s.enum) || s.enum.length === 0)
+      return `${at}: enum must be a non-empty array`;
     counts.enumValues += s.enum.length;
+    const chars = s.enum.reduce((n: number, v) => n + valueChars(v), 0);
+    counts.nameChars += chars;
+    const strings = s.enum.filter((v) => typeof v === 'string').length;
+    if (strings > STRICT_LIMITS.largeEnumValues && chars > STRICT_LIMITS.largeEnumChars)
+      return `${at}: an enum of more than ${STRICT_LIMITS.largeEnumValues} strings holds more than ${STRICT_LIMITS.largeEnumChars} characters`;
   }
+  if (s.const !== undefined) counts.nameChars += valueChars(s.const);
 
   if (types.includes('object') || s.properties !== undefined) {
     if (!isObject(s.properties)) return `${at}: an object must list its properties`;
@@ -101,6 +124,7 @@ function check(s: Json, path: string, depth: number, counts: Counts): string | u
         return `${at}: required names an unknown property ${JSON.stringify(name)}`;
     }
     counts.properties += names.length;
+    for (const name of names) counts.nameChars += name.length;
     for (const [name, prop] of Object.entries(s.properties)) {
       if (!isObject(prop)) return `${path}/properties/${name}: must be a schema`;
       const issue = check(prop, `${path}/properties/${name}`, depth + 1, counts);
@@ -130,9 +154,15 @@ function check(s: Json, path: string, depth: number, counts: Counts): string | u
     if (!isObject(defs)) return `${at}: ${key} must be an object`;
     for (const [name, def] of Object.entries(defs)) {
       if (!isObject(def)) return `${path}/${key}/${name}: must be a schema`;
+      counts.nameChars += name.length;
       const issue = check(def, `${path}/${key}/${name}`, depth, counts);
       if (issue) return issue;
     }
   }
   return undefined;
+}
+
+/** What an enum or const value counts towards the name quota: its text. */
+function valueChars(v: unknown): number {
+  return typeof v === 'string' ? v.length : v === null ? 0 : String(v).length;
 }

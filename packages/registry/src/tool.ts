@@ -1,4 +1,4 @@
-import type { Static, TObject, TSchema } from '@sinclair/typebox';
+import type { Static, TSchema } from '@sinclair/typebox';
 import { ToolError } from './errors.js';
 
 export type Risk = 'safe' | 'sensitive' | 'destructive';
@@ -71,8 +71,9 @@ export interface ToolSpec<
   idempotent?: boolean;
   /**
    * JSON Schema of the handler's result (MCP `outputSchema`, `structuredContent`). An object
-   * schema (the registry refuses any other); tools whose result is not an object leave it out.
-   * With defineTool, the handler must return its static type (docs/tool-results.md).
+   * schema goes to MCP as it is; any other (a number, a string, an array) is wrapped as
+   * `{"result": …}` there, as FastMCP does. With defineTool, the handler must return its
+   * static type (docs/tool-results.md).
    */
   result?: O;
   /**
@@ -105,10 +106,18 @@ export interface Tool {
   /** The result's JSON Schema, when the tool declares one. */
   result: Record<string, unknown> | undefined;
   /**
-   * Whether `parameters` qualifies for OpenAI strict mode as it stands (decided at
-   * registration, see strict.ts): only then do listings offer `strict: true`.
+   * Whether the tool has a strict form for OpenAI strict mode (made at registration, see
+   * strict-form.ts): only then do listings offer `strict: true`, with `strictParameters`.
    */
   strict: boolean;
+  /**
+   * `parameters` as strict mode takes them: constraints told in descriptions, optional
+   * properties nullable and required, maps as `{key, value}` lists. For the model only: calls
+   * are validated against `parameters`.
+   */
+  strictParameters: Record<string, unknown> | undefined;
+  /** Why the tool has no strict form (a plugin author's hint), when it has none. */
+  strictIssue?: string;
   precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;
   handler: (args: unknown, ctx: ToolContext) => Promise<unknown> | unknown;
 }
@@ -141,7 +150,7 @@ export type HandlerResult<O extends TSchema | undefined> = [O] extends [TSchema]
 export function defineTool<
   S extends TSchema,
   const R extends HandlerResult<O>,
-  O extends TObject | undefined = undefined,
+  O extends TSchema | undefined = undefined,
 >(spec: ToolSpec<S, R, O>): ToolSpec<S, R, O> {
   return spec;
 }

@@ -214,6 +214,8 @@ export const calculator = defineTool({
       description: 'e.g. "2*(3+4)" or "sqrt(2)/2"',
     }),
   }),
+  // A bare number for REST and the dialects; MCP wraps it as {"result": 14} (FastMCP's way).
+  result: Type.Number({ description: 'The value of the expression (a finite number)' }),
   timeoutMs: 1000,
   idempotent: true,
   handler: ({ expression }) => evaluate(expression),

@@ -15,18 +15,20 @@ export interface OpenAIChatTool {
 }
 
 /**
- * Chat Completions functions are not strict unless they say so: `strict: true` only with
- * `strict` asked for, and then only on tools whose schema qualifies (Tool.strict); the others
- * are listed as they are, never with a schema strict mode would reject.
+ * Chat Completions functions are not strict unless they say so: with `strict` asked for, a
+ * tool that has a strict form (Tool.strictParameters) is listed with it and `strict: true`;
+ * one without (a plugin's schema strict mode cannot say) is listed as it is, never with a
+ * schema strict mode would reject.
  */
 export function toOpenAIChat(tool: Tool, options: { strict?: boolean } = {}): OpenAIChatTool {
+  const strict = options.strict ? tool.strictParameters : undefined;
   return {
     type: 'function',
     function: {
       name: tool.name,
       description: tool.description,
-      parameters: tool.parameters,
-      ...(options.strict && tool.strict ? { strict: true as const } : {}),
+      parameters: strict ?? tool.parameters,
+      ...(strict ? { strict: true as const } : {}),
     },
   };
 }

@@ -14,24 +14,26 @@ export interface OpenAIResponsesTool {
 
 /**
  * `strict` is always spelled out, never left to the API's default: that default has been
- * `true` in the Responses API (its SDK types make the field mandatory), and a tool whose schema
- * does not qualify, listed as strict, would get the whole request rejected.
+ * `true` in the Responses API (its SDK types make the field mandatory), and a tool without a
+ * strict form, listed as strict, would get the whole request rejected. A strict entry carries
+ * the tool's strict form (Tool.strictParameters), a non-strict one the full schema.
  */
 export function toOpenAIResponses(
   tool: Tool,
   options: { strict?: boolean } = {},
 ): OpenAIResponsesTool {
+  const strict = (options.strict ?? true) ? tool.strictParameters : undefined;
   return {
     type: 'function',
     name: tool.name,
     description: tool.description,
-    parameters: tool.parameters,
-    strict: (options.strict ?? true) && tool.strict,
+    parameters: strict ?? tool.parameters,
+    strict: strict !== undefined,
   };
 }
 
 /**
- * OpenAI Responses. Listing `GET /tools/openai-responses` (strict where the schema qualifies;
+ * OpenAI Responses. Listing `GET /tools/openai-responses` (strict forms where a tool has one;
  * `?strict=false` turns it off); `function_call` items (an array, or a response's `output`) →
  * `{items: [{type:"function_call_output", call_id, output}]}` to append to the next input.
  */

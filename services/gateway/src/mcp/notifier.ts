@@ -1,14 +1,19 @@
 /**
  * A running call's events as MCP notifications on the request's own response stream:
  * `notifications/progress` for requests that carry a progressToken (the tool's progress,
- * plus a keep-alive while nothing else happens, so clients whose timeout resets on progress
- * keep waiting), and `notifications/message` for its output at the client's logging level.
+ * plus a keep-alive whenever no progress went out for a while, so clients whose timeout resets
+ * on progress keep waiting), and `notifications/message` for its output at the client's
+ * logging level.
  */
 import type { CallEvent } from '@toolgate/calls';
 import type { LoggingLevel, Notification, ProgressToken } from '@modelcontextprotocol/server';
 import { passes } from './log-level.js';
 
-/** Longest silence on a request with a progressToken (the issue asks for "every few seconds"). */
+/**
+ * Longest time without a progress notification on a request with a progressToken. Only
+ * progress counts: a client's timeout resets on progress (the SDK's resetTimeoutOnProgress),
+ * never on log messages, so a call that prints a line a second still needs its keep-alives.
+ */
 export const KEEP_ALIVE_MS = 2000;
 
 /** MCP progress must grow with every notification; repeats are nudged up by this much. */
@@ -31,7 +36,10 @@ export class CallNotifier {
   private sentAny = false;
   private total: number | undefined;
   private status = 'queued';
-  private lastSentAt = Date.now();
+  /** When the last progress notification was queued: what the keep-alive is timed on. */
+  private lastProgressAt = Date.now();
+  /** Output seen so far (characters), told in keep-alive messages. */
+  private outputChars = 0;
   private readonly started = Date.now();
   private readonly timer: NodeJS.Timeout | undefined;
 
@@ -40,7 +48,7 @@ export class CallNotifier {
       const every = o.keepAliveMs ?? KEEP_ALIVE_MS;
       this.timer = setInterval(
         () => {
-          if (Date.now() - this.lastSentAt >= every - 50) this.keepAlive();
+          if (Date.now() - this.lastProgressAt >= every - 50) this.keepAlive();
         },
         Math.max(50, Math.floor(every / 4)),
       );
@@ -65,6 +73,7 @@ export class CallNotifier {
         );
         return;
       case 'output': {
+        this.outputChars += event.text.length;
         const text = event.text.replace(/\r?\n$/, '');
         if (text !== '')
           this.log(event.stream === 'stderr' ? 'warning' : 'info', text, event.stream);
@@ -83,7 +92,8 @@ export class CallNotifier {
 
   private keepAlive(): void {
     const seconds = Math.round((Date.now() - this.started) / 1000);
-    this.progress(this.sentAny ? this.last : 0, `${this.status} (${seconds} s)`);
+    const output = this.outputChars > 0 ? `, ${this.outputChars} characters of output` : '';
+    this.progress(this.sentAny ? this.last : 0, `${this.status} (${seconds} s${output})`);
   }
 
   private progress(value: number, message?: string): void {
@@ -92,6 +102,7 @@ export class CallNotifier {
     const progress = this.sentAny && value <= this.last ? this.last + NUDGE : value;
     this.last = progress;
     this.sentAny = true;
+    this.lastProgressAt = Date.now();
     this.enqueue({
       method: 'notifications/progress',
       params: {
@@ -112,7 +123,6 @@ export class CallNotifier {
   }
 
   private enqueue(notification: Notification): void {
-    this.lastSentAt = Date.now();
     // A client that went away only loses its notifications; the call's answer decides.
     this.chain = this.chain.then(() => this.o.send(notification)).catch(() => undefined);
   }

@@ -132,7 +132,7 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
       if (callId) requests.release(client.id, requestId, callId).catch(() => undefined);
     }
     await notifier.close();
-    return toResult(response);
+    return toResult(response, tool);
   });
 
   return server;

@@ -122,7 +122,8 @@ export class McpTasks {
     });
     // Answered at once (a cache hit, the tool's precheck refusing): a 2026 client gets the
     // result itself; a 2025 client asked for a task, and gets one that has completed.
-    if (response.kind === 'done' && modern) return ok(message, { ...toResult(response) });
+    if (response.kind === 'done' && modern)
+      return ok(message, { ...toResult(response, this.o.registry.get(name)) });
     const record = await this.o.pipeline.get(client, callIdOf(response));
     const task = this.task(record, modern);
     return ok(message, modern ? { resultType: 'task', ...task } : { task });
@@ -133,7 +134,7 @@ export class McpTasks {
     const task = this.task(record, modern);
     if (!modern) return task;
     // 2026: a finished task carries what tools/call would have answered.
-    const result = record.outcome ? { result: resultOf(record.outcome) } : {};
+    const result = record.outcome ? { result: resultOf(record.outcome, this.o.registry) } : {};
     return { resultType: 'complete', ...task, ...result };
   }
 
@@ -149,7 +150,7 @@ export class McpTasks {
       signal,
     );
     if (!outcome) throw new TaskError('the client went away before the task ended');
-    const result = resultOf(outcome);
+    const result = resultOf(outcome, this.o.registry);
     return { ...result, _meta: { ...result._meta, [RELATED_TASK_META_KEY]: { taskId: id } } };
   }
 
@@ -213,8 +214,8 @@ function taskStatus(record: CallRecord): 'working' | 'completed' | 'cancelled' {
   return FINAL_STATUSES.has(record.status) ? 'completed' : 'working';
 }
 
-function resultOf(outcome: CallOutcome): CallToolResult {
-  return toResult({ kind: 'done', outcome });
+function resultOf(outcome: CallOutcome, registry: ToolRegistry): CallToolResult {
+  return toResult({ kind: 'done', outcome }, registry.get(outcome.tool));
 }
 
 function callIdOf(response: CallResponse): string {

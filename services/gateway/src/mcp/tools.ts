@@ -20,7 +20,7 @@ export function toMcpTool(tool: Tool, requiresApproval: (tool: Tool) => boolean)
     title: titleOf(tool.name),
     description: tool.description,
     inputSchema: tool.parameters as McpTool['inputSchema'],
-    ...(hasObjectSchema(tool) ? { outputSchema: tool.result as McpTool['outputSchema'] } : {}),
+    ...(tool.result ? { outputSchema: outputSchemaOf(tool.result) } : {}),
     annotations: {
       title: titleOf(tool.name),
       // "safe" is the registry's word for a tool that changes nothing; one an operator makes
@@ -40,13 +40,40 @@ export function titleOf(name: string): string {
   return words.charAt(0).toUpperCase() + words.slice(1);
 }
 
-/** MCP output schemas are object schemas; tools whose result is not an object declare none. */
-function hasObjectSchema(tool: Tool): boolean {
-  return tool.result !== undefined && tool.result['type'] === 'object';
+/** Where a wrapped result sits in `structuredContent` (the key FastMCP uses). */
+export const WRAPPED_RESULT_KEY = 'result';
+
+/** MCP output schemas are object schemas: any other result schema is wrapped. */
+function wrapsResult(schema: Record<string, unknown>): boolean {
+  return schema['type'] !== 'object';
 }
 
-/** The same texts the dialect bridge gives, so every assistant reads the same thing. */
-export function toResult(response: CallResponse): CallToolResult {
+/**
+ * A tool's `outputSchema`: its result schema when that is an object schema, else an object
+ * with the result under `result`, as the Python SDK's FastMCP does for a function returning a
+ * primitive. The root-only keywords (`$schema`, the definitions a `$ref` points into) stay at
+ * the root, where they mean the same.
+ */
+export function outputSchemaOf(schema: Record<string, unknown>): McpTool['outputSchema'] {
+  if (!wrapsResult(schema)) return schema as McpTool['outputSchema'];
+  const { $schema, $defs, definitions, ...inner } = schema;
+  return {
+    type: 'object',
+    ...($schema === undefined ? {} : { $schema }),
+    properties: { [WRAPPED_RESULT_KEY]: inner },
+    required: [WRAPPED_RESULT_KEY],
+    additionalProperties: false,
+    ...($defs === undefined ? {} : { $defs }),
+    ...(definitions === undefined ? {} : { definitions }),
+  } as McpTool['outputSchema'];
+}
+
+/**
+ * The same texts the dialect bridge gives, so every assistant reads the same thing. `tool`
+ * (the registry's, when it still exists) decides the structured form: object results as they
+ * are, and a result whose schema is not an object wrapped as `{"result": …}`.
+ */
+export function toResult(response: CallResponse, tool: Tool | undefined): CallToolResult {
   const { text, isError } = responseContent(response);
   if (response.kind === 'accepted') {
     return {
@@ -56,8 +83,15 @@ export function toResult(response: CallResponse): CallToolResult {
   }
   const { outcome } = response;
   const result = outcome.result ?? null;
+  const wrapped = tool?.result !== undefined && wrapsResult(tool.result);
   // Object results go out structured too; for a tool with an outputSchema that is its result.
-  const structured = !isError && isRecord(result) ? { structuredContent: result } : {};
+  const structured = isError
+    ? {}
+    : wrapped
+      ? { structuredContent: { [WRAPPED_RESULT_KEY]: result } }
+      : isRecord(result)
+        ? { structuredContent: result }
+        : {};
   return {
     content: [{ type: 'text', text }],
     ...(isError ? { isError: true } : {}),

@@ -15,7 +15,7 @@ export interface NativeTool {
   risk: Tool['risk'];
   requiresApproval: boolean;
   sandboxed: boolean;
-  /** Whether the parameters qualify for OpenAI strict mode (docs/dialects.md). */
+  /** Whether the tool has a strict form for OpenAI strict mode (docs/dialects.md). */
   strict: boolean;
   timeoutMs: number;
   cacheTtlSeconds: number;

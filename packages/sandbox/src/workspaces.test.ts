@@ -208,6 +208,20 @@ describe('Workspaces admin resets (plain directories)', () => {
     expect(await second.reap()).toMatchObject({ reset: 1 });
   });
 
+  it('a workspace made again after its directory vanished is made under the current reset', async () => {
+    const ids = new Map<string, string>([['erin', '1:a']]);
+    const ws = () =>
+      new Workspaces(root, {
+        resets: { current: async (c) => ids.get(c) ?? null, all: async () => new Map(ids) },
+      });
+    const dir = await ws().ensure('erin');
+    await rm(dir, { recursive: true });
+    ids.set('erin', '2:b');
+    await ws().ensure('erin');
+    await writeFile(path.join(dir, 'kept.txt'), 'x');
+    expect(await readdir(await ws().ensure('erin'))).toEqual(['kept.txt']);
+  });
+
   it('a marker of the counter version (generation n) equals the id n that version left in Redis', async () => {
     const ids = new Map<string, string>();
     const ws = () =>

@@ -254,6 +254,10 @@ export class Workspaces {
       );
       await this.removeDir(dir);
       marker = undefined;
+    } else if (!exists) {
+      // A new directory (a stale marker's is gone) is made under the reset known now: an older
+      // id left in the marker would wipe what is written in it at the next call.
+      marker = undefined;
     }
     try {
       await mkdir(dir, { mode: 0o700 });

@@ -13,11 +13,13 @@
  */
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 import type { EgressProxyHandle, SandboxLogger, StartEgressProxy } from './types.js';
 
 const run = promisify(execFile);
+const BRIDGE_NF_CALL_IPTABLES = '/proc/sys/net/bridge/bridge-nf-call-iptables';
 
 export const LABEL_EGRESS = 'toolgate.egress';
 
@@ -94,6 +96,7 @@ export class EgressNetwork {
     let egress: EgressNetwork | undefined;
     try {
       if (!gateway) throw new Error(`network ${name} has no gateway address`);
+      await assertBridgeFiltered();
       const clients = new Map<string, string>();
       const proxy = await startProxy(gateway, (address) => clients.get(address));
       egress = new EgressNetwork(docker, { name, proxyUrl: proxy.url }, network.id, clients);
@@ -133,6 +136,19 @@ export class EgressNetwork {
       .remove()
       .catch(() => undefined);
   }
+}
+
+/**
+ * Docker's ICC drop is an iptables FORWARD rule, and traffic between two ports of one bridge
+ * passes iptables only with br_netfilter on (Docker turns it on for a network with ICC off).
+ * Without it sandboxes would reach each other: no network for them then.
+ */
+async function assertBridgeFiltered(): Promise<void> {
+  const value = await readFile(BRIDGE_NF_CALL_IPTABLES, 'utf8').catch(() => undefined);
+  if (value?.trim() !== '1')
+    throw new Error(
+      `bridged traffic bypasses iptables here (${BRIDGE_NF_CALL_IPTABLES} is ${value?.trim() ?? 'missing'}; load br_netfilter), so sandboxes could reach each other`,
+    );
 }
 
 async function deleteRule(spec: string[]): Promise<void> {

@@ -5,7 +5,7 @@
  * gateway, worker, Docker and loop mounts.
  */
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -20,17 +20,28 @@ import {
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import type { RedisClient } from '@toolgate/calls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startRedisServer } from '../support/redis-server.js';
 import { KEYS, startStack, type Stack } from '../support/stack.js';
 
 const exec = promisify(execFile);
-const reason =
+const noLoop =
   process.getuid?.() !== 0
     ? 'not root'
-    : ((await exec('losetup', ['-f']).then(
+    : await exec('losetup', ['-f']).then(
         () => undefined,
         () => 'no loop device',
-      )) ?? (await whyDriverUnavailable('docker')));
+      );
+const reason = noLoop ?? (await whyDriverUnavailable('docker'));
 if (reason) console.warn(`workspace reset suite: skipped, ${reason}`);
+const drivers = ['docker', 'bwrap'] as const;
+const reasons = Object.fromEntries(
+  await Promise.all(
+    drivers.map(async (d) => [d, noLoop ?? (await whyDriverUnavailable(d))] as const),
+  ),
+);
+for (const d of drivers)
+  if (reasons[d])
+    console.warn(`workspace reset across Redis restarts: ${d} skipped: ${reasons[d]}`);
 
 describe.skipIf(reason !== undefined)('workspace admin reset through the gateway (docker)', () => {
   let stack: Stack;
@@ -50,7 +61,7 @@ describe.skipIf(reason !== undefined)('workspace admin reset through the gateway
     // The stack picks its Redis prefix; the resets read under it once it is known.
     const late: { resets?: WorkspaceResets } = {};
     const source: WorkspaceResetSource = {
-      generation: (client) => late.resets!.generation(client),
+      current: (client) => late.resets!.current(client),
       all: () => late.resets!.all(),
     };
     workspaces = createWorkspaces(sandbox.config, { resets: source });
@@ -129,3 +140,108 @@ describe.skipIf(reason !== undefined)('workspace admin reset through the gateway
     expect(stdout.split('\n')).not.toContain(opsDir);
   });
 });
+
+/**
+ * The reset must apply whatever Redis forgot. A Redis without persistence is replaced by a fresh
+ * one (as the quickstart's is at every `up`, and any Redis may be flushed or failed over): its
+ * first reset of the client must still empty the workspace the previous Redis's reset left
+ * marked. Before, the generation counter started again at 1, the marker said 1, and `1 < 1`
+ * applied nothing. Warm pools on; the same host's workspaces across both Redis lifetimes.
+ */
+describe.each(drivers)(
+  'workspace reset across a Redis restart without persistence: %s',
+  (driver) => {
+    const skip = reasons[driver] !== undefined;
+    let dir: string;
+    let sandbox: Sandbox;
+    const cleanups: (() => Promise<unknown> | unknown)[] = [];
+
+    beforeAll(async () => {
+      if (skip) return;
+      dir = await mkdtemp(path.join(tmpdir(), `tg-reset-restart-${driver}-`));
+      await chmod(dir, 0o711);
+      sandbox = await createSandbox(
+        testSandboxConfig(driver, dir, {
+          workspaceQuota: 'required',
+          limits: { workspaceMb: 16, workspaceInodes: 300 },
+          pool: { size: 2 },
+        }),
+      );
+      await sandbox.warmUp(60_000);
+    }, 120_000);
+    afterAll(async () => {
+      for (const c of cleanups.splice(0).reverse()) await c();
+      await sandbox?.close();
+      if (dir) {
+        await createWorkspaces(sandbox.config).unmountAll();
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+
+    /** A fresh redis-server (no RDB, no AOF) with a gateway and worker on it; the host's workspaces. */
+    const life = async () => {
+      const server = await startRedisServer();
+      const redisConfig = { url: server.url, prefix: 'tg' };
+      const redis = createRedis(redisConfig.url, 'command');
+      const workspaces = createWorkspaces(sandbox.config, {
+        resets: new WorkspaceResets(redis, new Keys(redisConfig.prefix)),
+      });
+      const stack = await startStack({
+        services: { sandbox, workspaces },
+        config: { redis: redisConfig },
+      });
+      let stopped = false;
+      const stop = async () => {
+        if (stopped) return;
+        stopped = true;
+        await stack.close();
+        redis.disconnect();
+        await server.stop();
+      };
+      cleanups.push(stop);
+      const shell = async (command: string) =>
+        (await stack.call('/tools/run_shell/execute', { json: { command } })).json();
+      const reset = async () => {
+        const res = await stack.call('/v1/workspaces/alice', { method: 'DELETE', key: KEYS.admin });
+        expect(res.status).toBe(202);
+        return res.json();
+      };
+      return { shell, reset, stop };
+    };
+    const probe = 'ls reset-probe.txt';
+
+    it.skipIf(skip)(
+      "the first reset on a fresh Redis empties the workspace the last one's reset had marked",
+      async () => {
+        const first = await life();
+        expect(await first.shell('echo 1 > reset-probe.txt && echo ok')).toMatchObject({
+          status: 'ok',
+          result: { exitCode: 0 },
+        });
+        expect(await first.reset()).toMatchObject({ generation: 1 });
+        expect((await first.shell(probe)).result.exitCode).not.toBe(0);
+        expect(await first.shell('echo 2 > reset-probe.txt && echo ok')).toMatchObject({
+          result: { exitCode: 0 },
+        });
+        await first.stop();
+
+        const second = await life();
+        // Nothing was reset since: the file is still there.
+        expect(await second.shell(probe)).toMatchObject({
+          result: { exitCode: 0, stdout: 'reset-probe.txt\n' },
+        });
+        // The fresh Redis counts from 1 again, as the last one did; the reset applies anyway.
+        expect(await second.reset()).toMatchObject({ generation: 1, resetId: expect.any(String) });
+        expect(await second.shell(probe)).toMatchObject({
+          status: 'ok',
+          result: { exitCode: 2, stderr: expect.stringMatching(/No such file/) },
+        });
+        // Applied once: what is written after it stays.
+        await second.shell('echo 3 > reset-probe.txt');
+        expect((await second.shell(probe)).result.exitCode).toBe(0);
+        await second.stop();
+      },
+      180_000,
+    );
+  },
+);

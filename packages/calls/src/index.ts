@@ -28,6 +28,7 @@ export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, percentile } from './stats.js';
 export { maskText, redact } from './redact.js';
 export { WorkspaceResets } from './workspace-resets.js';
+export type { ScheduledReset } from './workspace-resets.js';
 export type { AdmitResult } from './admission.js';
 export type { LeaseResult } from './leases.js';
 export type { Decision } from './approvals.js';

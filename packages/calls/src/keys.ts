@@ -165,7 +165,7 @@ export class Keys {
     return `${this.prefix}:cache-index`;
   }
 
-  /** Hash client id → reset generation of its workspace (see WorkspaceResets). */
+  /** Hash client id → id of the last reset of its workspace (see WorkspaceResets). */
   get workspaceResets(): string {
     return `${this.prefix}:workspace-resets`;
   }

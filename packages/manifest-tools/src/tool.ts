@@ -80,6 +80,7 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
           signal: ctx.signal,
           onOutput: (stream, text) => ctx.events?.output(stream, text),
           callId: ctx.callId,
+          clientId: ctx.clientId,
         });
       } catch (err) {
         throw toToolError(err);

@@ -61,6 +61,8 @@ interface Armed {
   onStderr: (b: Buffer) => void;
   /** Empty slot directory mounted at /workspace (pooled containers). */
   slot: string | undefined;
+  /** Its address on the egress network (network-enabled containers), known to the proxy. */
+  address: string | undefined;
   createdAt: number;
   dead: boolean;
 }
@@ -284,6 +286,7 @@ export class DockerDriver implements SandboxDriver {
       armed = await this.arm(req.key, req.resources, {
         network: req.network,
         workspace: req.workspace,
+        clientId: req.clientId,
       });
     }
 
@@ -361,7 +364,12 @@ export class DockerDriver implements SandboxDriver {
   private async arm(
     key: string,
     limits: ResourceLimits,
-    how: { pooled?: boolean; network?: boolean; workspace?: string | undefined },
+    how: {
+      pooled?: boolean;
+      network?: boolean;
+      workspace?: string | undefined;
+      clientId?: string | undefined;
+    },
   ): Promise<Armed> {
     const t0 = performance.now();
     const image = this.config.images[key]!;
@@ -373,7 +381,8 @@ export class DockerDriver implements SandboxDriver {
     }
     const memory = limits.memoryMb * MiB;
     const fsize = limits.fileSizeMb * MiB;
-    const egress = how.network ? this.egress?.info : undefined;
+    const egressNetwork = how.network ? this.egress : undefined;
+    const egress = egressNetwork?.info;
     if (how.network && !egress)
       throw new SandboxError('invalid_request', 'network access is unavailable');
     let container: Docker.Container;
@@ -446,6 +455,7 @@ export class DockerDriver implements SandboxDriver {
       throw err;
     }
     this.live.add(container.id);
+    let address: string | undefined;
     try {
       const stream = (await container.attach({
         stream: true,
@@ -462,6 +472,7 @@ export class DockerDriver implements SandboxDriver {
         onStdout: () => undefined,
         onStderr: () => undefined,
         slot,
+        address: undefined,
         createdAt: Date.now(),
         dead: false,
       };
@@ -472,6 +483,11 @@ export class DockerDriver implements SandboxDriver {
       );
       stream.on('error', () => undefined);
       await container.start();
+      if (egressNetwork) {
+        // Known to the proxy before the program runs (it waits for its call on stdin).
+        address = armed.address = await this.egressAddress(container, egressNetwork.info.name);
+        egressNetwork.admit(address, how.clientId);
+      }
       armed.exited = (container.wait() as Promise<{ StatusCode: number }>).then(
         (r) => {
           armed.dead = true;
@@ -489,6 +505,7 @@ export class DockerDriver implements SandboxDriver {
       });
       return armed;
     } catch (err) {
+      if (address) egressNetwork?.release(address);
       await this.removeContainer(container);
       if (slot) await this.mounts.releaseSlot(slot);
       throw new SandboxError(
@@ -499,9 +516,19 @@ export class DockerDriver implements SandboxDriver {
     }
   }
 
+  /** A container's address on the egress network. */
+  private async egressAddress(container: Docker.Container, network: string): Promise<string> {
+    const info = await container.inspect();
+    const address = info.NetworkSettings.Networks[network]?.IPAddress;
+    if (!address) throw new Error(`the container has no address on ${network}`);
+    return address;
+  }
+
   /** Off the call path: remove the container, then unmount and drop its slot. */
   private async dispose(armed: Armed): Promise<void> {
     armed.stream.destroy();
+    // Forgotten before the container goes: Docker may give its address to the next one.
+    if (armed.address) this.egress?.release(armed.address);
     await this.removeContainer(armed.container);
     if (armed.slot) await this.mounts.releaseSlot(armed.slot);
   }

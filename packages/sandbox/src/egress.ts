@@ -3,21 +3,27 @@
  * with `network: true`), docker driver only. Such a sandbox joins an *internal* Docker network:
  * no route out, and the host's bridge address is its only neighbour. On that address the
  * worker's egress proxy listens (packages/tools http/egress-proxy.ts: the SSRF guard of the
- * http tools), and a host firewall rule drops everything else arriving on the bridge, so the
+ * http tools), and host firewall rules drop everything else arriving on the bridge, so the
  * host's own services (Redis, the Docker API, metadata endpoints) stay out of reach.
+ *
+ * Sandboxes of different clients share the bridge but not each other: inter-container traffic
+ * is off (Docker's `enable_icc=false`: a FORWARD drop between ports of the bridge), and the host
+ * opens no connection into the bridge (an OUTPUT drop of new connections), so not even the
+ * proxy, asked for a sibling's address under a permissive `policy.http`, can reach one.
  */
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
-import type { SandboxLogger } from './types.js';
+import type { EgressProxyHandle, SandboxLogger, StartEgressProxy } from './types.js';
 
 const run = promisify(execFile);
+const BRIDGE_NF_CALL_IPTABLES = '/proc/sys/net/bridge/bridge-nf-call-iptables';
 
 export const LABEL_EGRESS = 'toolgate.egress';
 
-/** Starts the filter on the bridge address; returns the URL sandboxes use as their proxy. */
-export type StartEgressProxy = (host: string) => Promise<{ url: string; close(): Promise<void> }>;
+export type { StartEgressProxy } from './types.js';
 
 export interface EgressNetworkInfo {
   /** Docker network name, for NetworkMode. */
@@ -31,23 +37,31 @@ function bridgeName(owner: string): string {
   return `tge-${createHash('sha256').update(owner).digest('hex').slice(0, 10)}`;
 }
 
+/** Chains this module adds rules to (and removes them from, by their comment). */
+const CHAINS = ['INPUT', 'OUTPUT'] as const;
+
 function ruleSpecs(bridge: string, port: number): string[][] {
   const comment = ['-m', 'comment', '--comment', `toolgate-egress ${bridge}`];
   return [
     // Listed in this order, inserted at the top in reverse: ACCEPT the proxy, DROP the rest.
     ['INPUT', '-i', bridge, '-p', 'tcp', '--dport', String(port), '-j', 'ACCEPT', ...comment],
     ['INPUT', '-i', bridge, '-j', 'DROP', ...comment],
+    // The host starts nothing towards a sandbox: replies of the proxy are ESTABLISHED, while a
+    // connection the proxy would open to a sibling sandbox's address is NEW and refused (at
+    // once: a DROP would hold the proxy's connection, and the client's share, until it times out).
+    ['OUTPUT', '-o', bridge, '-m', 'conntrack', '--ctstate', 'NEW', '-j', 'REJECT', ...comment],
   ];
 }
 
 export class EgressNetwork {
-  private proxy: { url: string; close(): Promise<void> } | undefined;
+  private proxy: EgressProxyHandle | undefined;
   private rules: string[][] = [];
 
   private constructor(
     private readonly docker: Docker,
     readonly info: EgressNetworkInfo,
     private readonly networkId: string,
+    private readonly clients: Map<string, string>,
   ) {}
 
   /**
@@ -69,7 +83,11 @@ export class EgressNetwork {
       Internal: true,
       EnableIPv6: false,
       Labels: { ...labels, [LABEL_EGRESS]: bridge },
-      Options: { 'com.docker.network.bridge.name': bridge },
+      Options: {
+        'com.docker.network.bridge.name': bridge,
+        // Sandboxes on the bridge (of any client) cannot reach each other, on any port.
+        'com.docker.network.bridge.enable_icc': 'false',
+      },
     });
     const inspected = (await network.inspect()) as {
       IPAM?: { Config?: { Gateway?: string }[] };
@@ -78,8 +96,10 @@ export class EgressNetwork {
     let egress: EgressNetwork | undefined;
     try {
       if (!gateway) throw new Error(`network ${name} has no gateway address`);
-      const proxy = await startProxy(gateway);
-      egress = new EgressNetwork(docker, { name, proxyUrl: proxy.url }, network.id);
+      await assertBridgeFiltered();
+      const clients = new Map<string, string>();
+      const proxy = await startProxy(gateway, (address) => clients.get(address));
+      egress = new EgressNetwork(docker, { name, proxyUrl: proxy.url }, network.id, clients);
       egress.proxy = proxy;
       const port = Number(new URL(proxy.url).port);
       for (const spec of ruleSpecs(bridge, port).reverse()) {
@@ -94,6 +114,20 @@ export class EgressNetwork {
     }
   }
 
+  /**
+   * A container of `clientId` now holds `address` on this network: the proxy counts its
+   * connections against that client's share. Call before its program runs.
+   */
+  admit(address: string, clientId: string | undefined): void {
+    this.clients.set(address, clientId ?? '');
+  }
+
+  /** The container at `address` is gone: forget it and close what it still holds open. */
+  release(address: string): void {
+    this.clients.delete(address);
+    this.proxy?.disconnect(address);
+  }
+
   async close(): Promise<void> {
     for (const spec of this.rules.splice(0)) await deleteRule(spec);
     await this.proxy?.close().catch(() => undefined);
@@ -102,6 +136,19 @@ export class EgressNetwork {
       .remove()
       .catch(() => undefined);
   }
+}
+
+/**
+ * Docker's ICC drop is an iptables FORWARD rule, and traffic between two ports of one bridge
+ * passes iptables only with br_netfilter on (Docker turns it on for a network with ICC off).
+ * Without it sandboxes would reach each other: no network for them then.
+ */
+async function assertBridgeFiltered(): Promise<void> {
+  const value = await readFile(BRIDGE_NF_CALL_IPTABLES, 'utf8').catch(() => undefined);
+  if (value?.trim() !== '1')
+    throw new Error(
+      `bridged traffic bypasses iptables here (${BRIDGE_NF_CALL_IPTABLES} is ${value?.trim() ?? 'missing'}; load br_netfilter), so sandboxes could reach each other`,
+    );
 }
 
 async function deleteRule(spec: string[]): Promise<void> {
@@ -124,15 +171,17 @@ async function removeNetwork(docker: Docker, name: string): Promise<void> {
   }
 }
 
-/** Deletes every INPUT rule a worker added for `bridge` (its comment names the bridge). */
+/** Deletes every rule a worker added for `bridge` (its comment names the bridge). */
 async function removeRulesOf(bridge: string): Promise<void> {
-  const { stdout } = await run('iptables', ['-S', 'INPUT']).catch(() => ({ stdout: '' }));
-  for (const line of stdout.split('\n')) {
-    if (!line.includes(`toolgate-egress ${bridge}`)) continue;
-    const args = line.replace(/^-A /, '').match(/"[^"]*"|\S+/g) ?? [];
-    await run('iptables', ['-D', ...args.map((a) => a.replace(/^"|"$/g, ''))]).catch(
-      () => undefined,
-    );
+  for (const chain of CHAINS) {
+    const { stdout } = await run('iptables', ['-S', chain]).catch(() => ({ stdout: '' }));
+    for (const line of stdout.split('\n')) {
+      if (!line.includes(`toolgate-egress ${bridge}`)) continue;
+      const args = line.replace(/^-A /, '').match(/"[^"]*"|\S+/g) ?? [];
+      await run('iptables', ['-D', ...args.map((a) => a.replace(/^"|"$/g, ''))]).catch(
+        () => undefined,
+      );
+    }
   }
 }
 

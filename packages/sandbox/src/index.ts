@@ -108,6 +108,7 @@ export type { SandboxErrorCode } from './errors.js';
 export type {
   DriverName,
   DriverOptions,
+  EgressProxyHandle,
   OutputStream,
   ResourceLimits,
   RunRequest,
@@ -116,6 +117,7 @@ export type {
   SandboxHooks,
   SandboxLogger,
   SandboxStats,
+  StartEgressProxy,
 } from './types.js';
 export type {
   PathErrorReason,

@@ -21,6 +21,7 @@ export interface PreparedRun {
   signal: AbortSignal | undefined;
   onOutput: ((stream: OutputStream, text: string) => void) | undefined;
   callId: string | undefined;
+  clientId: string | undefined;
 }
 
 export function prepareRun(config: SandboxConfig, request: RunRequest): PreparedRun {
@@ -72,6 +73,7 @@ export function prepareRun(config: SandboxConfig, request: RunRequest): Prepared
     signal: request.signal,
     onOutput: request.onOutput,
     callId: request.callId,
+    clientId: request.clientId,
   };
 }
 

@@ -41,6 +41,11 @@ export interface RunRequest {
   onOutput?: (stream: OutputStream, text: string) => void;
   /** For labels and logs. */
   callId?: string;
+  /**
+   * Whose call this is. Network-enabled sandboxes are told apart by it: each client gets a
+   * share of the egress proxy's connections (docs/network-sandboxes.md).
+   */
+  clientId?: string;
 }
 
 export interface RunResult {
@@ -126,5 +131,22 @@ export interface DriverOptions {
    * returns its proxy URL (docker driver, `sandbox.allowNetwork`). Without it, such calls are
    * refused. The worker passes the http tools' SSRF guard (packages/tools egress-proxy.ts).
    */
-  startEgressProxy?: (host: string) => Promise<{ url: string; close(): Promise<void> }>;
+  startEgressProxy?: StartEgressProxy;
+}
+
+/**
+ * Starts the egress filter on `host`. `identify` names the client whose sandbox has a source
+ * address (undefined: none of this worker's), so the filter can give each client its share of
+ * connections; `disconnect` drops what an address still holds once its sandbox is gone.
+ */
+export type StartEgressProxy = (
+  host: string,
+  identify: (address: string) => string | undefined,
+) => Promise<EgressProxyHandle>;
+
+export interface EgressProxyHandle {
+  /** What sandboxes get as HTTP_PROXY / HTTPS_PROXY. */
+  url: string;
+  disconnect(address: string): void;
+  close(): Promise<void>;
 }

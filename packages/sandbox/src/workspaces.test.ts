@@ -152,22 +152,22 @@ describe('Workspaces admin resets (plain directories)', () => {
   });
   afterAll(() => rm(root, { recursive: true, force: true }));
 
-  it('applies a newer reset generation once, and never wipes what was written while it was unreadable', async () => {
-    // The generation source stands in for Redis (WorkspaceResets in @toolgate/calls).
-    const gens = new Map<string, number>();
+  it('applies a new reset once, and never wipes what was written while it was unreadable', async () => {
+    // The reset source stands in for Redis (WorkspaceResets in @toolgate/calls).
+    const ids = new Map<string, string>();
     let down = false;
     const ws = new Workspaces(root, {
       resets: {
-        generation: async (c) => {
+        current: async (c) => {
           if (down) throw new Error('redis down');
-          return gens.get(c) ?? 0;
+          return ids.get(c) ?? null;
         },
-        all: async () => new Map(gens),
+        all: async () => new Map(ids),
       },
     });
     const a = await ws.ensure('alice');
     await writeFile(path.join(a, 'old.txt'), 'x');
-    gens.set('alice', 1);
+    ids.set('alice', '1:aa');
     expect(await readdir(await ws.ensure('alice'))).toEqual([]);
     await writeFile(path.join(a, 'new.txt'), 'y');
     expect(await readdir(await ws.ensure('alice'))).toEqual(['new.txt']);
@@ -176,10 +176,67 @@ describe('Workspaces admin resets (plain directories)', () => {
     const b = await ws.ensure('bob');
     await writeFile(path.join(b, 'during-outage.txt'), 'z');
     down = false;
-    gens.set('bob', 4);
-    // Made while the generation was unknown: it adopts the current one instead of being wiped.
+    ids.set('bob', '4:bb');
+    // Made while the reset was unknown: it adopts the current one instead of being wiped.
     expect(await readdir(await ws.ensure('bob'))).toEqual(['during-outage.txt']);
-    gens.set('bob', 5);
+    ids.set('bob', '5:cc');
     expect(await readdir(await ws.ensure('bob'))).toEqual([]);
+  });
+
+  it('a reset after Redis forgot its ids (its counter starts again) still applies, in a new process too', async () => {
+    const ids = new Map<string, string>([['carol', '1:first']]);
+    const source = {
+      current: async (c: string) => ids.get(c) ?? null,
+      all: async () => new Map(ids),
+    };
+    const first = new Workspaces(root, { resets: source });
+    const dir = await first.ensure('carol');
+    await writeFile(path.join(dir, 'reset-probe.txt'), 'x');
+    // A fresh Redis: nothing known, so nothing to apply …
+    ids.clear();
+    const second = new Workspaces(root, { resets: source });
+    expect(await readdir(await second.ensure('carol'))).toEqual(['reset-probe.txt']);
+    // … until its first reset, whose counter is 1 again but whose id is new.
+    ids.set('carol', '1:second');
+    expect(await readdir(await second.ensure('carol'))).toEqual([]);
+    await writeFile(path.join(dir, 'kept.txt'), 'y');
+    expect(await readdir(await new Workspaces(root, { resets: source }).ensure('carol'))).toEqual([
+      'kept.txt',
+    ]);
+    // The reaper compares the same way.
+    ids.set('carol', '1:third');
+    expect(await second.reap()).toMatchObject({ reset: 1 });
+  });
+
+  it('a workspace made again after its directory vanished is made under the current reset', async () => {
+    const ids = new Map<string, string>([['erin', '1:a']]);
+    const ws = () =>
+      new Workspaces(root, {
+        resets: { current: async (c) => ids.get(c) ?? null, all: async () => new Map(ids) },
+      });
+    const dir = await ws().ensure('erin');
+    await rm(dir, { recursive: true });
+    ids.set('erin', '2:b');
+    await ws().ensure('erin');
+    await writeFile(path.join(dir, 'kept.txt'), 'x');
+    expect(await readdir(await ws().ensure('erin'))).toEqual(['kept.txt']);
+  });
+
+  it('a marker of the counter version (generation n) equals the id n that version left in Redis', async () => {
+    const ids = new Map<string, string>();
+    const ws = () =>
+      new Workspaces(root, {
+        resets: { current: async (c) => ids.get(c) ?? null, all: async () => new Map(ids) },
+      });
+    const dir = await ws().ensure('dave');
+    await writeFile(path.join(dir, 'f.txt'), 'x');
+    await writeFile(
+      path.join(root, '.markers', 'dave'),
+      JSON.stringify({ client: 'dave', created: 1, generation: 3 }),
+    );
+    ids.set('dave', '3');
+    expect(await readdir(await ws().ensure('dave'))).toEqual(['f.txt']);
+    ids.set('dave', '1:new');
+    expect(await readdir(await ws().ensure('dave'))).toEqual([]);
   });
 });

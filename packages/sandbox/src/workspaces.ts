@@ -59,14 +59,15 @@ export interface ResolvedPath {
 
 /**
  * Admin resets, as the worker reads them (from Redis; see @toolgate/calls WorkspaceResets):
- * a generation per client that grows with each reset. A workspace made under an older
- * generation is deleted before its next use. A counter rather than a time, so no two clocks
- * have to agree.
+ * per client the id of its last reset, new and unique at each reset. A workspace made under any
+ * other id is deleted before its next use — compared for difference, not order, so a Redis that
+ * forgot its ids (and counts again from 0) can never make a later reset look old.
  */
 export interface WorkspaceResetSource {
-  generation(clientId: string): Promise<number>;
+  /** The id of the client's last reset; null when none is known. */
+  current(clientId: string): Promise<string | null>;
   /** Every client with a reset, for the reaper. */
-  all(): Promise<Map<string, number>>;
+  all(): Promise<Map<string, string>>;
 }
 
 export interface WorkspaceOptions {
@@ -90,8 +91,29 @@ export interface WorkspaceOptions {
 interface Marker {
   client: string;
   created: number;
-  /** The reset generation it was made under; null: unknown then (Redis unreachable). */
-  generation: number | null;
+  /**
+   * The reset id it was made under: '' before any reset; null: unknown then (Redis
+   * unreachable). Markers of earlier versions hold a numeric `generation` instead (madeUnder).
+   */
+  reset?: string | null;
+  generation?: number | null;
+}
+
+/**
+ * The reset a marker's workspace was made under. No marker (a workspace from before markers)
+ * or generation 0: none (''); an earlier version's generation n is the id n, which is what that
+ * version left in Redis too.
+ */
+function madeUnder(marker: Marker | undefined): string | null {
+  if (!marker) return '';
+  if (marker.reset !== undefined) return marker.reset;
+  if (marker.generation === null) return null;
+  return marker.generation ? String(marker.generation) : '';
+}
+
+/** A reset is pending: one is known, and the workspace was made under another (known) one. */
+function resetPending(made: string | null, current: string | null | undefined): boolean {
+  return made !== null && current !== undefined && current !== null && made !== current;
 }
 
 const DAY_MS = 86_400_000;
@@ -102,8 +124,8 @@ const MARKERS = '.markers';
 export class Workspaces {
   readonly root: string;
   private readonly options: WorkspaceOptions;
-  /** Prepared this process: directory → the generation it was made under. */
-  private readonly known = new Map<string, number>();
+  /** Prepared this process: directory → the reset it was made under (null: unknown). */
+  private readonly known = new Map<string, string | null>();
   private readonly preparing = new Map<string, Promise<void>>();
   private readonly images: WorkspaceImages;
   private readonly lock: HostLock;
@@ -158,10 +180,10 @@ export class Workspaces {
    */
   async ensure(clientId: string): Promise<string> {
     const dir = this.pathFor(clientId);
-    // Redis unreachable: the generation is unknown (undefined) and no reset is applied now.
-    const generation = await Promise.resolve(this.options.resets?.generation(clientId) ?? 0).catch(
+    // Redis unreachable: the reset is unknown (undefined) and none is applied now.
+    const current = await Promise.resolve(this.options.resets?.current(clientId) ?? null).catch(
       (err: unknown) => {
-        this.options.logger?.warn({ err }, 'workspace reset generation unreadable');
+        this.options.logger?.warn({ err }, 'workspace reset id unreadable');
         return undefined;
       },
     );
@@ -169,7 +191,9 @@ export class Workspaces {
     const seen = this.known.get(dir);
     if (
       seen !== undefined &&
-      (generation === undefined || seen >= generation) &&
+      !resetPending(seen, current) &&
+      // Made while the reset was unknown: prepare() adopts the one known now.
+      (seen !== null || current === undefined) &&
       (await this.stillThere(dir))
     ) {
       await this.touch(dir);
@@ -179,7 +203,7 @@ export class Workspaces {
     let pending = this.preparing.get(dir);
     if (!pending) {
       pending = this.lock
-        .with(() => this.prepare(clientId, dir, generation))
+        .with(() => this.prepare(clientId, dir, current))
         .finally(() => this.preparing.delete(dir));
       this.preparing.set(dir, pending);
     }
@@ -211,7 +235,7 @@ export class Workspaces {
   private async prepare(
     clientId: string,
     dir: string,
-    generation: number | undefined,
+    current: string | null | undefined,
   ): Promise<void> {
     await mkdir(this.root, { recursive: true, mode: 0o711 });
     await mkdir(path.join(this.root, MARKERS), { recursive: true, mode: 0o700 });
@@ -221,12 +245,18 @@ export class Workspaces {
       () => true,
       () => false,
     );
-    // A workspace from before markers counts as generation 0. One made while the generation
-    // was unknown adopts the current one: wiping it would lose what was written meanwhile.
-    const madeUnder = marker ? marker.generation : 0;
-    if (exists && generation !== undefined && madeUnder !== null && madeUnder < generation) {
-      this.options.logger?.info({ client: clientId, generation }, 'workspace reset by an admin');
+    // One made while the reset was unknown adopts the current one: wiping it would lose what
+    // was written meanwhile.
+    if (exists && resetPending(madeUnder(marker), current)) {
+      this.options.logger?.info(
+        { client: clientId, reset: current },
+        'workspace reset by an admin',
+      );
       await this.removeDir(dir);
+      marker = undefined;
+    } else if (!exists) {
+      // A new directory (a stale marker's is gone) is made under the reset known now: an older
+      // id left in the marker would wipe what is written in it at the next call.
       marker = undefined;
     }
     try {
@@ -241,17 +271,20 @@ export class Workspaces {
       await chown(dir, SANDBOX_UID, SANDBOX_GID);
       await chmod(dir, 0o700);
     }
-    if (!marker || (marker.generation === null && generation !== undefined)) {
-      marker = {
+    let made = marker ? madeUnder(marker) : undefined;
+    if (made === undefined || (made === null && current !== undefined)) {
+      // Under the reset known now: '' when there was none, null when Redis could not say.
+      made = current === undefined ? null : (current ?? '');
+      const fresh: Marker = {
         client: clientId,
         created: marker?.created ?? Date.now(),
-        generation: generation ?? null,
+        reset: made,
       };
-      await writeFile(this.markerFile(dir), JSON.stringify(marker), { mode: 0o600 });
+      await writeFile(this.markerFile(dir), JSON.stringify(fresh), { mode: 0o600 });
     } else {
       await this.touch(dir);
     }
-    this.known.set(dir, Math.max(marker.generation ?? 0, generation ?? 0));
+    this.known.set(dir, made);
   }
 
   private async mountQuota(clientId: string, dir: string): Promise<void> {
@@ -299,9 +332,9 @@ export class Workspaces {
     const counts = { expired: 0, reset: 0 };
     const names = await readdir(this.root).catch(() => [] as string[]);
     if (names.length === 0) return counts;
-    const resets = new Map<string, number>();
-    for (const [client, gen] of (await this.options.resets?.all()) ?? [])
-      resets.set(Workspaces.dirName(client), gen);
+    const resets = new Map<string, string>();
+    for (const [client, id] of (await this.options.resets?.all()) ?? [])
+      resets.set(Workspaces.dirName(client), id);
     const ttlMs = (this.options.ttlDays ?? 0) * DAY_MS;
     const busyMs = this.options.busyMs ?? 0;
     await this.lock.with(async () => {
@@ -315,9 +348,7 @@ export class Workspaces {
             () => undefined,
           );
         if (used === undefined || now - used < busyMs) continue;
-        const marker = await this.readMarker(dir);
-        const madeUnder = marker ? marker.generation : 0;
-        if (madeUnder !== null && (resets.get(name) ?? 0) > madeUnder) {
+        if (resetPending(madeUnder(await this.readMarker(dir)), resets.get(name))) {
           await this.removeDir(dir);
           counts.reset++;
         } else if (ttlMs > 0 && now - used > ttlMs) {

@@ -96,9 +96,10 @@ export async function startSandbox(
         ownerId: shared.workerId,
         isOwnerAlive: (owner) => workerAlive(shared.redis, shared.keys, owner).catch(() => true),
         // Network-enabled sandboxes reach only what the http tools may (policy.http).
-        startEgressProxy: (host) =>
+        startEgressProxy: (host, identify) =>
           startEgressProxy({
             host,
+            identify,
             policy: config.policy.http,
             log: log.child({ component: 'egress' }),
           }),

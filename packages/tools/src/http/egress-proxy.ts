@@ -22,8 +22,19 @@ export interface EgressProxyOptions {
   host: string;
   port?: number;
   policy: AddressPolicy;
-  /** Tunnels and requests open at once; more are answered 503. */
+  /** Tunnels and requests open at once on this worker; more are answered 503. Default 256. */
   maxConnections?: number;
+  /**
+   * Tunnels and requests one client may hold at once: its share of maxConnections, so a
+   * client at its share leaves the rest to the others. Default maxConnections / 4 (64).
+   */
+  maxConnectionsPerClient?: number;
+  /**
+   * Whose sandbox a connection comes from, by its source address (the driver registers each
+   * network-enabled container's address with its client). Undefined: not a sandbox of this
+   * worker, refused. Without it every connection counts as one client's.
+   */
+  identify?: (address: string) => string | undefined;
   /** A tunnel or request idle this long is closed. */
   idleTimeoutMs?: number;
   lookup?: LookupFunction;
@@ -35,26 +46,78 @@ export interface EgressProxy {
   port: number;
   /** What sandboxes put in HTTP_PROXY / HTTPS_PROXY. */
   url: string;
+  /**
+   * Closes every connection from a source address (its sandbox is gone): its tunnels leave the
+   * client's share at once, and an address Docker hands to the next container starts clean.
+   */
+  disconnect(address: string): void;
   close(): Promise<void>;
 }
 
 const CHECK_TIMEOUT_MS = 10_000;
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  403: 'Forbidden',
+  502: 'Bad Gateway',
+  503: 'Service Unavailable',
+};
 
 export async function startEgressProxy(options: EgressProxyOptions): Promise<EgressProxy> {
   const guard = new AddressGuard(options.policy, options.lookup);
   const maxConnections = options.maxConnections ?? 256;
+  const perClient = Math.max(
+    1,
+    Math.min(maxConnections, options.maxConnectionsPerClient ?? Math.floor(maxConnections / 4)),
+  );
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
+  const identify = options.identify ?? (() => '');
   const log = options.log;
   let open = 0;
+  /** Tunnels and requests open now, per client. */
+  const openOf = new Map<string, number>();
+  /** Every socket open now, per source address (for disconnect). */
+  const sockets = new Map<string, Set<Socket>>();
+
+  /**
+   * Takes one of the worker's connections for the client behind `socket`; returns the release
+   * (call it once, on close) or why not. Synchronous: no await between the check and the count.
+   */
+  const admit = (socket: Socket): { release: () => void } | { status: number; reason: string } => {
+    const client = identify(sourceOf(socket));
+    if (client === undefined)
+      return { status: 403, reason: 'refused: not a sandbox of this worker' };
+    const mine = openOf.get(client) ?? 0;
+    if (mine >= perClient)
+      return {
+        status: 503,
+        reason: `too many connections: this client holds its share (${perClient})`,
+      };
+    if (open >= maxConnections) return { status: 503, reason: 'too many connections' };
+    open++;
+    openOf.set(client, mine + 1);
+    let released = false;
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        open--;
+        const left = (openOf.get(client) ?? 1) - 1;
+        if (left > 0) openOf.set(client, left);
+        else openOf.delete(client);
+      },
+    };
+  };
 
   const check = async (url: URL): Promise<CheckedTarget> =>
     guard.check(url, AbortSignal.timeout(CHECK_TIMEOUT_MS));
 
   const refuse = (socket: Duplex, status: number, reason: string) => {
     const body = `toolgate egress: ${reason}\n`;
+    // Closed once written: a client that keeps its half open would otherwise keep the slot.
     socket.end(
-      `HTTP/1.1 ${status} ${status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : 'Service Unavailable'}\r\n` +
+      `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\n` +
         `content-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      () => socket.destroy(),
     );
   };
   const reasonOf = (err: unknown) =>
@@ -72,12 +135,14 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
         .end('toolgate egress: absolute http:// URL expected\n');
       return;
     }
-    if (open >= maxConnections) {
-      res.writeHead(503).end('toolgate egress: too many connections\n');
+    const slot = admit(req.socket);
+    if (!('release' in slot)) {
+      res
+        .writeHead(slot.status, { 'content-type': 'text/plain' })
+        .end(`toolgate egress: ${slot.reason}\n`);
       return;
     }
-    open++;
-    res.once('close', () => open--);
+    res.once('close', slot.release);
     check(url).then(
       (target) => forward(req, res, target),
       (err: unknown) => {
@@ -124,10 +189,6 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       refuse(client, 400, 'CONNECT host:port expected');
       return;
     }
-    if (open >= maxConnections) {
-      refuse(client, 503, 'too many connections');
-      return;
-    }
     let url: URL;
     try {
       // The guard speaks URLs; https:// only picks its default port, the port is explicit.
@@ -136,8 +197,16 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       refuse(client, 400, 'invalid CONNECT target');
       return;
     }
-    open++;
-    client.once('close', () => open--);
+    const slot = admit(req.socket);
+    if (!('release' in slot)) {
+      refuse(client, slot.status, slot.reason);
+      return;
+    }
+    client.once('close', slot.release);
+    // A client that gives up before its tunnel opens (half-closes: the server allows half-open
+    // sockets) is gone: free its connection now, not when the upstream attempt times out.
+    const gaveUp = () => client.destroy();
+    client.once('end', gaveUp);
     check(url).then(
       (target) => {
         const upstream: Socket = connect({
@@ -155,6 +224,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
         });
         upstream.once('connect', () => {
           connected = true;
+          client.off('end', gaveUp);
           client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
           if (head.length > 0) upstream.write(head);
           upstream.pipe(client);
@@ -166,6 +236,16 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
         refuse(client, 403, reasonOf(err));
       },
     );
+  });
+  server.on('connection', (socket: Socket) => {
+    const source = sourceOf(socket);
+    let set = sockets.get(source);
+    if (!set) sockets.set(source, (set = new Set()));
+    set.add(socket);
+    socket.once('close', () => {
+      set.delete(socket);
+      if (set.size === 0 && sockets.get(source) === set) sockets.delete(source);
+    });
   });
   server.on('clientError', (_err, socket) => socket.destroy());
   server.headersTimeout = 10_000;
@@ -182,9 +262,21 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     host: options.host,
     port,
     url: `http://${hostForUrl}:${port}`,
+    disconnect(address: string) {
+      for (const socket of sockets.get(normalizeAddress(address)) ?? []) socket.destroy();
+    },
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/** The peer's address, IPv4-mapped IPv6 written as plain IPv4 (as the driver registers it). */
+function sourceOf(socket: Socket): string {
+  return normalizeAddress(socket.remoteAddress ?? '');
+}
+
+function normalizeAddress(address: string): string {
+  return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
 }

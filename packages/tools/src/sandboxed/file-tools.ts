@@ -54,6 +54,7 @@ async function fileOp<T>(ctx: ToolContext, request: Op): Promise<T> {
       limits: { outputBytes: ANSWER_BYTES },
       signal: ctx.signal,
       callId: ctx.callId,
+      clientId: ctx.clientId,
     });
     if (result.timedOut)
       throw new ToolError('timeout', 'the file operation did not finish in time');

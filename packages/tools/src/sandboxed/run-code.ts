@@ -59,6 +59,7 @@ export async function runInWorkspace(
       signal: ctx.signal,
       onOutput: (stream, text) => ctx.events?.output(stream, text),
       callId: ctx.callId,
+      clientId: ctx.clientId,
     });
   } catch (err) {
     throw toToolError(err);

@@ -149,9 +149,9 @@ export function adminRoutes(deps: {
 
 /**
  * Admin-only: DELETE /v1/workspaces/{client} schedules the deletion of a client's workspace on
- * every worker host. The gateway touches no host files: it bumps the client's reset generation
- * in Redis, and each worker deletes its copy before the client's next call there (or in its
- * reaper pass). Hence 202 "scheduled": the next call of that client starts with an empty
+ * every worker host. The gateway touches no host files: it gives the client a new reset id in
+ * Redis, and each worker deletes a copy made under another id before the client's next call
+ * there (or in its reaper pass). Hence 202 "scheduled": the next call of that client starts with an empty
  * workspace; one already running finishes in the old one.
  */
 export function workspaceAdminRoutes(deps: {
@@ -164,8 +164,8 @@ export function workspaceAdminRoutes(deps: {
   router.delete('/v1/workspaces/:client', requireAdmin, async (req, res) => {
     const client = (req.params as { client: string }).client;
     if (!clientIds.has(client)) throw new ApiError('not_found', `no client with id "${client}"`);
-    const generation = await guardRedis(() => resets.schedule(client), redis);
-    res.status(202).json({ client, status: 'scheduled', generation });
+    const { generation, resetId } = await guardRedis(() => resets.schedule(client), redis);
+    res.status(202).json({ client, status: 'scheduled', generation, resetId });
   });
   return router;
 }

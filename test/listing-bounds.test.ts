@@ -216,7 +216,11 @@ describe('calls parked for approval', () => {
     expect(snapshot).toMatchObject({
       type: 'snapshot',
       total: 4,
-      byClient: { alice: { pending: 3, limit: 3 }, bob: { pending: 1, limit: 16 } },
+      byClient: {
+        alice: { pending: 3, limit: 3 },
+        bob: { pending: 1, limit: 16 },
+        ops: { pending: 0, limit: 16 },
+      },
     });
 
     // A decision gives the place back.

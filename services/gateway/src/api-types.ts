@@ -119,7 +119,7 @@ export type ApprovalEvent =
       /** The oldest pending calls, at most 200 (`total` counts them all). */
       pending: PendingApproval[];
       total: number;
-      /** Per client with calls pending: how many, and its `limits.pendingApprovals`. */
+      /** Per configured client: its calls pending, and its `limits.pendingApprovals`. */
       byClient: Record<string, PendingCount>;
     }
   | { type: 'parked'; approval: PendingApproval }

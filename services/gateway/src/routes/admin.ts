@@ -45,12 +45,11 @@ export function adminRoutes(deps: {
   router.use(['/v1/approvals', '/v1/audit'], requireAdmin);
 
   const clientIds = [...deps.pendingLimits.keys()];
+  // Every configured client, none pending included: the console counts parked events against
+  // these limits.
   const countsOf = (byClient: Record<string, number>): Record<string, PendingCount> =>
     Object.fromEntries(
-      Object.entries(byClient).map(([c, pending]) => [
-        c,
-        { pending, limit: deps.pendingLimits.get(c) ?? 0 },
-      ]),
+      [...deps.pendingLimits].map(([c, limit]) => [c, { pending: byClient[c] ?? 0, limit }]),
     );
 
   /** The oldest PENDING_LISTED pending calls (each a brief: arguments as a preview). */

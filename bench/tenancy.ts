@@ -132,8 +132,7 @@ const configPath = join(dir, 'toolgate.yaml');
 function writeConfig(withLimits: boolean): void {
   const a = (mode: NoisyMode) =>
     `  - { id: ${aClient(mode)}, key: ${key(aClient(mode))}, tools: [run_shell, calculator], ` +
-    // The listings attacker is limited by what the gateway takes, not by its rate.
-    `rateLimit: { perMinute: ${mode === 'listings' ? 1_000_000 : A_RATE_PER_MINUTE} }` +
+    `rateLimit: { perMinute: ${A_RATE_PER_MINUTE} }` +
     (withLimits
       ? `, limits: { queued: ${A_LIMITS.queued}, sandboxInFlight: ${A_LIMITS.sandboxInFlight} }`
       : '') +

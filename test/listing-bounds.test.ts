@@ -5,7 +5,7 @@
  * Parked calls count against `limits.pendingApprovals`, and the approvals list reads briefs.
  */
 import { randomUUID } from 'node:crypto';
-import { Keys, type CallRecord } from '@toolgate/calls';
+import { CallIndex, CallStore, Keys, finishedRecord, type CallRecord } from '@toolgate/calls';
 import type { ApprovalEvent, CallList, PendingApproval } from '@toolgate/gateway';
 import { Type, defineTool } from '@toolgate/registry';
 import { Redis } from 'ioredis';
@@ -25,6 +25,8 @@ const N = 120;
  */
 const BRIEF_BYTES = 1024;
 const BACKGROUND = 64 * 1024;
+
+const CAROL = 'carol-key-0123456789abcdef';
 
 let server: RedisServer;
 let redis: Redis;
@@ -61,6 +63,7 @@ beforeAll(async () => {
           limits: { pendingApprovals: 3 },
         },
         { id: 'bob', key: KEYS.bob, tools: ['*'], rateLimit: { perMinute: 10_000 } },
+        { id: 'carol', key: CAROL, tools: ['*'], rateLimit: { perMinute: 15 } },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true, rateLimit: { perMinute: 10_000 } },
       ],
     },
@@ -183,6 +186,46 @@ describe('a call listing over results at the cap', () => {
       status: 'ok',
       durationMs: 7,
     });
+  });
+});
+
+describe('what a listing costs the client', () => {
+  it('each 100 calls scanned past the first 100 cost one of its rate', async () => {
+    // 1000 finished calls, written as the worker writes them (record, brief, index).
+    const store = new CallStore(redis, keys, 3600, MAX_RESULT);
+    const index = new CallIndex(redis, keys, 3600);
+    for (let i = 0; i < 1000; i += 100) {
+      const multi = redis.multi();
+      const ids = Array.from({ length: 100 }, () => randomUUID());
+      for (const id of ids) {
+        const outcome = {
+          id,
+          tool: 'calculator',
+          status: 'ok' as const,
+          result: 2,
+          durationMs: 1,
+          cached: false,
+        };
+        store.addTo(
+          multi,
+          finishedRecord(
+            { id, tool: 'calculator', clientId: 'carol', acceptedAt: Date.now() },
+            'fast',
+            outcome,
+          ),
+        );
+      }
+      index.addTo(multi, 'carol', ids);
+      await multi.exec();
+    }
+    // A filter that matches nothing reads all 1000: 1 at the door + 9.
+    const first = await stack.call('/v1/calls?tool=wipe_disk&limit=200', { key: CAROL });
+    expect(first.status).toBe(200);
+    expect(await first.json()).toEqual({ calls: [] });
+    // 10 of 15 spent: the next full scan runs out of rate on its way.
+    const second = await stack.call('/v1/calls?tool=wipe_disk&limit=200', { key: CAROL });
+    expect(second.status).toBe(429);
+    expect(await second.json()).toMatchObject({ error: { code: 'rate_limited' } });
   });
 });
 

@@ -83,8 +83,8 @@ export interface CallListItem {
 export interface CallList {
   calls: CallListItem[];
   /**
-   * The scan stopped at its bound (1000 calls or 1 MiB of listing data) with calls left
-   * unread: fewer than `limit` matched so far; narrow `since` to see further back.
+   * The scan stopped at its bound (1000 calls or 1 MiB of briefs, docs/http-api.md) with
+   * calls left unread: older matches may exist beyond what was listed.
    */
   partial?: true;
 }

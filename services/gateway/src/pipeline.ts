@@ -531,7 +531,8 @@ export class CallPipeline {
    * client's). Reads briefs, never records: finished and parked calls from the call index,
    * calls in flight from the admission sets (their state from the queue, without arguments).
    * The scan stops at LIST_SCAN calls or LIST_BYTES of briefs, whatever the filters match;
-   * `partial` says it stopped with calls left unread.
+   * `partial` says it stopped with calls left unread. Each chunk of LIST_CHUNK calls after the
+   * first costs one of the client's rate.
    */
   async list(client: Client, q: CallListQuery): Promise<{ calls: CallBrief[]; partial: boolean }> {
     if (q.client !== undefined && q.client !== client.id && !client.admin) {
@@ -553,6 +554,9 @@ export class CallPipeline {
       let bytes = 0;
       let read = 0;
       while (read < ids.length && calls.length < q.limit && bytes < LIST_BYTES) {
+        // The request paid one at the door; each further chunk costs one more of the client's
+        // rate, so a full scan costs what ten small listings do (429 `rate_limited` past it).
+        if (read > 0) await this.o.limits.consume(client, 1);
         const chunk = ids.slice(read, read + LIST_CHUNK);
         read += chunk.length;
         const got = await this.o.store.briefs(chunk, legacy);

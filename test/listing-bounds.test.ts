@@ -27,6 +27,7 @@ const BRIEF_BYTES = 1024;
 const BACKGROUND = 64 * 1024;
 
 const CAROL = 'carol-key-0123456789abcdef';
+const DAVE = 'dave-key-0123456789abcdef0';
 
 let server: RedisServer;
 let redis: Redis;
@@ -41,6 +42,18 @@ const bigResult = defineTool({
   handler: ({ n }) => ({ body: 'x'.repeat(n) }),
 });
 
+const slowPad = defineTool({
+  name: 'slow_pad',
+  description: 'Holds its (large) arguments in flight for ms milliseconds',
+  category: 'test',
+  parameters: Type.Object({ pad: Type.String(), ms: Type.Integer({ minimum: 0 }) }),
+  timeoutMs: 30_000,
+  handler: async ({ ms }) => {
+    await new Promise((r) => setTimeout(r, ms));
+    return 'done';
+  },
+});
+
 /**
  * A private redis-server, so the bytes it sends move only with this file's stack (other test
  * files share the run's Redis in parallel).
@@ -51,7 +64,7 @@ beforeAll(async () => {
   const prefix = `lb${randomUUID().slice(0, 8)}`;
   keys = new Keys(prefix);
   stack = await startStack({
-    tools: [...testTools, bigResult],
+    tools: [...testTools, bigResult, slowPad],
     config: {
       redis: { url: server.url, prefix },
       clients: [
@@ -64,6 +77,7 @@ beforeAll(async () => {
         },
         { id: 'bob', key: KEYS.bob, tools: ['*'], rateLimit: { perMinute: 10_000 } },
         { id: 'carol', key: CAROL, tools: ['*'], rateLimit: { perMinute: 15 } },
+        { id: 'dave', key: DAVE, tools: ['*'], rateLimit: { perMinute: 10_000 } },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true, rateLimit: { perMinute: 10_000 } },
       ],
     },
@@ -186,6 +200,33 @@ describe('a call listing over results at the cap', () => {
       status: 'ok',
       durationMs: 7,
     });
+  });
+});
+
+describe('calls in flight', () => {
+  it('are listed from their queue without reading their arguments', async () => {
+    const pad = 'p'.repeat(500_000);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await stack.call('/tools/slow_pad/execute?wait=false', {
+        key: DAVE,
+        json: { pad, ms: 8000 },
+      });
+      expect(res.status).toBe(202);
+      ids.push(((await res.json()) as { id: string }).id);
+    }
+    // All running (their jobs, arguments included, already went to the worker).
+    let listed: CallList = { calls: [] };
+    for (let i = 0; i < 100; i++) {
+      listed = (await measured<CallList>('/v1/calls?limit=10', DAVE)).body;
+      if (listed.calls.filter((c) => c.status === 'running').length === 3) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const m = await measured<CallList>('/v1/calls?limit=10', DAVE);
+    expect(m.body.calls.map((c) => c.id).sort()).toEqual([...ids].sort());
+    for (const c of m.body.calls) expect(c).toMatchObject({ tool: 'slow_pad', status: 'running' });
+    // Reading each job would have sent its 500 KB of arguments.
+    expect(m.redisBytes).toBeLessThan(3 * BRIEF_BYTES + BACKGROUND);
   });
 });
 

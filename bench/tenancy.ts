@@ -2,7 +2,8 @@
 // worker processes, Redis and the sandbox driver, in one run, as ratios. Client B measures
 // calculator p50/p99 and run_python p50 alone (first and last, pooled as the reference), and
 // while client A (its own process, several connections) (a) floods the sandbox queue with 5 s
-// calls, (b) sends shell-policy bombs, (c) floods refusals with 1 MB bodies. Throughout, a
+// calls, (b) sends shell-policy bombs, (c) floods refusals with 1 MB bodies, (d) lists its
+// calls over an index of results at calls.maxResultBytes (BENCH_LISTING_RESULTS, 1000). Throughout, a
 // poller times the gateway's /healthz every 20 ms; Redis `used_memory` is read before and
 // after each phase.
 //
@@ -16,10 +17,11 @@
 // BENCH_BOMB_DOUBLINGS (25) size the bombs (today's policy check takes ~0.7 s on 22 pairs and
 // doubles per pair); BENCH_BODY_BYTES (1000000); BENCH_BODY_SHAPE (wide: ~35k short fields |
 // long: one string); BENCH_REDIS_BOUND_MB (20); BENCH_SANDBOX_DRIVER (docker | bwrap);
-// BENCH_PHASES (all: flood,bombs,refusals); BENCH_LIMITS (auto | on | off): A's
+// BENCH_PHASES (all: flood,bombs,refusals,listings); BENCH_LIMITS (auto | on | off): A's
 // `clients[].limits` (queued 16, sandboxInFlight 2) — `auto` keeps them when this build's
 // config accepts them and runs without them when it refuses them.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -29,6 +31,9 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 // The queue names and prefix as the gateway builds them (one place for key names).
 import { Keys } from '../packages/calls/src/keys.js';
+// The listings phase fills a client's index as the worker does.
+import { CallIndex } from '../packages/calls/src/call-index.js';
+import { CallStore, finishedRecord } from '../packages/calls/src/store.js';
 import {
   benchRedis,
   benchRedisPid,
@@ -57,6 +62,7 @@ const bodyShape = env.BENCH_BODY_SHAPE === 'long' ? 'long' : 'wide';
 // A phase's legitimate growth is B's call records and A's accepted jobs, a few MB; with audit
 // entries capped at ~4 KB and A at 600/min, A's refusals add well under 1 MB.
 const redisBoundMb = Number(env.BENCH_REDIS_BOUND_MB ?? 20);
+const listingResults = Number(env.BENCH_LISTING_RESULTS ?? 1000);
 const driver = env.BENCH_SANDBOX_DRIVER ?? 'docker';
 const limitsWanted = env.BENCH_LIMITS ?? 'auto';
 const A_LIMITS = { queued: 16, sandboxInFlight: 2 };
@@ -93,6 +99,12 @@ const ALL_PHASES: PhaseSpec[] = [
     label: '(c) refusal flood',
     mode: 'refusals',
     what: `${(bodyBytes / 1e6).toFixed(1)} MB bodies (${bodyShape === 'wide' ? 'many short fields' : 'one long string'}): unknown tool, forbidden tool, invalid JSON`,
+  },
+  {
+    id: 'listings',
+    label: '(d) large results + listings',
+    mode: 'listings',
+    what: `GET /v1/calls (status=ok&limit=1, tool=<none of them>, limit=200) and /v1/stats over ${listingResults} results at the cap`,
   },
   // Once more at the end: the reference pools both, so a busy stretch of the machine during
   // one of them does not make every ratio look better or worse.
@@ -133,6 +145,7 @@ function writeConfig(withLimits: boolean): void {
       a('flood'),
       a('bombs'),
       a('refusals'),
+      a('listings'),
       'log: { level: warn }',
       'worker: { queues: [fast, sandbox], sandboxConcurrency: 4 }',
       'sandbox:',
@@ -452,6 +465,43 @@ async function startNoisy(mode: NoisyMode): Promise<{ stop(): Promise<NoisyCount
   };
 }
 
+/**
+ * Before the listings phase, outside its measurement: `n` finished calls of `client`, each with
+ * a ~300 KB result, written as the worker writes them (CallStore caps each stored result at
+ * calls.maxResultBytes, 256 KiB; CallIndex keeps the client's newest 1000).
+ */
+async function fillLargeResults(client: string, n: number): Promise<void> {
+  const store = new CallStore(redis, keys, 86_400, 262_144);
+  const index = new CallIndex(redis, keys, 86_400);
+  const result = { status: 200, body: 'x'.repeat(300_000) };
+  for (let i = 0; i < n; i += 50) {
+    const multi = redis.multi();
+    const ids: string[] = [];
+    for (let j = i; j < Math.min(n, i + 50); j++) {
+      const id = randomUUID();
+      ids.push(id);
+      const outcome = {
+        id,
+        tool: 'http_get',
+        status: 'ok' as const,
+        result,
+        durationMs: 40,
+        cached: false,
+      };
+      store.addTo(
+        multi,
+        finishedRecord(
+          { id, tool: 'http_get', clientId: client, acceptedAt: Date.now() },
+          'fast',
+          outcome,
+        ),
+      );
+    }
+    index.addTo(multi, client, ids);
+    await multi.exec();
+  }
+}
+
 // --- the phases --------------------------------------------------------------------------
 interface PhaseResult {
   spec: PhaseSpec;
@@ -469,6 +519,7 @@ try {
   // First-use costs (workspace, page cache, JIT) out of the sample.
   await measureB(1);
   for (const spec of PHASES) {
+    if (spec.mode === 'listings') await fillLargeResults(aClient('listings'), listingResults);
     const memBefore = await usedMemory();
     healthPhase = currentPhase = spec.id;
     const noisy = spec.mode ? await startNoisy(spec.mode) : undefined;

@@ -199,11 +199,17 @@ describe('the approvals’ live stream', () => {
     expect(events).toContainEqual({
       type: 'decided',
       id: first.id,
+      client: 'bob',
       decision: 'rejected',
       by: 'ops',
       reason: 'not today',
     });
-    expect(events).toContainEqual({ type: 'cancelled', id: second.id, by: 'bob' });
+    expect(events).toContainEqual({
+      type: 'cancelled',
+      id: second.id,
+      client: 'bob',
+      by: 'bob',
+    });
     expect((await stack.call('/v1/approvals/events')).status).toBe(403);
   });
 });

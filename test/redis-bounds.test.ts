@@ -209,7 +209,7 @@ describe('each key family at its bound stays under the documented figure', () =>
     within(used, bound(clients * limits.maxEntries, entry));
   });
 
-  it('pending approvals: the record holds the parked call, arguments included', async () => {
+  it('pending approvals: the record holds the parked call, arguments included, its brief a preview', async () => {
     const store = new CallStore(redis, keys, 3600, MAX_RESULT);
     const approvals = new Approvals(redis, keys, store, 600);
     const argBytes = 2048;
@@ -224,10 +224,12 @@ describe('each key family at its bound stays under the documented figure', () =>
             acceptedAt: Date.now(),
           },
           'fast',
+          N,
         );
     });
-    // The record (job, arguments, expiry) and its member in the approvals set.
-    within(used, bound(N, argBytes + 1024));
+    // The record (job, arguments, expiry), its brief (the arguments' preview, ≤ 4096
+    // characters), and its members in the approvals set and the client's.
+    within(used, bound(2 * N, argBytes + 1024));
   });
 });
 
@@ -357,6 +359,7 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
     const prefix = stack.config.redis.prefix;
     const families = [
       /^call:[^:]+$/,
+      /^brief:[^:]+$/,
       /^events:[^:]+$/,
       /^calls:[^:]+$/,
       /^series:\d+(:[^:]+)?$/,
@@ -367,7 +370,7 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
       /^audit:[^:]+$/,
       /^audit-clients$/,
       /^authfail:.+$/,
-      /^approvals$/,
+      /^approvals(:[^:]+)?$/,
       /^cache:[^:]+:[0-9a-f]{64}$/,
       /^cache-index$/,
       /^stats:(tools|recent|slowest|cache)$/,

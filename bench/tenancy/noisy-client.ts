@@ -3,12 +3,12 @@
 // parent says `stop`; a 429 is normal and is honoured by waiting its Retry-After. The counts go
 // back to the parent over IPC.
 //
-// Env: NOISY_URL, NOISY_KEY, NOISY_MODE (flood | bombs | refusals), NOISY_CONNECTIONS,
+// Env: NOISY_URL, NOISY_KEY, NOISY_MODE (flood | bombs | refusals | listings), NOISY_CONNECTIONS,
 // NOISY_TIMEOUT_MS, NOISY_BOMB_PAIRS, NOISY_BOMB_DOUBLINGS, NOISY_BODY_BYTES, NOISY_BODY_SHAPE.
 import { Agent } from 'node:http';
 import { codeOf, isReply, send, sleep, type Attempt } from './http.js';
 
-export type NoisyMode = 'flood' | 'bombs' | 'refusals';
+export type NoisyMode = 'flood' | 'bombs' | 'refusals' | 'listings';
 
 export interface NoisyCounts {
   sent: number;
@@ -32,6 +32,8 @@ interface Shot {
   path: string;
   body: Buffer;
   contentType: string;
+  /** POST unless said (the listings are GETs, without a body). */
+  method?: 'GET';
 }
 
 const url = process.env.NOISY_URL!;
@@ -108,6 +110,23 @@ function shots(): Shot[] {
           contentType: 'application/json',
         },
       ];
+    case 'listings': {
+      // Listings over A's index of results at calls.maxResultBytes (filled by the parent):
+      // a filter that matches the newest call, one that matches none (the whole index is
+      // scanned), the whole page, and the stats.
+      const get = (path: string): Shot => ({
+        path,
+        body: Buffer.alloc(0),
+        contentType: 'application/json',
+        method: 'GET',
+      });
+      return [
+        get('/v1/calls?status=ok&limit=1'),
+        get('/v1/calls?tool=calculator&limit=200'),
+        get('/v1/calls?limit=200'),
+        get('/v1/stats'),
+      ];
+    }
   }
 }
 
@@ -152,9 +171,9 @@ async function connection(list: Shot[], offset: number): Promise<void> {
     counts.sent++;
     const attempt = await send(url + shot.path, {
       agent,
-      method: 'POST',
+      method: shot.method ?? 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': shot.contentType },
-      body: shot.body,
+      ...(shot.method === 'GET' ? {} : { body: shot.body }),
       timeoutMs,
       signal: cutInFlight.signal,
     });

@@ -186,6 +186,11 @@ describe.skipIf(reason !== undefined)('operator console (chromium)', () => {
     await card.waitFor({ timeout: 10_000 });
     await expect(card.textContent()).resolves.toContain('alice');
     await expect(card.textContent()).resolves.toContain('doomed.txt');
+    // Each client's parked calls against its limits.pendingApprovals (default 16).
+    const perClient = page.getByRole('table', { name: 'Pending approvals per client' });
+    await expect(
+      perClient.getByRole('row').filter({ hasText: 'alice' }).textContent(),
+    ).resolves.toBe('alice116');
     await shot(page, 'approvals');
 
     await card.getByRole('button', { name: 'Approve' }).click();

@@ -7,6 +7,7 @@ import type {
   CallView,
   DecisionAnswer,
   PendingApproval,
+  PendingCount,
   WhoAmI,
 } from '@toolgate/gateway';
 import { useEffect, useState } from 'preact/hooks';
@@ -30,6 +31,8 @@ type Payload<T extends ApprovalEvent['type']> = Omit<Extract<ApprovalEvent, { ty
 
 export function Approvals({ who }: { who: WhoAmI }) {
   const [pending, setPending] = useState<PendingApproval[]>([]);
+  /** Every client's pending calls against its limit (the list shows the oldest 200 only). */
+  const [counts, setCounts] = useState<Record<string, PendingCount>>({});
   const [decided, setDecided] = useState<Decided[]>([]);
   const [live, setLive] = useState(false);
   const [error, setError] = useState<unknown>(undefined);
@@ -41,8 +44,14 @@ export function Approvals({ who }: { who: WhoAmI }) {
     const ctl = new AbortController();
     // What the list knew of each call, to name it once it has left the list.
     const known = new Map<string, PendingApproval>();
-    const leave = (id: string, d: Omit<Decided, 'id' | 'tool' | 'client'>) => {
+    const count = (client: string, delta: number) =>
+      setCounts((all) => {
+        const c = all[client] ?? { pending: 0, limit: 0 };
+        return { ...all, [client]: { ...c, pending: Math.max(0, c.pending + delta) } };
+      });
+    const leave = (id: string, client: string, d: Omit<Decided, 'id' | 'tool' | 'client'>) => {
       const p = known.get(id);
+      count(client, -1);
       setPending((list) => list.filter((x) => x.id !== id));
       setDecided((list) => [
         { id, tool: p?.tool ?? '?', client: p?.client ?? '?', ...d },
@@ -69,32 +78,36 @@ export function Approvals({ who }: { who: WhoAmI }) {
         const data = JSON.parse(m.data) as unknown;
         switch (m.event as ApprovalEvent['type']) {
           case 'snapshot': {
-            const { pending } = data as Payload<'snapshot'>;
+            const { pending, byClient } = data as Payload<'snapshot'>;
             for (const p of pending) known.set(p.id, p);
             setPending(pending);
+            setCounts(byClient);
             break;
           }
           case 'parked': {
             const { approval } = data as Payload<'parked'>;
             known.set(approval.id, approval);
+            count(approval.client, 1);
             setPending((list) => [...list.filter((x) => x.id !== approval.id), approval]);
             break;
           }
           case 'decided': {
             const d = data as Payload<'decided'>;
-            leave(d.id, {
+            leave(d.id, d.client, {
               outcome: d.decision,
               by: d.by,
               ...(d.reason ? { reason: d.reason } : {}),
             });
             break;
           }
-          case 'expired':
-            leave((data as Payload<'expired'>).id, { outcome: 'expired' });
+          case 'expired': {
+            const d = data as Payload<'expired'>;
+            leave(d.id, d.client, { outcome: 'expired' });
             break;
+          }
           case 'cancelled': {
             const d = data as Payload<'cancelled'>;
-            leave(d.id, { outcome: 'cancelled', by: d.by });
+            leave(d.id, d.client, { outcome: 'cancelled', by: d.by });
             break;
           }
         }
@@ -126,6 +139,7 @@ export function Approvals({ who }: { who: WhoAmI }) {
         {live ? 'Live: updates as calls are parked, decided or expire.' : 'Connecting…'}
       </p>
       <ErrorNote error={error} />
+      <PendingByClient counts={counts} />
       <h2>Pending ({pending.length})</h2>
       <div aria-live="polite">
         {pending.length === 0 ? (
@@ -261,5 +275,33 @@ function PendingCard({ approval: p, onLost }: { approval: PendingApproval; onLos
       )}
       <ErrorNote error={error} />
     </li>
+  );
+}
+
+/** Each client's parked calls against its `limits.pendingApprovals` (429 beyond it). */
+function PendingByClient({ counts }: { counts: Record<string, PendingCount> }) {
+  const rows = Object.entries(counts)
+    .filter(([, c]) => c.pending > 0)
+    .sort((a, b) => b[1].pending - a[1].pending);
+  if (rows.length === 0) return null;
+  return (
+    <table aria-label="Pending approvals per client">
+      <thead>
+        <tr>
+          <th scope="col">Client</th>
+          <th scope="col">Pending</th>
+          <th scope="col">Limit</th>
+        </tr>
+      </thead>
+      <tbody>
+        {rows.map(([client, c]) => (
+          <tr key={client} class={c.limit > 0 && c.pending >= c.limit ? 'at-limit' : undefined}>
+            <td>{client}</td>
+            <td>{c.pending}</td>
+            <td>{c.limit > 0 ? c.limit : '—'}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
   );
 }

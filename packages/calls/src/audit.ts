@@ -39,6 +39,10 @@ export interface AuditLimits {
 
 /** Rows read per stream per round trip when merging, and rows looked at per query at most. */
 const PAGE = 200;
+/** Bytes of entries read per stream per round trip: fewer rows when entries may be large. */
+const PAGE_BYTES = 256 * 1024;
+/** Bytes of entries one query reads at most, whatever its filters match (with MAX_SCANNED). */
+export const MAX_SCANNED_BYTES = 8 * 1024 * 1024;
 /** Characters of a reason kept (and scanned for secrets). */
 const MAX_REASON = 1000;
 const MAX_SCANNED = 10_000;
@@ -109,9 +113,14 @@ export class AuditLog {
       more: true,
     }));
     const out: AuditEntry[] = [];
-    // Filters apply after reading: merge until enough match, the streams end, or the scan cap.
-    for (let scanned = 0; out.length < limit && scanned < MAX_SCANNED; scanned++) {
-      await this.refill(cursors);
+    // Filters apply after reading: merge until enough match, the streams end, or the scan caps.
+    const read = { bytes: 0 };
+    for (
+      let scanned = 0;
+      out.length < limit && scanned < MAX_SCANNED && read.bytes < MAX_SCANNED_BYTES;
+      scanned++
+    ) {
+      await this.refill(cursors, read);
       let newest: Cursor | undefined;
       for (const c of cursors) {
         if (
@@ -133,18 +142,20 @@ export class AuditLog {
   }
 
   /** Reads the next page of every stream whose rows ran out, in one round trip. */
-  private async refill(cursors: Cursor[]): Promise<void> {
+  private async refill(cursors: Cursor[], read: { bytes: number }): Promise<void> {
     const empty = cursors.filter((c) => c.more && c.next >= c.rows.length);
     if (empty.length === 0) return;
+    const page = Math.min(PAGE, Math.max(8, Math.floor(PAGE_BYTES / this.limits.maxEntryBytes)));
     const pipeline = this.redis.pipeline();
-    for (const c of empty) pipeline.xrevrange(c.key, c.end, '-', 'COUNT', PAGE);
+    for (const c of empty) pipeline.xrevrange(c.key, c.end, '-', 'COUNT', page);
     const results = (await pipeline.exec()) ?? [];
     empty.forEach((c, i) => {
       const [err, rows] = results[i] ?? [new Error('no reply')];
       if (err) throw err;
       c.rows = rows as [string, string[]][];
       c.next = 0;
-      c.more = c.rows.length === PAGE;
+      c.more = c.rows.length === page;
+      for (const [, fields] of c.rows) read.bytes += fields[1]?.length ?? 0;
       if (c.rows.length > 0) c.end = `(${c.rows.at(-1)![0]}`;
     });
   }

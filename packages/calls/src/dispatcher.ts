@@ -4,7 +4,7 @@ import { Queue } from 'bullmq';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallStore } from './store.js';
-import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
+import type { CallBrief, CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
 
 const KINDS: QueueKind[] = ['fast', 'sandbox'];
 /** Fallback checks of a waited-for call (a reply lost in a reconnect, a job BullMQ failed). */
@@ -230,6 +230,33 @@ export class Dispatcher {
     }
     // Finished between the two reads (or approved and not yet enqueued).
     return (await this.store.get(id)) ?? record;
+  }
+
+  /**
+   * A queued or running call's brief from its job without reading the job's arguments (a
+   * listing reads bounded bytes per call): the job's name (its tool), add time and state.
+   * Undefined when no queue holds the call.
+   */
+  async peek(id: string, clientId: string): Promise<CallBrief | undefined> {
+    for (const kind of KINDS) {
+      const [tool, timestamp] = await this.connection.hmget(
+        this.keys.bullJob(kind, id),
+        'name',
+        'timestamp',
+      );
+      if (tool === null || tool === undefined) continue;
+      const state = await this.queues[kind].getJobState(id);
+      const base = { id, tool, clientId, createdAt: Number(timestamp) };
+      if (state === 'failed') return { ...base, status: 'error', errorCode: 'worker_error' };
+      // Completed: its record lands within milliseconds; until then it reads as running.
+      if (state === 'completed') return { ...base, status: 'running' };
+      if (state !== 'active') return { ...base, status: 'queued' };
+      // Active sandbox calls run once they hold their client's lease (see lookup).
+      if (kind === 'fast') return { ...base, status: 'running' };
+      const leased = await this.connection.zscore(this.keys.running(clientId, kind), id);
+      return { ...base, status: leased === null ? 'queued' : 'running' };
+    }
+    return undefined;
   }
 
   /** A call's record, read once more after RECORD_GRACE_MS if it is not there yet. */

@@ -1,5 +1,6 @@
 export { Keys, isCallId } from './keys.js';
-export { CallStore, finishedRecord } from './store.js';
+export { CallStore, BRIEF_MAX_BYTES, briefOf, finishedRecord } from './store.js';
+export type { LegacyBudget } from './store.js';
 export { capOutcome } from './result-cap.js';
 export { Dispatcher, failedOutcome } from './dispatcher.js';
 export {
@@ -49,6 +50,7 @@ export {
 } from './events.js';
 export type { EventLimits, OutcomeEvent } from './events.js';
 export type {
+  CallBrief,
   CallDone,
   CallError,
   CallEvent,

@@ -70,6 +70,14 @@ export class Keys {
     return `${this.prefix}:call:${id}`;
   }
 
+  /**
+   * A call's brief (CallBrief): the few fields listings show, written with the record and
+   * expiring with it, so a listing reads ≤ BRIEF_MAX_BYTES per call whatever the result's size.
+   */
+  callBrief(id: string): string {
+    return `${this.prefix}:brief:${id}`;
+  }
+
   idempotency(clientId: string, key: string): string {
     return `${this.prefix}:idem:${clientId}:${key}`;
   }
@@ -154,6 +162,14 @@ export class Keys {
   /** Sorted set of pending approvals, scored by expiry time. */
   get approvals(): string {
     return `${this.prefix}:approvals`;
+  }
+
+  /**
+   * Sorted set of one client's pending approvals, scored by expiry time: what
+   * `limits.pendingApprovals` counts (the shared set above holds everyone's).
+   */
+  clientApprovals(clientId: string): string {
+    return `${this.prefix}:approvals:${clientId}`;
   }
 
   cache(tool: string, digest: string): string {

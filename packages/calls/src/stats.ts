@@ -161,7 +161,8 @@ export class Stats {
         tool: outcome.tool,
         client: clientId,
         status: outcome.status,
-        ...(outcome.error ? { errorCode: outcome.error.code } : {}),
+        // Cut: a plugin's tool names its own codes, and these lists are read whole.
+        ...(outcome.error ? { errorCode: String(outcome.error.code).slice(0, 128) } : {}),
         durationMs: outcome.durationMs,
         cached: outcome.cached,
         at,

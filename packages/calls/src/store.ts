@@ -2,7 +2,21 @@ import type { ChainableCommander } from 'ioredis';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { capOutcome } from './result-cap.js';
-import type { CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
+import { redact } from './redact.js';
+import type { CallBrief, CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
+
+/**
+ * Bound of one brief's JSON, in bytes: the short fields cut to BRIEF_FIELD_CHARS, a parked
+ * call's argument preview (≤ ARGS_PREVIEW_CHARS characters, ≤ 3 bytes each) and the JSON around.
+ */
+export const BRIEF_MAX_BYTES = 16 * 1024;
+/** Characters kept of a brief's free-text fields (tool, client, error code, conversation). */
+const BRIEF_FIELD_CHARS = 128;
+
+/** Records written before briefs existed: the most bytes of them one read may load, in all. */
+export interface LegacyBudget {
+  bytes: number;
+}
 
 /**
  * Call records in Redis, each a JSON string that expires after `calls.ttlSeconds`. The one
@@ -17,20 +31,57 @@ export class CallStore {
     readonly maxResultBytes: number,
   ) {}
 
-  /** Adds the record's write to a MULTI/pipeline the caller is building. */
+  /** Adds the record's write, and its brief's, to a MULTI/pipeline the caller is building. */
   addTo(multi: ChainableCommander, record: CallRecord): void {
-    multi.set(this.keys.call(record.id), this.serialize(record), 'EX', this.ttlSeconds);
+    multi
+      .set(this.keys.call(record.id), this.serialize(record), 'EX', this.ttlSeconds)
+      .set(this.keys.callBrief(record.id), JSON.stringify(briefOf(record)), 'EX', this.ttlSeconds);
   }
 
   async put(record: CallRecord): Promise<void> {
-    await this.redis.set(this.keys.call(record.id), this.serialize(record), 'EX', this.ttlSeconds);
+    const multi = this.redis.multi();
+    this.addTo(multi, record);
+    const failed = ((await multi.exec()) ?? []).find(([err]) => err);
+    if (failed) throw failed[0];
   }
 
-  /** Many records in one round trip (undefined where there is none). */
-  async getMany(ids: readonly string[]): Promise<(CallRecord | undefined)[]> {
-    if (ids.length === 0) return [];
-    const texts = await this.redis.mget(ids.map((id) => this.keys.call(id)));
-    return texts.map((t) => (t ? (JSON.parse(t) as CallRecord) : undefined));
+  /**
+   * The briefs of many calls in one round trip (undefined where the call has no record), and
+   * the bytes Redis sent for them. A record written before briefs existed is read whole once,
+   * while `legacy` has bytes left, and its brief written for the next reader (with the
+   * record's remaining lifetime); beyond that budget it reads as undefined.
+   */
+  async briefs(
+    ids: readonly string[],
+    legacy: LegacyBudget,
+  ): Promise<{ briefs: (CallBrief | undefined)[]; bytes: number }> {
+    if (ids.length === 0) return { briefs: [], bytes: 0 };
+    const texts = await this.redis.mget(ids.map((id) => this.keys.callBrief(id)));
+    let bytes = 0;
+    const briefs = texts.map((t) => {
+      if (t === null) return undefined;
+      bytes += Buffer.byteLength(t);
+      return JSON.parse(t) as CallBrief;
+    });
+    const missing = ids.filter((_, i) => briefs[i] === undefined);
+    if (missing.length === 0 || legacy.bytes <= 0) return { briefs, bytes };
+    // Sizes first, so a record is read only when the budget covers it.
+    const sizes = await Promise.all(missing.map((id) => this.redis.strlen(this.keys.call(id))));
+    for (const [j, id] of missing.entries()) {
+      const size = sizes[j]!;
+      if (size === 0 || size > legacy.bytes) continue;
+      legacy.bytes -= size;
+      const text = await this.redis.get(this.keys.call(id));
+      if (!text) continue;
+      bytes += Buffer.byteLength(text);
+      const brief = briefOf(JSON.parse(text) as CallRecord);
+      briefs[ids.indexOf(id)] = brief;
+      const ttl = await this.redis.pttl(this.keys.call(id));
+      if (ttl > 0) {
+        await this.redis.set(this.keys.callBrief(id), JSON.stringify(brief), 'PX', ttl, 'NX');
+      }
+    }
+    return { briefs, bytes };
   }
 
   async get(id: string): Promise<CallRecord | undefined> {
@@ -76,6 +127,32 @@ export class CallStore {
       : record;
     return JSON.stringify(stored);
   }
+}
+
+/** A record's brief: what listings show of it, bounded by BRIEF_MAX_BYTES. */
+export function briefOf(record: CallRecord): CallBrief {
+  const error = record.outcome?.error?.code;
+  const job = record.status === 'pending_approval' ? record.job : undefined;
+  return {
+    id: record.id,
+    tool: cutText(record.tool, BRIEF_FIELD_CHARS),
+    clientId: cutText(record.clientId, BRIEF_FIELD_CHARS),
+    status: record.status,
+    createdAt: record.createdAt,
+    ...(record.outcome
+      ? { durationMs: record.outcome.durationMs, cached: record.outcome.cached }
+      : {}),
+    ...(error ? { errorCode: cutText(String(error), BRIEF_FIELD_CHARS) } : {}),
+    ...(record.expiresAt === undefined ? {} : { expiresAt: record.expiresAt }),
+    ...(job?.conversationId
+      ? { conversationId: cutText(job.conversationId, BRIEF_FIELD_CHARS) }
+      : {}),
+    ...(job ? { arguments: argsPreview(redact(job.args)) } : {}),
+  };
+}
+
+function cutText(text: string, chars: number): string {
+  return text.length > chars ? `${text.slice(0, chars)}…` : text;
 }
 
 /** The record of a call that ran (or was answered) and finished with `outcome`. */

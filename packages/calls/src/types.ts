@@ -103,3 +103,25 @@ export interface CallRecord {
 }
 
 export type QueueKind = 'fast' | 'sandbox';
+
+/**
+ * What listings show of a call (`GET /v1/calls`, `GET /v1/approvals`): short fields, stored
+ * apart from the record (`Keys.callBrief`), so a listing never reads a result. At most
+ * BRIEF_MAX_BYTES of JSON; a parked call's brief also carries what an approver sees.
+ */
+export interface CallBrief {
+  id: string;
+  tool: string;
+  clientId: string;
+  status: CallStatus;
+  createdAt: number;
+  durationMs?: number;
+  cached?: boolean;
+  errorCode?: string;
+  /** Parked calls: when the approval window ends (epoch ms). */
+  expiresAt?: number;
+  /** Parked calls. */
+  conversationId?: string;
+  /** Parked calls: the arguments, redacted, cut to a preview (ARGS_PREVIEW_CHARS). */
+  arguments?: unknown;
+}

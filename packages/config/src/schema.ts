@@ -7,7 +7,11 @@ function StringEnum<const T extends readonly string[]>(values: T, defaultValue: 
 }
 
 /** Per-client fair-share defaults (docs/scheduling.md); the worker uses them for unknown clients. */
-export const CLIENT_LIMIT_DEFAULTS = { queued: 64, sandboxInFlight: 4 } as const;
+export const CLIENT_LIMIT_DEFAULTS = {
+  queued: 64,
+  sandboxInFlight: 4,
+  pendingApprovals: 16,
+} as const;
 
 /** `host:port` of a Redis node (IPv6 in brackets: `[::1]:6379`). */
 const HostPort = Type.String({ pattern: '^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$' });
@@ -33,6 +37,14 @@ const ClientSchema = Type.Object(
         sandboxInFlight: Type.Integer({
           minimum: 1,
           default: CLIENT_LIMIT_DEFAULTS.sandboxInFlight,
+        }),
+        /**
+         * Calls this client may have parked for approval at once (they are in flight too, but
+         * wait on a person, not a worker): beyond it, 429 `too_many_pending_approvals`.
+         */
+        pendingApprovals: Type.Integer({
+          minimum: 1,
+          default: CLIENT_LIMIT_DEFAULTS.pendingApprovals,
         }),
         /** This client's workspace size, MiB; overrides sandbox.limits.workspaceMb. */
         workspaceMb: Type.Optional(Type.Integer({ minimum: 8 })),

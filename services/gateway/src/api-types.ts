@@ -82,6 +82,11 @@ export interface CallListItem {
  */
 export interface CallList {
   calls: CallListItem[];
+  /**
+   * The scan stopped at its bound (1000 calls or 1 MiB of briefs, docs/http-api.md) with
+   * calls left unread: older matches may exist beyond what was listed.
+   */
+  partial?: true;
 }
 
 /** One row of `GET /v1/approvals`. */
@@ -109,11 +114,31 @@ export interface DecisionAnswer {
  * the rest. `snapshot` first, then changes as they happen on any gateway.
  */
 export type ApprovalEvent =
-  | { type: 'snapshot'; pending: PendingApproval[] }
+  | {
+      type: 'snapshot';
+      /** The oldest pending calls, at most 200 (`total` counts them all). */
+      pending: PendingApproval[];
+      total: number;
+      /** Per configured client: its calls pending, and its `limits.pendingApprovals`. */
+      byClient: Record<string, PendingCount>;
+    }
   | { type: 'parked'; approval: PendingApproval }
-  | { type: 'decided'; id: string; decision: 'approved' | 'rejected'; by: string; reason?: string }
-  | { type: 'expired'; id: string }
-  | { type: 'cancelled'; id: string; by: string };
+  | {
+      type: 'decided';
+      id: string;
+      client: string;
+      decision: 'approved' | 'rejected';
+      by: string;
+      reason?: string;
+    }
+  | { type: 'expired'; id: string; client: string }
+  | { type: 'cancelled'; id: string; client: string; by: string };
+
+/** One client's calls parked for approval, against its limit. */
+export interface PendingCount {
+  pending: number;
+  limit: number;
+}
 
 /** `GET /v1/audit?callId=&client=&tool=&event=&limit=` (admin): newest first. */
 export type AuditList = AuditEntry[];

@@ -9,7 +9,7 @@ export interface Client {
   scope: ToolScope;
   rateLimitPerMinute: number;
   /** Fair share of the workers (docs/scheduling.md). */
-  limits: { queued: number; sandboxInFlight: number };
+  limits: { queued: number; sandboxInFlight: number; pendingApprovals: number };
 }
 
 /**
@@ -29,7 +29,11 @@ export class Clients {
           admin: c.admin,
           scope: new ToolScope(c.tools),
           rateLimitPerMinute: c.rateLimit.perMinute,
-          limits: { queued: c.limits.queued, sandboxInFlight: c.limits.sandboxInFlight },
+          limits: {
+            queued: c.limits.queued,
+            sandboxInFlight: c.limits.sandboxInFlight,
+            pendingApprovals: c.limits.pendingApprovals,
+          },
         },
       });
     }
@@ -42,6 +46,13 @@ export class Clients {
   /** The configured client ids. */
   get ids(): ReadonlySet<string> {
     return new Set([...this.byHash.values()].map((e) => e.client.id));
+  }
+
+  /** Each client's `limits.pendingApprovals` (the console shows counts against them). */
+  get pendingLimits(): ReadonlyMap<string, number> {
+    return new Map(
+      [...this.byHash.values()].map((e) => [e.client.id, e.client.limits.pendingApprovals]),
+    );
   }
 
   authenticate(key: string): Client | undefined {

@@ -16,6 +16,7 @@ export type ApiErrorCode =
   | 'loop_limit'
   | 'too_many_in_flight'
   | 'too_many_streams'
+  | 'too_many_pending_approvals'
   | 'unavailable'
   | 'internal';
 
@@ -34,6 +35,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   loop_limit: 429,
   too_many_in_flight: 429,
   too_many_streams: 429,
+  too_many_pending_approvals: 429,
   unavailable: 503,
   internal: 500,
 };

@@ -267,7 +267,16 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   );
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
   app.use(
-    adminRoutes({ redis, approvals, audit, pipeline, metrics, feed, shutdown: closing.signal }),
+    adminRoutes({
+      redis,
+      approvals,
+      audit,
+      pipeline,
+      metrics,
+      feed,
+      pendingLimits: clients.pendingLimits,
+      shutdown: closing.signal,
+    }),
   );
   app.use(consoleApi({ redis, series, registry, traceUrl: config.console.traceUrl }));
   app.use(

@@ -38,7 +38,7 @@ export function createMetrics() {
   });
   const limited = new Counter({
     name: 'toolgate_limited_total',
-    help: 'Requests refused by the rate limit (kind=rate), the loop guard (kind=loop), the limit on calls in flight (kind=in_flight) or the per-address limit on bad keys (kind=auth), by client',
+    help: 'Requests refused by the rate limit (kind=rate), the loop guard (kind=loop), the limit on calls in flight (kind=in_flight), the limit on calls pending approval (kind=pending_approvals) or the per-address limit on bad keys (kind=auth), by client',
     labelNames: ['kind', 'client'] as const,
     registers: [registry],
   });

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   FINAL_STATUSES,
+  briefOf,
   cancelledOutcome,
   canonicalDigest,
   isCallId,
@@ -14,6 +15,7 @@ import {
   type Admission,
   type Approvals,
   type AuditLog,
+  type CallBrief,
   type CallEvent,
   type CallEvents,
   type CallIndex,
@@ -47,7 +49,16 @@ export interface CallListQuery {
 }
 
 /** Index entries read for a filtered call list (the filters apply after reading). */
-const LIST_SCAN = 1000;
+export const LIST_SCAN = 1000;
+/**
+ * Bytes of briefs one listing reads before it stops: LIST_SCAN short briefs fit (≤ 1 KiB
+ * each), parked calls' briefs (≤ BRIEF_MAX_BYTES with their argument preview) stop it sooner.
+ */
+export const LIST_BYTES = 1024 * 1024;
+/** Briefs read per round trip: the scan stops between chunks. */
+const LIST_CHUNK = 100;
+/** Bytes of records written before briefs existed one listing may read to make their briefs. */
+export const LIST_LEGACY_BYTES = 1024 * 1024;
 
 export interface CallRequest {
   tool: string;
@@ -110,6 +121,8 @@ const LIVENESS_CACHE_MS = 1000;
 const UNAVAILABLE = 'Redis is unavailable; the call was not accepted';
 /** When a client over its calls in flight may try again: calls end at no predictable time. */
 const IN_FLIGHT_RETRY_SECONDS = 2;
+/** When a client at its pending-approval limit may try again: decisions take a person. */
+const PENDING_RETRY_SECONDS = 30;
 /** How long a cancel waits for the worker to stop a running call before answering 202. */
 const CANCEL_WAIT_MS = 5000;
 /** How long a cancelled call's marker lives, for a worker that missed the cancel message. */
@@ -265,7 +278,9 @@ export class CallPipeline {
       let parked: CallRecord | undefined;
       try {
         if (needsApproval) {
-          parked = await this.o.approvals.park(job, kind);
+          const park = await this.o.approvals.park(job, kind, client.limits.pendingApprovals);
+          if ('refused' in park) throw this.tooManyPending(client, park.refused);
+          parked = park.parked;
           this.o.metrics.approvalsParked.inc({ tool: tool.name });
           const multi = this.o.redis.multi();
           this.o.index.addTo(multi, client.id, [id]);
@@ -305,7 +320,7 @@ export class CallPipeline {
       }
       if (parked) {
         this.o.feed
-          .publish({ type: 'parked', approval: pendingApproval(parked) })
+          .publish({ type: 'parked', approval: pendingApproval(briefOf(parked)) })
           .catch(() => undefined);
         return { kind: 'accepted', id, status: 'pending_approval' };
       }
@@ -411,10 +426,12 @@ export class CallPipeline {
     await multi.exec();
     // The console's approvals list: an expired or cancelled parked call leaves it.
     if (record.status === 'expired') {
-      await this.o.feed.publish({ type: 'expired', id: record.id }).catch(() => undefined);
+      await this.o.feed
+        .publish({ type: 'expired', id: record.id, client: record.clientId })
+        .catch(() => undefined);
     } else if (cancel?.stage === 'parked') {
       await this.o.feed
-        .publish({ type: 'cancelled', id: record.id, by: cancel.by })
+        .publish({ type: 'cancelled', id: record.id, client: record.clientId, by: cancel.by })
         .catch(() => undefined);
     }
   }
@@ -511,10 +528,13 @@ export class CallPipeline {
 
   /**
    * Recent calls the client may see, newest first: its own (admins: everyone's, or one
-   * client's). Finished calls come from the call index, calls in flight from the admission
-   * sets (their state from the queue), parked ones from the index too.
+   * client's). Reads briefs, never records: finished and parked calls from the call index,
+   * calls in flight from the admission sets (their state from the queue, without arguments).
+   * The scan stops at LIST_SCAN calls or LIST_BYTES of briefs, whatever the filters match;
+   * `partial` says it stopped with calls left unread. Each chunk of LIST_CHUNK calls after the
+   * first costs one of the client's rate.
    */
-  async list(client: Client, q: CallListQuery): Promise<CallRecord[]> {
+  async list(client: Client, q: CallListQuery): Promise<{ calls: CallBrief[]; partial: boolean }> {
     if (q.client !== undefined && q.client !== client.id && !client.admin) {
       throw new ApiError('forbidden', `client "${client.id}" may only list its own calls`);
     }
@@ -526,21 +546,38 @@ export class CallPipeline {
         this.o.index.recent(clients, q.since, scan),
         ...clients.map((c) => this.o.admission.inFlightIds(c, q.since, q.limit)),
       ]);
-      const ids = [...new Set([...inFlight.flat(), ...finished])];
-      const stored = await this.o.store.getMany(ids);
-      const records: CallRecord[] = [];
-      for (let i = 0; i < ids.length && records.length < q.limit; i++) {
-        // In flight: no record yet (or a parked/approved one); the queue knows its state.
-        const record =
-          stored[i] && stored[i]!.status !== 'queued'
-            ? stored[i]
-            : await this.o.dispatcher.lookup(ids[i]!);
-        if (!record) continue;
-        if (q.tool && record.tool !== q.tool) continue;
-        if (q.status && record.status !== q.status) continue;
-        records.push(record);
+      const owner = new Map<string, string>();
+      inFlight.forEach((ids, i) => ids.forEach((id) => owner.set(id, clients[i]!)));
+      const ids = [...new Set([...inFlight.flat(), ...finished])].slice(0, LIST_SCAN);
+      const calls: CallBrief[] = [];
+      const legacy = { bytes: LIST_LEGACY_BYTES };
+      let bytes = 0;
+      let read = 0;
+      while (read < ids.length && calls.length < q.limit && bytes < LIST_BYTES) {
+        // The request paid one at the door; each further chunk costs one more of the client's
+        // rate, so a full scan costs what ten small listings do (429 `rate_limited` past it).
+        if (read > 0) await this.o.limits.consume(client, 1);
+        const chunk = ids.slice(read, read + LIST_CHUNK);
+        read += chunk.length;
+        const got = await this.o.store.briefs(chunk, legacy);
+        bytes += got.bytes;
+        for (const [i, id] of chunk.entries()) {
+          let brief = got.briefs[i];
+          // In flight: no record yet, or an approved one back in the queue: the queue knows.
+          const clientId = owner.get(id) ?? brief?.clientId;
+          if ((!brief || brief.status === 'queued') && clientId) {
+            brief = (await this.o.dispatcher.peek(id, clientId)) ?? brief;
+          }
+          if (!brief) continue;
+          if (q.tool && brief.tool !== q.tool) continue;
+          if (q.status && brief.status !== q.status) continue;
+          if (calls.length < q.limit) calls.push(brief);
+        }
       }
-      return records.sort((a, b) => b.createdAt - a.createdAt);
+      return {
+        calls: calls.sort((a, b) => b.createdAt - a.createdAt),
+        partial: calls.length < q.limit && read < ids.length,
+      };
     }, this.o.redis);
   }
 
@@ -598,6 +635,20 @@ export class CallPipeline {
       this.o.metrics.unreplicated.inc();
       this.o.onUnreplicated(replication);
     }
+  }
+
+  /** Parked calls wait on a person: each client holds at most its own share of the queue. */
+  private tooManyPending(client: Client, pending: number): ApiError {
+    this.o.metrics.limited.inc({ kind: 'pending_approvals', client: client.id });
+    const limit = client.limits.pendingApprovals;
+    return new ApiError(
+      'too_many_pending_approvals',
+      `client "${client.id}" already has ${pending} calls waiting for approval (its limit is ${limit}); retry when an administrator has decided some`,
+      {
+        headers: { 'Retry-After': String(PENDING_RETRY_SECONDS) },
+        details: { pending, limit },
+      },
+    );
   }
 
   private tooManyInFlight(client: Client, inFlight: number): ApiError {

@@ -2,7 +2,7 @@
  * What the routes answer, built in one place from the stored records and typed by
  * api-types.ts (the console's contract).
  */
-import { redact, type CallOutcome, type CallRecord } from '@toolgate/calls';
+import { redact, type CallBrief, type CallOutcome, type CallRecord } from '@toolgate/calls';
 import type { CallListItem, CallView, ExecuteAnswer, PendingApproval } from './api-types.js';
 
 /** A call as `GET /v1/calls/{id}` shows it (and cancel, and the events' outcome). */
@@ -22,19 +22,17 @@ export function callView(record: CallRecord): CallView {
   };
 }
 
-/** A call's row in `GET /v1/calls`. */
-export function callListItem(record: CallRecord): CallListItem {
-  const error = record.outcome?.error?.code;
+/** A call's row in `GET /v1/calls` (from its brief: a listing never reads a result). */
+export function callListItem(brief: CallBrief): CallListItem {
   return {
-    id: record.id,
-    tool: record.tool,
-    client: record.clientId,
-    status: record.status,
-    createdAt: new Date(record.createdAt).toISOString(),
-    ...(record.outcome
-      ? { durationMs: record.outcome.durationMs, cached: record.outcome.cached }
-      : {}),
-    ...(error ? { errorCode: error } : {}),
+    id: brief.id,
+    tool: brief.tool,
+    client: brief.clientId,
+    status: brief.status,
+    createdAt: new Date(brief.createdAt).toISOString(),
+    ...(brief.durationMs === undefined ? {} : { durationMs: brief.durationMs }),
+    ...(brief.cached === undefined ? {} : { cached: brief.cached }),
+    ...(brief.errorCode ? { errorCode: brief.errorCode } : {}),
   };
 }
 
@@ -53,15 +51,18 @@ function outcomeFields(outcome: CallOutcome) {
   };
 }
 
-/** A parked call as `GET /v1/approvals` and the approvals' event stream show it. */
-export function pendingApproval(record: CallRecord): PendingApproval {
+/**
+ * A parked call as `GET /v1/approvals` and the approvals' event stream show it: from its brief,
+ * so the arguments are a redacted preview (the whole call: `GET /v1/calls/{id}`).
+ */
+export function pendingApproval(brief: CallBrief): PendingApproval {
   return {
-    id: record.id,
-    tool: record.tool,
-    client: record.clientId,
-    ...(record.job?.conversationId ? { conversationId: record.job.conversationId } : {}),
-    arguments: redact(record.job?.args),
-    createdAt: new Date(record.createdAt).toISOString(),
-    expiresAt: new Date(record.expiresAt ?? 0).toISOString(),
+    id: brief.id,
+    tool: brief.tool,
+    client: brief.clientId,
+    ...(brief.conversationId ? { conversationId: brief.conversationId } : {}),
+    arguments: brief.arguments,
+    createdAt: new Date(brief.createdAt).toISOString(),
+    expiresAt: new Date(brief.expiresAt ?? 0).toISOString(),
   };
 }

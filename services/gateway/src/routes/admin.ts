@@ -8,6 +8,7 @@ import { guardRedis, type CallPipeline } from '../pipeline.js';
 import type { ApprovalFeed } from '../approval-feed.js';
 import { openEventStream } from '../sse.js';
 import { pendingApproval } from '../views.js';
+import type { ApprovalEvent, PendingCount } from '../api-types.js';
 import type { RedisClient } from '@toolgate/calls';
 
 function intParam(req: Request, name: string, fallback: number, max: number): number {
@@ -34,6 +35,8 @@ export function adminRoutes(deps: {
   pipeline: CallPipeline;
   metrics: GatewayMetrics;
   feed: ApprovalFeed;
+  /** Each configured client's `limits.pendingApprovals`. */
+  pendingLimits: ReadonlyMap<string, number>;
   /** Aborted when the gateway stops: open event streams end. */
   shutdown: AbortSignal;
 }): Router {
@@ -41,8 +44,17 @@ export function adminRoutes(deps: {
   const router = Router();
   router.use(['/v1/approvals', '/v1/audit'], requireAdmin);
 
+  const clientIds = [...deps.pendingLimits.keys()];
+  // Every configured client, none pending included: the console counts parked events against
+  // these limits.
+  const countsOf = (byClient: Record<string, number>): Record<string, PendingCount> =>
+    Object.fromEntries(
+      [...deps.pendingLimits].map(([c, limit]) => [c, { pending: byClient[c] ?? 0, limit }]),
+    );
+
+  /** The oldest PENDING_LISTED pending calls (each a brief: arguments as a preview). */
   router.get('/v1/approvals', async (_req, res) => {
-    const pending = await guardRedis(() => approvals.pending(), redis);
+    const { pending } = await guardRedis(() => approvals.pending(clientIds), redis);
     res.json(pending.map(pendingApproval));
   });
 
@@ -54,8 +66,14 @@ export function adminRoutes(deps: {
     const stream = openEventStream(req, res, deps.shutdown);
     const stop = await feed.subscribe((event) => stream.send(event.type, event));
     try {
-      const pending = await guardRedis(() => approvals.pending(), redis);
-      stream.send('snapshot', { type: 'snapshot', pending: pending.map(pendingApproval) });
+      const list = await guardRedis(() => approvals.pending(clientIds), redis);
+      const snapshot: ApprovalEvent = {
+        type: 'snapshot',
+        pending: list.pending.map(pendingApproval),
+        total: list.total,
+        byClient: countsOf(list.byClient),
+      };
+      stream.send('snapshot', snapshot);
       await stream.closed;
     } finally {
       stop();
@@ -99,6 +117,7 @@ export function adminRoutes(deps: {
       .publish({
         type: 'decided',
         id,
+        client: record.clientId,
         decision: decision === 'approve' ? 'approved' : 'rejected',
         by: admin,
         ...(reason ? { reason } : {}),

@@ -52,14 +52,14 @@ export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): R
     }
     const client = param(req, 'client');
     const tool = param(req, 'tool');
-    const records = await pipeline.list(clientOf(res), {
+    const { calls, partial } = await pipeline.list(clientOf(res), {
       since,
       limit: Number(limitText),
       ...(client ? { client } : {}),
       ...(tool ? { tool } : {}),
       ...(status ? { status: status as CallStatus } : {}),
     });
-    const body: CallList = { calls: records.map(callListItem) };
+    const body: CallList = { calls: calls.map(callListItem), ...(partial ? { partial } : {}) };
     res.json(body);
   });
 

@@ -83,6 +83,14 @@ async function until<T>(what: () => Promise<T>, ok: (v: T) => boolean, ms = 10_0
   }
 }
 
+/** The client's live slots once they are down to `n` (or whatever they are after 5 s). */
+const slotsAt = (client: string, n: number) =>
+  until(
+    () => budget.count(client),
+    (held) => held === n,
+    5000,
+  );
+
 /** Commands Redis ran per second over `ms` (INFO's own two calls taken out). */
 async function commandsPerSecond(ms = 4000): Promise<number> {
   const total = async () =>
@@ -136,15 +144,15 @@ describe('held connections: one budget per client, on every gateway', () => {
       for (const o of burst) o.close();
     }
     // Closing gives every slot back.
-    expect(await until(() => budget.count('alice'), (n) => n === 0, 5000)).toBe(0);
-    expect(await until(() => budget.count('ops'), (n) => n === 0, 5000)).toBe(0);
+    expect(await slotsAt('alice', 0)).toBe(0);
+    expect(await slotsAt('ops', 0)).toBe(0);
   });
 
   it('MCP tasks/result long-polls take from the same budget as event streams; a client that leaves gives its slot back', async () => {
     const polls = Array.from({ length: 10 }, () => taskResult(parked));
     const streams: Opened[] = [];
     try {
-      expect(await until(() => budget.count('alice'), (n) => n === 10)).toBe(10);
+      expect(await slotsAt('alice', 10)).toBe(10);
       for (let i = 0; i < CAP - 10; i++) streams.push(await open(events(parked)));
       expect(streams.map((s) => s.status)).toEqual(Array(CAP - 10).fill(200));
       // Full: one more of either kind is refused at the door.
@@ -156,7 +164,7 @@ describe('held connections: one budget per client, on every gateway', () => {
       );
       // Three polls leave: three streams open at once.
       for (const p of polls.slice(0, 3)) p.close();
-      await until(() => budget.count('alice'), (n) => n === CAP - 3, 5000);
+      await slotsAt('alice', CAP - 3);
       const again = await Promise.all([1, 2, 3].map(() => open(events(parked))));
       streams.push(...again);
       expect(again.map((s) => s.status)).toEqual([200, 200, 200]);
@@ -164,7 +172,7 @@ describe('held connections: one budget per client, on every gateway', () => {
       for (const p of polls) p.close();
       for (const s of streams) s.close();
     }
-    expect(await until(() => budget.count('alice'), (n) => n === 0, 5000)).toBe(0);
+    expect(await slotsAt('alice', 0)).toBe(0);
   });
 
   it('120 clients that hang up during the request leave nothing behind: 16 streams open at once after, and Redis is back to idle', async () => {
@@ -188,12 +196,12 @@ describe('held connections: one budget per client, on every gateway', () => {
           }),
       ),
     );
-    await until(() => budget.count('alice'), (n) => n === 0, 5000);
+    await slotsAt('alice', 0);
     await sleep(500); // the gateway has seen every hang-up
     const streams = await Promise.all(Array.from({ length: CAP }, () => open(events(parked))));
     for (const s of streams) s.close();
     expect(streams.map((s) => s.status)).toEqual(Array(CAP).fill(200));
-    await until(() => budget.count('alice'), (n) => n === 0, 5000);
+    await slotsAt('alice', 0);
     // Leaked watchers would re-read the call every 2 s each (~10 commands a read): 120 of
     // them are ~600 commands a second over the idle rate.
     const after = await commandsPerSecond();

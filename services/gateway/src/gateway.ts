@@ -273,9 +273,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   );
   app.use(callRoutes(pipeline, { held }));
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
-  app.use(
-    adminRoutes({ redis, approvals, audit, pipeline, metrics, feed, held }),
-  );
+  app.use(adminRoutes({ redis, approvals, audit, pipeline, metrics, feed, held }));
   app.use(consoleApi({ redis, series, registry, traceUrl: config.console.traceUrl }));
   app.use(
     workspaceAdminRoutes({

@@ -497,6 +497,9 @@ async function startHeldConnections(): Promise<{ stop(): Promise<NoisyCounts> }>
     child.on('message', (m) => m === 'started' && resolve());
     void exited.then(() => reject(new Error('client A (held) exited early')));
   });
+  const commands = async () =>
+    Number(/total_commands_processed:(\d+)/.exec(await redis.info('stats'))?.[1]);
+  const phaseStart = { at: performance.now(), n: await commands() };
   let most = 0;
   let sampling = true;
   const sampler = (async () => {
@@ -513,7 +516,16 @@ async function startHeldConnections(): Promise<{ stop(): Promise<NoisyCounts> }>
       noisyChildren.delete(child);
       sampling = false;
       await sampler;
-      console.log(`  A held at most ${most} connections at once (its limit: 16)`);
+      const during = (await commands()) - phaseStart.n;
+      const seconds = (performance.now() - phaseStart.at) / 1000;
+      // What A leaves behind: watchers of connections that are gone would keep Redis busy.
+      const afterStart = await commands();
+      await sleep(2000);
+      const after = ((await commands()) - afterStart) / 2;
+      console.log(
+        `  A held at most ${most} connections at once (its limit: 16); Redis ran ` +
+          `${Math.round(during / seconds)} commands/s during the phase, ${Math.round(after)}/s in the 2 s after A left`,
+      );
       return result;
     },
   };

@@ -1,13 +1,14 @@
 // Client A of the noisy-neighbour bench, "held connections" phase, in its own process: it starts
 // one long sandbox call of its own and then tries to hold as many gateway connections as it can
 // on it, the ways issue 19 found: a burst of simultaneous event streams, MCP `tasks/result`
-// long-polls, and clients that send the request and reset the connection within a few ms, over
-// and over, ignoring every 429. Streams that open are held (and reopened if one ends) until the
-// parent says `stop`; the counts go back over IPC as the other attackers' do.
+// long-polls, and clients that send the request and reset the connection within a few ms (a
+// burst of them every second). Streams that open are held (and reopened if one ends) until the
+// parent says `stop`; a refused one retries after its Retry-After, as the other attackers do.
+// The counts go back over IPC as theirs do.
 //
 // Env: NOISY_URL, NOISY_KEY, NOISY_TIMEOUT_MS, HELD_CALL_SECONDS (how long A's call runs),
-// HELD_BURST (200) simultaneous streams, HELD_POLLS (50) tasks/result, HELD_HANGUPS (4) loops of
-// send-and-reset connections.
+// HELD_BURST (200) simultaneous streams, HELD_POLLS (50) tasks/result, HELD_HANGUPS (120)
+// send-and-reset connections a second.
 import { Agent, request, type ClientRequest, type IncomingMessage } from 'node:http';
 import { connect } from 'node:net';
 import { codeOf, send, sleep } from './http.js';
@@ -19,7 +20,7 @@ const timeoutMs = Number(process.env.NOISY_TIMEOUT_MS ?? 15_000);
 const callSeconds = Number(process.env.HELD_CALL_SECONDS ?? 30);
 const burst = Number(process.env.HELD_BURST ?? 200);
 const polls = Number(process.env.HELD_POLLS ?? 50);
-const hangups = Number(process.env.HELD_HANGUPS ?? 4);
+const hangups = Number(process.env.HELD_HANGUPS ?? 120);
 
 const counts: NoisyCounts = {
   sent: 0,
@@ -56,9 +57,9 @@ function tally(res: IncomingMessage, body: string): void {
 
 /**
  * One held request (an event stream, or a `tasks/result` POST): resolves when it ends or is
- * refused. An open one is held until stop.
+ * refused, with how long to wait before trying again. An open one is held until stop.
  */
-function hold(path: string, body?: string): Promise<void> {
+function hold(path: string, body?: string): Promise<number> {
   counts.sent++;
   return new Promise((resolve) => {
     const req = request(new URL(path, url), {
@@ -72,9 +73,10 @@ function hold(path: string, body?: string): Promise<void> {
       },
     });
     open.add(req);
+    let wait = 1000;
     const done = () => {
       open.delete(req);
-      resolve();
+      resolve(wait);
     };
     req.on('response', (res) => {
       if (res.statusCode === 200) {
@@ -88,6 +90,8 @@ function hold(path: string, body?: string): Promise<void> {
       res.on('data', (c: string) => (text += c));
       res.on('end', () => {
         tally(res, text);
+        const retryAfter = Number(res.headers['retry-after']);
+        if (Number.isFinite(retryAfter) && retryAfter > 0) wait = retryAfter * 1000;
         done();
       });
       res.on('error', done);
@@ -100,30 +104,31 @@ function hold(path: string, body?: string): Promise<void> {
   });
 }
 
-/** Send the request, reset the connection within 1–5 ms, again: never waits for an answer. */
+/** Every second, `hangups` clients send the request and reset within 1–5 ms, all at once. */
 async function hangUps(): Promise<void> {
-  const text = (path: string) =>
-    `GET ${path} HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${key}\r\n\r\n`;
-  while (!stopping.signal.aborted) {
-    counts.sent++;
-    count('hung-up');
-    await new Promise<void>((resolve) => {
+  const text =
+    `GET /v1/calls/${callId}/events HTTP/1.1\r\nHost: ${url.host}\r\n` +
+    `Authorization: Bearer ${key}\r\n\r\n`;
+  const one = () =>
+    new Promise<void>((resolve) => {
+      counts.sent++;
+      count('hung-up');
       const socket = connect(Number(url.port), url.hostname, () => {
-        socket.write(text(`/v1/calls/${callId}/events`));
+        socket.write(text);
         setTimeout(() => socket.resetAndDestroy(), 1 + Math.floor(Math.random() * 5));
       });
       socket.on('error', () => resolve());
       socket.on('close', () => resolve());
     });
+  while (!stopping.signal.aborted) {
+    await Promise.all(Array.from({ length: hangups }, one));
+    await sleep(1000, stopping.signal);
   }
 }
 
-/** Keeps `path` held: reopens it when it ends, retries every second when refused. */
+/** Keeps `path` held: reopens it a second after it ends, after its Retry-After when refused. */
 async function keep(path: string, body?: string): Promise<void> {
-  while (!stopping.signal.aborted) {
-    await hold(path, body);
-    await sleep(1000, stopping.signal);
-  }
+  while (!stopping.signal.aborted) await sleep(await hold(path, body), stopping.signal);
 }
 
 // A's own long call: the one thing it may watch.
@@ -148,7 +153,7 @@ process.send!('started');
 const loops = [
   ...Array.from({ length: burst }, () => keep(events)),
   ...Array.from({ length: polls }, () => keep('/mcp', poll)),
-  ...Array.from({ length: hangups }, () => hangUps()),
+  hangUps(),
 ];
 
 process.on('message', (m) => {

@@ -3,7 +3,8 @@
 // calculator p50/p99 and run_python p50 alone (first and last, pooled as the reference), and
 // while client A (its own process, several connections) (a) floods the sandbox queue with 5 s
 // calls, (b) sends shell-policy bombs, (c) floods refusals with 1 MB bodies, (d) lists its
-// calls over an index of results at calls.maxResultBytes (BENCH_LISTING_RESULTS, 1000). Throughout, a
+// calls over an index of results at calls.maxResultBytes (BENCH_LISTING_RESULTS, 1000), (e) tries
+// to hold connections open (bench/tenancy/held-client.ts). Throughout, a
 // poller times the gateway's /healthz every 20 ms; Redis `used_memory` is read before and
 // after each phase.
 //
@@ -17,7 +18,7 @@
 // BENCH_BOMB_DOUBLINGS (25) size the bombs (today's policy check takes ~0.7 s on 22 pairs and
 // doubles per pair); BENCH_BODY_BYTES (1000000); BENCH_BODY_SHAPE (wide: ~35k short fields |
 // long: one string); BENCH_REDIS_BOUND_MB (20); BENCH_SANDBOX_DRIVER (docker | bwrap);
-// BENCH_PHASES (all: flood,bombs,refusals,listings); BENCH_LIMITS (auto | on | off): A's
+// BENCH_PHASES (all: flood,bombs,refusals,listings,held); BENCH_LIMITS (auto | on | off): A's
 // `clients[].limits` (queued 16, sandboxInFlight 2) — `auto` keeps them when this build's
 // config accepts them and runs without them when it refuses them.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -78,6 +79,8 @@ interface PhaseSpec {
   /** B alone: its samples, pooled, are what the loaded phases are compared with. */
   reference?: boolean;
   mode?: NoisyMode;
+  /** Starts an attacker of its own (in place of `mode`). */
+  start?: () => Promise<{ stop(): Promise<NoisyCounts> }>;
   what?: string;
 }
 const ALL_PHASES: PhaseSpec[] = [
@@ -106,6 +109,12 @@ const ALL_PHASES: PhaseSpec[] = [
     mode: 'listings',
     what: `GET /v1/calls (status=ok&limit=1, tool=<none of them>, limit=200) and /v1/stats over ${listingResults} results at the cap`,
   },
+  {
+    id: 'held',
+    label: '(e) held connections',
+    start: startHeldConnections,
+    what: 'event-stream burst, MCP tasks/result polls, send-and-reset connections, 429s ignored',
+  },
   // Once more at the end: the reference pools both, so a busy stretch of the machine during
   // one of them does not make every ratio look better or worse.
   { id: 'alone-again', label: 'B alone again', reference: true },
@@ -126,11 +135,11 @@ const keys = new Keys(prefix);
 const key = (id: string) => `bench-${id}-key-0123456789abcdef`;
 // A fresh identity per phase: A's per-minute budget, spent in one phase, would otherwise
 // silence A in the next (one window is longer than the three phases together).
-const aClient = (mode: NoisyMode) => `a-${mode}`;
+const aClient = (mode: string) => `a-${mode}`;
 const configPath = join(dir, 'toolgate.yaml');
 
 function writeConfig(withLimits: boolean): void {
-  const a = (mode: NoisyMode) =>
+  const a = (mode: string) =>
     `  - { id: ${aClient(mode)}, key: ${key(aClient(mode))}, tools: [run_shell, calculator], ` +
     `rateLimit: { perMinute: ${A_RATE_PER_MINUTE} }` +
     (withLimits
@@ -146,6 +155,7 @@ function writeConfig(withLimits: boolean): void {
       a('bombs'),
       a('refusals'),
       a('listings'),
+      a('held'),
       'log: { level: warn }',
       'worker: { queues: [fast, sandbox], sandboxConcurrency: 4 }',
       'sandbox:',
@@ -502,6 +512,76 @@ async function fillLargeResults(client: string, n: number): Promise<void> {
   }
 }
 
+/**
+ * Client A of the "held connections" phase (bench/tenancy/held-client.ts, its own process):
+ * tries to hold as many gateway connections as it can on one long call of its own. Prints how
+ * many of its budget's slots it held at most (sampled from Redis), against the cap of 16.
+ */
+async function startHeldConnections(): Promise<{ stop(): Promise<NoisyCounts> }> {
+  const id = aClient('held');
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@toolgate/source', '--import', 'tsx', 'bench/tenancy/held-client.ts'],
+    {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        NOISY_URL: base,
+        NOISY_KEY: key(id),
+        NOISY_TIMEOUT_MS: String(timeoutMs),
+        // Outlasts the phase; cancelled at its end (or ends soon after).
+        HELD_CALL_SECONDS: String(Math.ceil(phaseSeconds + rampMs / 1000) + 5),
+      },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    },
+  );
+  noisyChildren.add(child);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const counts = new Promise<NoisyCounts>((resolve, reject) => {
+    child.on('message', (m) => {
+      if (typeof m === 'object' && m !== null && 'counts' in m) resolve(m.counts as NoisyCounts);
+    });
+    void exited.then(() => reject(new Error('client A (held) exited')));
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.on('message', (m) => m === 'started' && resolve());
+    void exited.then(() => reject(new Error('client A (held) exited early')));
+  });
+  const commands = async () =>
+    Number(/total_commands_processed:(\d+)/.exec(await redis.info('stats'))?.[1]);
+  const phaseStart = { at: performance.now(), n: await commands() };
+  let most = 0;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      most = Math.max(most, await redis.zcard(keys.heldConnections(id)));
+      await sleep(50);
+    }
+  })();
+  return {
+    async stop() {
+      child.send('stop');
+      const result = await counts;
+      await exited;
+      noisyChildren.delete(child);
+      sampling = false;
+      await sampler;
+      const during = (await commands()) - phaseStart.n;
+      const seconds = (performance.now() - phaseStart.at) / 1000;
+      // What A leaves behind: watchers of connections that are gone would keep Redis busy.
+      const afterStart = await commands();
+      await sleep(2000);
+      const after = ((await commands()) - afterStart) / 2;
+      const ok = most <= 16 && after < 100;
+      console.log(
+        `  A held at most ${most} connections at once (limit 16); Redis ran ${Math.round(during / seconds)} ` +
+          `commands/s during the phase, ${Math.round(after)}/s in the 2 s after A left (target < 100)  ${ok ? 'PASS' : 'FAIL'}`,
+      );
+      return result;
+    },
+  };
+}
+
 // --- the phases --------------------------------------------------------------------------
 interface PhaseResult {
   spec: PhaseSpec;
@@ -522,7 +602,11 @@ try {
     if (spec.mode === 'listings') await fillLargeResults(aClient('listings'), listingResults);
     const memBefore = await usedMemory();
     healthPhase = currentPhase = spec.id;
-    const noisy = spec.mode ? await startNoisy(spec.mode) : undefined;
+    const noisy = spec.start
+      ? await spec.start()
+      : spec.mode
+        ? await startNoisy(spec.mode)
+        : undefined;
     if (noisy) await sleep(rampMs);
     const { calc, python } = await measureB(phaseSeconds);
     const a = await noisy?.stop();

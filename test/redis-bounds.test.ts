@@ -379,6 +379,7 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
       /^stats:client:[^:]+:(tool|durations):[^:]+$/,
       /^inflight:[^:]+:(fast|sandbox)$/,
       /^running:[^:]+:sandbox$/,
+      /^held:[^:]+$/,
       /^workspace-resets$/,
       /^rate:\d+:[^:]+$/,
       /^loop:[^:]+:.+$/,

@@ -121,6 +121,14 @@ export class Keys {
     return `${this.prefix}:warm`;
   }
 
+  /**
+   * Sorted set of a client's held connections (event streams, the approvals feed, MCP requests
+   * that wait), scored by lease expiry; one member per open connection (ConnectionBudget).
+   */
+  heldConnections(clientId: string): string {
+    return `${this.prefix}:held:${clientId}`;
+  }
+
   /** Channel of approval changes (parked, decided, expired, cancelled) for the console. */
   get approvalEvents(): string {
     return `${this.prefix}:approval-events`;

@@ -210,14 +210,17 @@ export const ConfigSchema = Type.Object(
         maxResultBytes: Type.Integer({ minimum: 1024, default: 262_144 }),
         /**
          * Live events of running calls (`GET /v1/calls/{id}/events`, MCP progress): how much of
-         * a call's output is forwarded, how often it is flushed, and how many event streams a
-         * client may hold open on one gateway.
+         * a call's output is forwarded, how often it is flushed, and how many connections a
+         * client may hold open on all gateways together (event streams, the approvals feed, MCP
+         * requests that wait; docs/live-output.md), each a slot leased for
+         * `streamLeaseSeconds` and renewed by its gateway while open.
          */
         events: Type.Object(
           {
             maxOutputBytes: Type.Integer({ minimum: 0, default: 65_536 }),
             flushMs: Type.Integer({ minimum: 10, maximum: 5000, default: 100 }),
             maxStreamsPerClient: Type.Integer({ minimum: 1, default: 16 }),
+            streamLeaseSeconds: Type.Integer({ minimum: 1, maximum: 3600, default: 30 }),
           },
           closed,
         ),

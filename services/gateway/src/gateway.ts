@@ -15,6 +15,7 @@ import {
   WorkspaceResets,
   createRedis,
   ReplicaWait,
+  ConnectionBudget,
   liveWorkers,
   warmSandboxes,
 } from '@toolgate/calls';
@@ -32,6 +33,7 @@ import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
 import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
 import { ApprovalFeed } from './approval-feed.js';
+import { HeldConnections } from './held-connections.js';
 import { callRoutes } from './routes/calls.js';
 import { consoleApi, consoleDir, consolePages } from './routes/console.js';
 import { executeRoutes } from './routes/execute.js';
@@ -195,6 +197,15 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const sockets = new Set<Socket>();
   /** Aborted when close() begins. */
   const closing = new AbortController();
+  const connectionBudget = new ConnectionBudget(redis, keys, {
+    leaseMs: config.calls.events.streamLeaseSeconds * 1000,
+  });
+  const held = new HeldConnections(
+    connectionBudget,
+    redis,
+    config.calls.events.maxStreamsPerClient,
+    closing.signal,
+  );
   const sweeper = setInterval(() => {
     if (redis.status === 'ready')
       sweep().catch((err: unknown) => log.debug({ err }, 'sweep failed'));
@@ -257,14 +268,10 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       logger: log,
       syncWaitGraceMs: config.server.syncWaitGraceMs,
       callTtlSeconds: config.calls.ttlSeconds,
+      held,
     }),
   );
-  app.use(
-    callRoutes(pipeline, {
-      maxStreamsPerClient: config.calls.events.maxStreamsPerClient,
-      shutdown: closing.signal,
-    }),
-  );
+  app.use(callRoutes(pipeline, { held }));
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
   app.use(
     adminRoutes({
@@ -275,7 +282,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       metrics,
       feed,
       pendingLimits: clients.pendingLimits,
-      shutdown: closing.signal,
+      held,
     }),
   );
   app.use(consoleApi({ redis, series, registry, traceUrl: config.console.traceUrl }));
@@ -327,6 +334,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         clearInterval(idle);
         clearTimeout(force);
       }
+      await connectionBudget.close();
       await dispatcher.close();
       replicas.close();
       redis.disconnect();

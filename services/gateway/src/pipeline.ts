@@ -36,6 +36,7 @@ import type { ApprovalFeed } from './approval-feed.js';
 import type { Client } from './clients.js';
 import { pendingApproval } from './views.js';
 import { ApiError } from './errors.js';
+import { OutcomePolls } from './outcome-polls.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { CallLimits, Prepaid } from './policy/limits.js';
 
@@ -138,6 +139,8 @@ const WATCH_POLL_MS = 2000;
  */
 export class CallPipeline {
   private workersSeenAt = 0;
+  /** Re-reads of watched calls, one per call on this gateway (not one per watcher). */
+  readonly polls = new OutcomePolls((id) => this.o.dispatcher.lookup(id));
 
   constructor(private readonly o: PipelineOptions) {}
 
@@ -499,9 +502,11 @@ export class CallPipeline {
     const live: CallEvent[] = [];
     let replaying = true;
     const stop = await this.o.events.subscribe(id, (e) => (replaying ? live.push(e) : deliver(e)));
-    let poll: NodeJS.Timeout | undefined;
+    let stopPoll: (() => void) | undefined;
     const onAbort = () => resolveEnd();
     o.signal?.addEventListener('abort', onAbort, { once: true });
+    // Aborted before it began (a client already gone): the listener above never fires.
+    if (o.signal?.aborted) resolveEnd();
     try {
       const now = (await this.o.dispatcher.lookup(id)) ?? o.seen;
       if (now) onEvent({ type: 'status', status: now.status, seq: 0, at: Date.now() });
@@ -509,18 +514,12 @@ export class CallPipeline {
       else for (const event of await this.o.events.backlog(id)) deliver(event);
       replaying = false;
       for (const event of live.sort((a, b) => a.seq - b.seq)) deliver(event);
-      const check = () => {
-        poll = setTimeout(() => {
-          this.o.dispatcher.lookup(id).then(
-            (r) => (r?.outcome ? deliver(outcomeEvent(r.outcome)) : check()),
-            () => check(),
-          );
-        }, o.pollMs);
-      };
-      if (!finished && !o.signal?.aborted) check();
+      if (!finished && !o.signal?.aborted) {
+        stopPoll = this.polls.watch(id, o.pollMs, (outcome) => deliver(outcomeEvent(outcome)));
+      }
       await end;
     } finally {
-      clearTimeout(poll);
+      stopPoll?.();
       o.signal?.removeEventListener('abort', onAbort);
       stop();
     }

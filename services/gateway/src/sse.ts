@@ -1,4 +1,4 @@
-import type { Request, Response } from 'express';
+import type { Response } from 'express';
 
 /** A comment line every so often keeps proxies from closing a quiet event stream. */
 const KEEP_ALIVE_MS = 15_000;
@@ -8,7 +8,7 @@ const MAX_STREAM_MS = 3_600_000;
 export interface EventStream {
   /** Writes one event (`data` as JSON; `id` when the event has one). */
   send(event: string, data: unknown, id?: number): void;
-  /** Aborted when the client goes away, the gateway stops or the stream is an hour old. */
+  /** Aborted when `held` aborts (the client went away, the gateway stops) or the stream is an hour old. */
   readonly signal: AbortSignal;
   /** Resolves when `signal` aborts. */
   readonly closed: Promise<void>;
@@ -17,26 +17,28 @@ export interface EventStream {
 
 /**
  * Starts a Server-Sent Events answer (`text/event-stream`, no caching, no proxy buffering)
- * with a keep-alive comment and an hour's cap; ends with the client or the gateway.
+ * with a keep-alive comment and an hour's cap. `held` is the request's hold on its connection
+ * (HeldConnections), which already hears the client and the gateway go away.
  */
-export function openEventStream(req: Request, res: Response, shutdown: AbortSignal): EventStream {
+export function openEventStream(res: Response, held: AbortSignal): EventStream {
   const stop = new AbortController();
   const abort = () => stop.abort();
-  res.on('close', abort);
-  shutdown.addEventListener('abort', abort, { once: true });
+  held.addEventListener('abort', abort, { once: true });
+  if (held.aborted) abort();
   const lifetime = setTimeout(abort, MAX_STREAM_MS);
-  res.writeHead(200, {
-    'content-type': 'text/event-stream; charset=utf-8',
-    'cache-control': 'no-cache, no-transform',
-    'x-accel-buffering': 'no',
-  });
-  res.flushHeaders();
+  if (!res.closed) {
+    res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      'x-accel-buffering': 'no',
+    });
+    res.flushHeaders();
+  }
   const keepAlive = setInterval(() => res.write(': keep-alive\n\n'), KEEP_ALIVE_MS);
   const closed = new Promise<void>((resolve) => {
     if (stop.signal.aborted) resolve();
     else stop.signal.addEventListener('abort', () => resolve(), { once: true });
   });
-  void req;
   return {
     signal: stop.signal,
     closed,
@@ -45,7 +47,7 @@ export function openEventStream(req: Request, res: Response, shutdown: AbortSign
       res.write(`${id ? `id: ${id}\n` : ''}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
     },
     end() {
-      shutdown.removeEventListener('abort', abort);
+      held.removeEventListener('abort', abort);
       clearInterval(keepAlive);
       clearTimeout(lifetime);
       if (!res.writableEnded) res.end();

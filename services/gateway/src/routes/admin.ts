@@ -6,6 +6,7 @@ import { clientOf, objectBody, requireAdmin } from '../http.js';
 import type { GatewayMetrics } from '../metrics.js';
 import { guardRedis, type CallPipeline } from '../pipeline.js';
 import type { ApprovalFeed } from '../approval-feed.js';
+import type { HeldConnections } from '../held-connections.js';
 import { openEventStream } from '../sse.js';
 import { pendingApproval } from '../views.js';
 import type { ApprovalEvent, PendingCount } from '../api-types.js';
@@ -37,8 +38,8 @@ export function adminRoutes(deps: {
   feed: ApprovalFeed;
   /** Each configured client's `limits.pendingApprovals`. */
   pendingLimits: ReadonlyMap<string, number>;
-  /** Aborted when the gateway stops: open event streams end. */
-  shutdown: AbortSignal;
+  /** The client's budget of held connections: the approvals feed holds one slot while open. */
+  held: HeldConnections;
 }): Router {
   const { redis, approvals, audit, pipeline, metrics, feed } = deps;
   const router = Router();
@@ -62,22 +63,32 @@ export function adminRoutes(deps: {
    * Server-Sent Events for the console: `snapshot` (the pending calls), then `parked`,
    * `decided`, `expired` and `cancelled` as they happen on any gateway (through Redis).
    */
-  router.get('/v1/approvals/events', async (req, res) => {
-    const stream = openEventStream(req, res, deps.shutdown);
-    const stop = await feed.subscribe((event) => stream.send(event.type, event));
+  router.get('/v1/approvals/events', async (_req, res) => {
+    // The slot first, before any await: a console that closes from here on is heard.
+    const held = await deps.held.hold(res, clientOf(res));
     try {
-      const list = await guardRedis(() => approvals.pending(clientIds), redis);
-      const snapshot: ApprovalEvent = {
-        type: 'snapshot',
-        pending: list.pending.map(pendingApproval),
-        total: list.total,
-        byClient: countsOf(list.byClient),
-      };
-      stream.send('snapshot', snapshot);
-      await stream.closed;
+      if (held.signal.aborted) return;
+      const stream = openEventStream(res, held.signal);
+      try {
+        const stop = await feed.subscribe((event) => stream.send(event.type, event));
+        try {
+          const list = await guardRedis(() => approvals.pending(clientIds), redis);
+          const snapshot: ApprovalEvent = {
+            type: 'snapshot',
+            pending: list.pending.map(pendingApproval),
+            total: list.total,
+            byClient: countsOf(list.byClient),
+          };
+          stream.send('snapshot', snapshot);
+          await stream.closed;
+        } finally {
+          stop();
+        }
+      } finally {
+        stream.end();
+      }
     } finally {
-      stop();
-      stream.end();
+      held.release();
     }
   });
 

@@ -2,6 +2,7 @@ import type { CallStatus } from '@toolgate/calls';
 import { Router, type Request } from 'express';
 import type { CallList } from '../api-types.js';
 import { ApiError } from '../errors.js';
+import type { HeldConnections } from '../held-connections.js';
 import { clientOf } from '../http.js';
 import type { CallPipeline } from '../pipeline.js';
 import { openEventStream } from '../sse.js';
@@ -20,10 +21,8 @@ const STATUSES: readonly CallStatus[] = [
 const MAX_LIST = 200;
 
 export interface CallRouteOptions {
-  /** Event streams one client may hold open on this gateway (`calls.events.maxStreamsPerClient`). */
-  maxStreamsPerClient: number;
-  /** Aborted when the gateway stops: open event streams end (clients reconnect elsewhere). */
-  shutdown: AbortSignal;
+  /** The client's budget of held connections: each event stream holds one slot while open. */
+  held: HeldConnections;
 }
 
 function param(req: Request, name: string): string | undefined {
@@ -35,7 +34,6 @@ function param(req: Request, name: string): string | undefined {
 
 export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): Router {
   const router = Router();
-  const streams = new Map<string, number>();
 
   /** `GET /v1/calls?client=&tool=&status=&since=&limit=`: recent calls, newest first. */
   router.get('/v1/calls', async (req, res) => {
@@ -79,46 +77,41 @@ export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): R
    */
   router.get('/v1/calls/:id/events', async (req, res) => {
     const client = clientOf(res);
-    const open = streams.get(client.id) ?? 0;
-    if (open >= options.maxStreamsPerClient) {
-      throw new ApiError(
-        'too_many_streams',
-        `client "${client.id}" already has ${open} event streams open on this gateway (its limit is ${options.maxStreamsPerClient})`,
-        { headers: { 'Retry-After': '5' }, details: { limit: options.maxStreamsPerClient } },
-      );
-    }
-    const lastEventId = Number(req.get('last-event-id') ?? 0);
-    // Authorization and existence first, so a wrong id is a plain 404, not an empty stream.
-    await pipeline.get(client, req.params.id!);
-    streams.set(client.id, open + 1);
-    const stream = openEventStream(req, res, options.shutdown);
+    // The slot first, before any await: a client that hangs up from here on is heard.
+    const held = await options.held.hold(res, client);
     try {
-      await pipeline.watch(
-        client,
-        req.params.id!,
-        ({ type, seq, at, ...data }) => {
-          stream.send(
-            type,
-            'outcome' in data ? { ...outcomeView(data.outcome), at } : { ...data, at },
-            // Status events of the stream's own making (seq 0) are not in the backlog: no id.
-            seq > 0 ? seq : undefined,
-          );
-        },
-        stream.signal,
-        Number.isSafeInteger(lastEventId) ? lastEventId : 0,
-      );
-    } catch (err) {
-      // Headers are gone: say it in the stream rather than as an HTTP error.
-      const error =
-        err instanceof ApiError
-          ? err.toBody().error
-          : { code: 'internal', message: 'the event stream failed' };
-      stream.send('error', error);
+      const lastEventId = Number(req.get('last-event-id') ?? 0);
+      // Authorization and existence first, so a wrong id is a plain 404, not an empty stream.
+      await pipeline.get(client, req.params.id!);
+      if (held.signal.aborted) return;
+      const stream = openEventStream(res, held.signal);
+      try {
+        await pipeline.watch(
+          client,
+          req.params.id!,
+          ({ type, seq, at, ...data }) => {
+            stream.send(
+              type,
+              'outcome' in data ? { ...outcomeView(data.outcome), at } : { ...data, at },
+              // Status events of the stream's own making (seq 0) are not in the backlog: no id.
+              seq > 0 ? seq : undefined,
+            );
+          },
+          stream.signal,
+          Number.isSafeInteger(lastEventId) ? lastEventId : 0,
+        );
+      } catch (err) {
+        // Headers are gone: say it in the stream rather than as an HTTP error.
+        const error =
+          err instanceof ApiError
+            ? err.toBody().error
+            : { code: 'internal', message: 'the event stream failed' };
+        stream.send('error', error);
+      } finally {
+        stream.end();
+      }
     } finally {
-      const left = (streams.get(client.id) ?? 1) - 1;
-      if (left > 0) streams.set(client.id, left);
-      else streams.delete(client.id);
-      stream.end();
+      held.release();
     }
   });
   return router;

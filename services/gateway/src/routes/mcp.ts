@@ -12,6 +12,7 @@ import { createMcpHandler, ProtocolErrorCode } from '@modelcontextprotocol/serve
 import { Router, type Response } from 'express';
 import type { RedisClient } from '@toolgate/calls';
 import { ApiError } from '../errors.js';
+import type { HeldConnections } from '../held-connections.js';
 import { clientOf, prepaidOf } from '../http.js';
 import { LogLevels } from '../mcp/log-level.js';
 import type { OriginPolicy } from '../mcp/origin.js';
@@ -33,6 +34,8 @@ export interface McpDeps {
   callTtlSeconds: number;
   /** Reported to clients in the initialize result. */
   version?: string;
+  /** The client's budget of held connections: MCP requests that wait hold one slot each. */
+  held: HeldConnections;
 }
 
 export function mcpRoutes(deps: McpDeps): Router {
@@ -68,6 +71,10 @@ export function mcpRoutes(deps: McpDeps): Router {
       jsonRpcError(res, 403, `Forbidden: ${verdict.reason}`);
       return;
     }
+    // A request that waits for a call holds its connection: a slot of the client's budget,
+    // taken before any await, given back when the response closes (ended, failed or cut).
+    const held = waitsForCall(req.body) ? await deps.held.hold(res, clientOf(res)) : undefined;
+    if (held?.signal.aborted) return held.release();
     const conversationId = req.get('x-conversation-id');
     const prepaid = prepaidOf(res);
     const caller: McpCaller = {
@@ -87,7 +94,7 @@ export function mcpRoutes(deps: McpDeps): Router {
     // Tasks are answered from the call records, before (and instead of) the MCP server.
     const gone = new AbortController();
     res.on('close', () => gone.abort());
-    const answer = await tasks.answer(caller, req.body, gone.signal);
+    const answer = await tasks.answer(caller, req.body, held?.signal ?? gone.signal);
     if (answer) {
       res.json(answer);
       return;
@@ -114,6 +121,17 @@ export function mcpRoutes(deps: McpDeps): Router {
   });
 
   return router;
+}
+
+/**
+ * Whether the message is one that keeps its connection until a call ends: `tools/call`
+ * (unless it asks for a task, answered at once) and the 2025 `tasks/result`.
+ */
+function waitsForCall(body: unknown): boolean {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return false;
+  const { method, params } = body as { method?: unknown; params?: { task?: unknown } };
+  if (method === 'tasks/result') return true;
+  return method === 'tools/call' && (typeof params !== 'object' || params?.task === undefined);
 }
 
 /** The request a `notifications/cancelled` message names, if the body is one. */

@@ -660,6 +660,9 @@ class Checker {
       const form = ev.as === 'prompt' ? `\${${ev.name}@P}` : `\${!${ev.name}}`;
       return this.opaque(`${form} evaluates a value computed at run time`);
     }
+    // Each evaluation parses its value afresh: charged as a short line's worth of work, so a
+    // value naming others many times over (v2='v1+v1+v1') stops at the budget.
+    this.budget.step(16);
     seen.add(ev.name);
     try {
       if (ev.as === 'prompt') {

@@ -379,7 +379,10 @@ class Lexer {
         this.i++;
       } else if (c === ')') {
         if (parens === 0) {
+          // Charged too: the caller reads the same text again as commands, and nested
+          // failures would otherwise double the work at each level.
           this.inner--;
+          this.budget.step(this.i - start);
           return undefined;
         }
         parens--;
@@ -434,6 +437,12 @@ class Lexer {
       if (!sub) throw new ShellSyntaxError('bad subscript');
       mergeCode(code, sub);
       subscript = true;
+    }
+    if (prefix === '!' && /^[*@]\}/.test(s.slice(this.i, this.i + 2))) {
+      // ${!prefix*}: the names of the variables starting with prefix.
+      this.i += 2;
+      this.inner--;
+      return { kind: 'dyn', quoted, ...code };
     }
     const simple = !prefix && !subscript && /^[A-Za-z_]/.test(name);
     if (s[this.i] === '}') {

@@ -12,10 +12,15 @@
  *   after wrappers such as `sudo`, `env`, `command`, `nice`, `timeout`) is checked against rules
  *   (rm -rf /, mkfs, dd if=, fork bombs, chmod 777 /, curl/wget, netcat, shutdown, writes to
  *   disks, …), after quote removal, `/bin/rm`-style paths, `$IFS`, brace expansion and simple
- *   variable assignments are resolved.
- * - `allowlist` mode: additionally every program — including the ones a wrapper runs — must be
- *   listed in `policy.allow`; programs whose name is computed at run time, and assignments to
- *   PATH, LD_PRELOAD and the like, are denied.
+ *   variable assignments are resolved. So is every command bash runs from somewhere else on the
+ *   line: the operands of `${…}`, arithmetic, trap handlers, aliases, `mapfile -C`, prompt and
+ *   PROMPT_COMMAND values, exported functions, and the variables whose values bash evaluates
+ *   (`x='a[$(id)]'; echo $((x))`, `${!x}`, `${x@P}`). Code the policy cannot see because it is
+ *   built at run time — `eval "$(…)"`, `sh -c "$X"`, a program name computed at run time, a
+ *   trap handler from a variable — is refused as `too_complex` rather than let through.
+ * - `allowlist` mode: additionally every program — including the ones a wrapper runs or a
+ *   handler hides — must be listed in `policy.allow`; programs and scripts computed at run time
+ *   (`dynamic_program`), and assignments to PATH, LD_PRELOAD, PS4 and the like, are denied.
  *
  * The check runs on the gateway's event loop, so its cost is bounded whatever the input's shape
  * (docs/policy-budgets.md): brace products, variable growth, nesting and scanning are charged to
@@ -824,7 +829,9 @@ class Checker {
       return operand ? this.subscript(operand) : undefined;
     }
     if (!NAME_BUILTINS.has(program)) return undefined;
-    for (const a of args) {
+    // printf's format and arguments are only printed; its -v target is a name.
+    const names = program === 'printf' ? args.filter((_, i) => args[i - 1]?.text === '-v') : args;
+    for (const a of names) {
       const d = this.subscript(a);
       if (d) return d;
     }

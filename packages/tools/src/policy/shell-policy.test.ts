@@ -573,6 +573,18 @@ describe('commands hidden in expansions, handlers and evaluated strings', () => 
     ["x='a[$(…)]'; $((x))", "x='a[$(curl x)]'; echo $((x))", 'download', 'not_allowed curl'],
     ["let 'a[$(…)]'", "let 'y=a[$(curl x)]'", 'download', 'not_allowed curl'],
     ["declare -i n='a[$(…)]'", "declare -i n='a[$(curl x)]'", 'download', 'not_allowed curl'],
+    [
+      "for x in 'a[$(…)]'; $((x)) (each value of a loop)",
+      "for x in 1 'a[$(curl x)]' 2; do echo $((x)); done",
+      'download',
+      'not_allowed curl',
+    ],
+    [
+      "a['$(…)']=1 (an element's subscript is expanded twice)",
+      "a['$(curl x)']=1",
+      'download',
+      'not_allowed curl',
+    ],
     // Subscripts and values evaluated by name.
     ["x='a[$(…)]'; ${!x}", "x='a[$(curl x)]'; echo ${!x}", 'download', 'not_allowed curl'],
     ["y='$(…)'; ${y@P}", "y='$(curl x)'; echo ${y@P}", 'download', 'not_allowed curl'],
@@ -713,6 +725,8 @@ describe('commands hidden in expansions, handlers and evaluated strings', () => 
     'declare -a arr=(1 2 3); echo ${arr[1]}',
     'let i++',
     'y=hi; echo ${y@P}',
+    'for x in 1 2; do echo $((x)); done',
+    'a[1]=2; echo ${a[1]}',
     'cat <<E\n${x:-ok} $((1+2))\nE',
     'echo $((ls) | wc -l)', // $( (…) …): a command substitution, read as one
     'ls | xargs -I{} echo {}',

@@ -564,6 +564,8 @@ class Checker {
   private readonly allow: Set<string> | undefined;
   /** Variables set on the line: the value, or undefined when it is only known at run time. */
   private readonly env = new Map<string, string | undefined>();
+  /** Loop variables over known words: each value they take in turn. */
+  private readonly choices = new Map<string, string[]>();
   /** How deep the script being checked is nested (sh -c, eval, trap handlers, values run as code). */
   private depth = 0;
 
@@ -659,21 +661,26 @@ class Checker {
     if (ev.as === 'assign') return this.assign(ev.name, undefined, true);
     // Absent: set by the sandbox's environment, not by the line. Seen: bash stops the loop.
     if (!this.env.has(ev.name) || seen.has(ev.name)) return undefined;
-    const value = this.env.get(ev.name);
-    if (value === undefined) {
+    const known = this.env.get(ev.name);
+    const values = known !== undefined ? [known] : this.choices.get(ev.name);
+    if (values === undefined) {
       if (ev.as === 'arith') return undefined;
       const form = ev.as === 'prompt' ? `\${${ev.name}@P}` : `\${!${ev.name}}`;
       return this.opaque(`${form} evaluates a value computed at run time`);
     }
-    // Each evaluation parses its value afresh: charged as a short line's worth of work, so a
-    // value naming others many times over (v2='v1+v1+v1') stops at the budget.
-    this.budget.step(16);
     seen.add(ev.name);
     try {
-      if (ev.as === 'prompt') {
-        return this.code(parsePromptText(value, this.budget, this.depth + 1 + seen.size), seen);
+      for (const value of values) {
+        // Each evaluation parses its value afresh: charged as a short line's worth of work, so
+        // a value naming others many times over (v2='v1+v1+v1') stops at the budget.
+        this.budget.step(16);
+        const d =
+          ev.as === 'prompt'
+            ? this.code(parsePromptText(value, this.budget, this.depth + 1 + seen.size), seen)
+            : this.arithmetic(value, seen);
+        if (d) return d;
       }
-      return this.arithmetic(value, seen);
+      return undefined;
     } catch (err) {
       if (!(err instanceof ShellSyntaxError)) throw err;
       return deny(
@@ -694,7 +701,10 @@ class Checker {
       return deny('env_override', `setting ${name} is not allowed in allowlist mode`);
     }
     const known = value && !value.dynamic ? value.text : undefined;
-    if (remember) this.env.set(name, known);
+    if (remember) {
+      this.env.set(name, known);
+      this.choices.delete(name);
+    }
     if (!CODE_VARIABLES.test(name)) return undefined;
     if (known === undefined) {
       return this.opaque(
@@ -725,6 +735,7 @@ class Checker {
 
   private command(cmd: SimpleCommand): Denial | undefined {
     this.budget.step(1 + cmd.words.length + cmd.assignments.length + cmd.redirects.length);
+    if (cmd.loop) return this.loop(cmd.loop.name, cmd.loop.values);
     for (const ev of cmd.evaluates) {
       const d = this.evaluate(ev, new Set());
       if (d) return d;
@@ -750,9 +761,32 @@ class Checker {
         }
       }
     }
-    const argv = cmd.words.flatMap((w) => this.expand(w));
+    let argv = cmd.words.flatMap((w) => this.expand(w));
+    // a[SUB]=value: an assignment, whose subscript bash expands again and evaluates
+    // (`a['$(cmd)']=1` runs cmd).
+    while (argv[0] && /^[A-Za-z_][A-Za-z0-9_]*\[.*\]\+?=/s.test(argv[0].text)) {
+      const element = argv[0];
+      const d =
+        this.subscript(element) ?? this.assign(element.text.replace(/\[.*$/s, ''), undefined, true);
+      if (d) return d;
+      argv = argv.slice(1);
+    }
     if (argv.length === 0) return undefined;
     return this.argv(argv, cmd);
+  }
+
+  /** `for NAME in WORDS`: NAME takes each known word, or values only known at run time. */
+  private loop(name: string, values: Word[] | undefined): Denial | undefined {
+    const args = values?.flatMap((w) => this.expand(w));
+    const d = this.assign(name, undefined, true);
+    if (d) return d;
+    if (args && !args.some((a) => a.dynamic)) {
+      this.choices.set(
+        name,
+        args.map((a) => a.text),
+      );
+    }
+    return undefined;
   }
 
   /** Checks one command line and everything it runs through wrappers. */

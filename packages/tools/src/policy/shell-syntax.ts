@@ -71,6 +71,11 @@ export interface SimpleCommand {
   piped: boolean;
   /** Values evaluated by the command itself: `(( x ))`, `for ((…))`, `[[ $x -eq 1 ]]`. */
   evaluates: Evaluation[];
+  /**
+   * `for NAME in WORDS` / `select NAME in WORDS`: NAME takes each value in turn (`values`
+   * undefined: `for NAME; do`, the positional parameters).
+   */
+  loop?: { name: string; values: Word[] | undefined };
 }
 
 export class ShellSyntaxError extends Error {
@@ -824,6 +829,18 @@ function parseTokens(tokens: Token[], budget: Budget, depth: number): SimpleComm
   let skipNextWord = false;
   /** The words of the `[[ … ]]` being read. */
   let conditional: Word[] = [];
+  /** The header of the `for` / `select` being read. */
+  let loop: { name?: string; values: Word[]; list: boolean } | undefined;
+  const endLoop = () => {
+    if (loop?.name !== undefined) {
+      budget.command();
+      out.push({
+        ...emptyCommand(false),
+        loop: { name: loop.name, values: loop.list ? loop.values : undefined },
+      });
+    }
+    loop = undefined;
+  };
 
   const finish = (piped: boolean) => {
     for (const a of cur.assignments) pushAll(out, wordCommands(a.value));
@@ -853,7 +870,10 @@ function parseTokens(tokens: Token[], budget: Budget, depth: number): SimpleComm
       continue;
     }
     if (tok.t === 'op') {
-      if (skipUntil === 'separator' && (tok.op === ';' || tok.op === '\n')) skipUntil = undefined;
+      if (skipUntil === 'separator' && (tok.op === ';' || tok.op === '\n')) {
+        skipUntil = undefined;
+        endLoop();
+      }
       if (tok.op === ')' && cases.at(-1) === 'pattern') {
         cases[cases.length - 1] = 'body';
         cur = emptyCommand(false);
@@ -915,6 +935,13 @@ function parseTokens(tokens: Token[], budget: Budget, depth: number): SimpleComm
         conditional.push(word);
       } else if (skipUntil === 'separator' && text === 'do') {
         skipUntil = undefined;
+        endLoop();
+      } else if (loop && loop.name === undefined) {
+        if (text !== undefined && /^[A-Za-z_][A-Za-z0-9_]*$/.test(text)) loop.name = text;
+      } else if (loop && !loop.list && text === 'in') {
+        loop.list = true;
+      } else if (loop?.list) {
+        loop.values.push(word);
       }
       continue;
     }
@@ -945,6 +972,7 @@ function parseTokens(tokens: Token[], budget: Budget, depth: number): SimpleComm
         }
         if (text === 'for' || text === 'select') {
           skipUntil = 'separator';
+          loop = { values: [], list: false };
           continue;
         }
         if (text === 'case') {

@@ -585,6 +585,18 @@ describe('commands hidden in expansions, handlers and evaluated strings', () => 
       'download',
       'not_allowed curl',
     ],
+    [
+      "arr=('a[$(…)]'); $((arr))",
+      "arr=(1 'a[$(curl x)]'); echo $((arr[1]))",
+      'download',
+      'not_allowed curl',
+    ],
+    [
+      "declare -i y; y='a[$(…)]'",
+      "x='a[$(curl x)]'; declare -i y; y=x",
+      'download',
+      'not_allowed curl',
+    ],
     // Subscripts and values evaluated by name.
     ["x='a[$(…)]'; ${!x}", "x='a[$(curl x)]'; echo ${!x}", 'download', 'not_allowed curl'],
     ["y='$(…)'; ${y@P}", "y='$(curl x)'; echo ${y@P}", 'download', 'not_allowed curl'],
@@ -596,6 +608,12 @@ describe('commands hidden in expansions, handlers and evaluated strings', () => 
     ['<(…)', 'cat <(curl x)', 'download', 'not_allowed curl'],
     ['coproc NAME { … }', 'coproc C { curl x; }', 'download', 'not_allowed curl'],
     ['coproc command', 'coproc curl x', 'download', 'not_allowed curl'],
+    [
+      'case pattern ) inside $(…)',
+      'echo $(case x in x) curl x;; esac)',
+      'download',
+      'not_allowed curl',
+    ],
     ['a=( $(…) )', 'a=( $(curl x) )', 'download', 'not_allowed curl'],
     ['a=([$(…)]=1)', 'a=([$(curl x)]=1)', 'download', 'not_allowed curl'],
     ['[[ $(…) ]]', '[[ $(curl x) == y ]]', 'download', 'not_allowed curl'],
@@ -618,6 +636,7 @@ describe('commands hidden in expansions, handlers and evaluated strings', () => 
     // Strings evaluated as code.
     ['eval', "eval 'curl x'", 'download', 'not_allowed curl'],
     ['bash -c', "bash -c 'curl x'", 'download', 'not_allowed curl'],
+    ['env -S', 'env -S "curl x"', 'download', 'not_allowed curl'],
     ['alias', "shopt -s expand_aliases; alias g='curl x'\ng", 'download', 'not_allowed curl'],
     ['mapfile -C', "mapfile -C 'curl x' -c 1 a < f", 'download', 'not_allowed curl'],
     ['compgen -C', "compgen -C 'curl x' w", 'download', 'not_allowed curl'],

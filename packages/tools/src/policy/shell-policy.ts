@@ -95,6 +95,8 @@ interface Arg {
   nameUnknown?: boolean;
   /** It names a process substitution `<(…)`: reading it reads another command's output. */
   process?: boolean;
+  /** An array's elements `a=( … )`, when every one is known. */
+  elements?: string[];
 }
 
 /** A refusal found deep inside an expansion; caught by checkShellCommand. */
@@ -355,15 +357,16 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
       return { inner: args.slice(i), assignments };
     }
     case 'env': {
-      const { index, options } = skipOptions(args, 1, 'uCS', [
-        '--unset',
-        '--chdir',
-        '--split-string',
-      ]);
-      const split = options.findIndex((o) => o === '-S' || o.startsWith('--split-string'));
-      if (split !== -1 || options.some((o) => /^-[^-]*S/.test(o))) {
-        // -S "cmd args": the string is split into a command line.
-        return { scripts: args.slice(1) };
+      const { index } = skipOptions(args, 1, 'uCS', ['--unset', '--chdir', '--split-string']);
+      // -S "cmd args": the string is split into a command line, followed by the operands.
+      for (let i = 1; i < args.length; i++) {
+        const t = args[i]!.text;
+        if (t === '--') break;
+        const attached = /^-[^-]*S(.+)$/s.exec(t) ?? /^--split-string=(.*)$/s.exec(t);
+        if (attached) {
+          return { scripts: [{ ...args[i]!, text: attached[1]! }, ...args.slice(i + 1)] };
+        }
+        if (/^-[^-]*S$/.test(t) || t === '--split-string') return { scripts: args.slice(i + 1) };
       }
       let i = index;
       const assignments: Arg[] = [];
@@ -566,6 +569,8 @@ class Checker {
   private readonly env = new Map<string, string | undefined>();
   /** Loop variables over known words: each value they take in turn. */
   private readonly choices = new Map<string, string[]>();
+  /** Variables declared integer (`declare -i n`): every value assigned is arithmetic. */
+  private readonly integers = new Set<string>();
   /** How deep the script being checked is nested (sh -c, eval, trap handlers, values run as code). */
   private depth = 0;
 
@@ -701,9 +706,15 @@ class Checker {
       return deny('env_override', `setting ${name} is not allowed in allowlist mode`);
     }
     const known = value && !value.dynamic ? value.text : undefined;
+    if (known !== undefined && this.integers.has(name)) {
+      const d = this.arithmetic(known);
+      if (d) return d;
+    }
     if (remember) {
       this.env.set(name, known);
       this.choices.delete(name);
+      // An array used by name in arithmetic evaluates its element 0, and a[i] any element.
+      if (value?.elements) this.choices.set(name, value.elements);
     }
     if (!CODE_VARIABLES.test(name)) return undefined;
     if (known === undefined) {
@@ -905,6 +916,7 @@ class Checker {
       .map((a) => a.text.slice(1))
       .join('');
     for (const a of args) {
+      if (flags.includes('i') && /^[A-Za-z_][A-Za-z0-9_]*$/.test(a.text)) this.integers.add(a.text);
       const m = /^([A-Za-z_][A-Za-z0-9_]*)(?:\[.*?\])?\+?=(.*)$/s.exec(a.text);
       if (!m) continue;
       const [, name, text] = m as unknown as [string, string, string];
@@ -923,8 +935,13 @@ class Checker {
         const d = this.code(parsePromptText(text, this.budget, this.depth + 1));
         if (d) return d;
       }
-      const d = this.assign(name, { text, dynamic: a.dynamic }, true);
+      const d = this.assign(
+        name,
+        { text, dynamic: a.dynamic, ...(a.elements ? { elements: a.elements } : {}) },
+        true,
+      );
       if (d) return d;
+      if (flags.includes('i')) this.integers.add(name);
     }
     return undefined;
   }
@@ -1063,6 +1080,13 @@ class Checker {
           }
         }
         if (p.kind === 'sub' && p.process) cur.process = true;
+        if (p.kind === 'dyn' && p.elements) {
+          const elements = p.elements.flatMap((w) => this.expand(w));
+          if (!elements.some((e) => e.dynamic)) {
+            // [i]=value elements: the value is what is evaluated.
+            cur.elements = elements.map((e) => e.text.replace(/^\[[^\]]*\]\+?=/, ''));
+          }
+        }
         unknown(p.quoted);
       }
     }
@@ -1079,6 +1103,7 @@ class Checker {
         arg.nameUnknown = true;
       }
       if (f.process) arg.process = true;
+      if (f.elements) arg.elements = f.elements;
       out.push(arg);
     }
     return out;

@@ -42,7 +42,14 @@ export type WordPart =
    * Anything else whose value is unknown: `$1`, `$@`, `${x:-…}`, `$((…))`, `a=(…)`, with the
    * commands its operands run and the values it evaluates.
    */
-  | { kind: 'dyn'; quoted: boolean; commands: SimpleCommand[]; evaluates: Evaluation[] };
+  | {
+      kind: 'dyn';
+      quoted: boolean;
+      commands: SimpleCommand[];
+      evaluates: Evaluation[];
+      /** `a=( … )`: the element words (bash evaluates an element used in arithmetic). */
+      elements?: Word[];
+    };
 
 export interface Word {
   parts: WordPart[];
@@ -136,6 +143,8 @@ class Lexer {
   private parenDepth = 0;
   /** `${…}` and arithmetic open inside this lexer (each can hold the other and `$(…)`). */
   private inner = 0;
+  /** `case … esac` open: a `)` ends a pattern, not the `$(…)` around it. */
+  private cases = 0;
   private pendingDelimiter: Redirect | undefined;
   private heredocs: { redirect: Redirect; delimiter: string; strip: boolean; quoted: boolean }[] =
     [];
@@ -171,7 +180,7 @@ class Lexer {
         this.readHeredocBodies();
       } else if (c === '#' && !this.wordStarted) {
         while (this.i < s.length && s[this.i] !== '\n') this.i++;
-      } else if (c === ')' && mode === 'paren' && this.parenDepth === 0) {
+      } else if (c === ')' && mode === 'paren' && this.parenDepth === 0 && this.closes()) {
         this.flush();
         this.i++;
         return this.tokens;
@@ -182,8 +191,13 @@ class Lexer {
         const tokens = inner.lex('paren');
         this.i = inner.position;
         const code = emptyCode();
-        for (const t of tokens) if (t.t === 'word') collectCode(t.word.parts, code);
-        this.parts.push({ kind: 'dyn', quoted: false, ...code });
+        const elements: Word[] = [];
+        for (const t of tokens) {
+          if (t.t !== 'word') continue;
+          collectCode(t.word.parts, code);
+          elements.push(t.word);
+        }
+        this.parts.push({ kind: 'dyn', quoted: false, ...code, elements });
       } else if (c === ';' || c === '&' || c === '|' || c === '(' || c === ')') {
         if (c === '&' && s[this.i + 1] === '>') {
           this.flush();
@@ -244,6 +258,12 @@ class Lexer {
     return last === undefined || last.t === 'op';
   }
 
+  /** A `)` here closes the `$(…)`, unless it ends a case pattern (`esac` ends the word first). */
+  private closes(): boolean {
+    this.flush();
+    return this.cases === 0;
+  }
+
   /** The word so far is `NAME=` or `NAME+=`: a `(` starts an array's elements. */
   private atArrayAssignment(): boolean {
     const only = this.parts.length === 1 ? this.parts[0] : undefined;
@@ -290,6 +310,10 @@ class Lexer {
       const quoted = word.parts.some((p) => p.quoted);
       this.heredocs.push({ redirect, delimiter, strip: redirect.op === '<<-', quoted });
     }
+    const last = this.tokens.at(-1);
+    const text = plainText(word);
+    if (text === 'case' && (last === undefined || last.t === 'op')) this.cases++;
+    else if (text === 'esac' && this.cases > 0) this.cases--;
     this.tokens.push({ t: 'word', word });
   }
 

@@ -551,6 +551,7 @@ describe('commands hidden in expansions, handlers and evaluated strings', () => 
     ['${x:-$(…)} operand', `echo \${x:-$(curl ${url})}`, 'download', 'not_allowed curl'],
     ['$(…) inside $((…))', `echo $(( $(wget -q -O- ${url}) + 1 ))`, 'download', 'not_allowed wget'],
     ['trap handler', `trap 'curl ${url}' EXIT; true`, 'download', 'not_allowed curl'],
+    ['trap handler with $$', 'trap "curl x.$$" EXIT', 'download', 'not_allowed curl'],
     // Other operands of ${…}.
     ['${x/pat/$(…)}', 'echo ${x/a/$(curl x)}', 'download', 'not_allowed curl'],
     ['${x:=$(…)}', 'echo ${x:=$(curl x)}', 'download', 'not_allowed curl'],
@@ -731,6 +732,8 @@ describe('commands hidden in expansions, handlers and evaluated strings', () => 
     'trap - EXIT',
     "trap '' INT",
     'trap "echo bye" EXIT',
+    'trap "cat /tmp/lock.$$" EXIT', // $$ is a number: the handler is still known
+    'bash -c "echo $((1+2)) ${#x} $RANDOM"',
     'echo $[1+2]',
     "echo ${x:-'$(curl x)'}", // single quotes quote in an unquoted operand: printed, not run
     'echo ${#x} ${x%.txt} ${x/a/b} ${x:1:2} ${x^^} ${!x*}',

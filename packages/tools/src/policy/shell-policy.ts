@@ -211,6 +211,18 @@ const NAME_BUILTINS = new Set([
   'readonly',
   'typeset',
 ]);
+/** Shell variables that always hold a number (unless the line sets them). */
+const NUMERIC_VARIABLES = new Set([
+  'RANDOM',
+  'SRANDOM',
+  'SECONDS',
+  'EPOCHSECONDS',
+  'LINENO',
+  'BASHPID',
+  'PPID',
+  'UID',
+  'EUID',
+]);
 /** Where a shell reading a file name would read commands from a pipe. */
 const STDIN_PATHS = /^\/(?:dev\/stdin|dev\/fd\/\d+|proc\/self\/fd\/\d+)$/;
 
@@ -1041,6 +1053,15 @@ class Checker {
       budget.produce(0, text.length);
       cur.text += text;
     };
+    /**
+     * A number stands in for it: the text around it stays known (`trap "rm /tmp/x.$$" EXIT`
+     * is checked as the command it is), and no number is code, a program or a system path.
+     */
+    const number = () => {
+      append('0');
+      cur.plain = false;
+      started = true;
+    };
     for (const p of word.parts) {
       if (p.kind === 'lit') {
         append(p.text);
@@ -1048,7 +1069,9 @@ class Checker {
         if (p.quoted) cur.plain = false;
       } else if (p.kind === 'var') {
         const known = p.name === 'HOME' ? '~' : this.env.get(p.name);
-        if (known === undefined) {
+        if (known === undefined && !this.env.has(p.name) && NUMERIC_VARIABLES.has(p.name)) {
+          number();
+        } else if (known === undefined) {
           if (p.name === 'IFS' && !p.quoted) {
             split(); // ${IFS} between words is a separator
             continue;
@@ -1078,6 +1101,10 @@ class Checker {
             const d = this.evaluate(ev, new Set());
             if (d) throw new Refusal(d);
           }
+        }
+        if (p.kind === 'dyn' && p.numeric) {
+          number();
+          continue;
         }
         if (p.kind === 'sub' && p.process) cur.process = true;
         if (p.kind === 'dyn' && p.elements) {

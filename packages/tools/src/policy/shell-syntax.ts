@@ -49,6 +49,8 @@ export type WordPart =
       evaluates: Evaluation[];
       /** `a=( … )`: the element words (bash evaluates an element used in arithmetic). */
       elements?: Word[];
+      /** Its value is a number (`$$`, `$?`, `${#x}`, `$((…))`): it cannot carry code. */
+      numeric?: boolean;
     };
 
 export interface Word {
@@ -481,7 +483,9 @@ class Lexer {
       if (prefix === '!' && !subscript && /^[A-Za-z_]/.test(name)) {
         code.evaluates.push({ name, as: 'indirect' });
       }
-      return { kind: 'dyn', quoted, ...code };
+      // ${#x}, ${#a[@]}, ${$}, ${?}, ${#}, ${!}: lengths, counts and ids.
+      const numeric = prefix === '#' || (!prefix && /^[$?#!]$/.test(name));
+      return { kind: 'dyn', quoted, ...code, ...(numeric ? { numeric } : {}) };
     }
     if (prefix === '!' && /^[A-Za-z_]/.test(name)) {
       code.evaluates.push({ name, as: 'indirect' });
@@ -657,7 +661,7 @@ class Lexer {
       this.i += 3;
       const code = this.arith(closer('))'), '$((…))');
       if (code) {
-        this.parts.push({ kind: 'dyn', quoted, ...code });
+        this.parts.push({ kind: 'dyn', quoted, ...code, numeric: true });
       } else {
         // $( (…) …): a command substitution starting with a subshell, as bash reads it.
         this.i = start + 2;
@@ -671,7 +675,7 @@ class Lexer {
       this.i += 2;
       const code = this.arith(closer(']'), '$[…]');
       if (!code) throw new ShellSyntaxError('unbalanced ) in $[…]');
-      this.parts.push({ kind: 'dyn', quoted, ...code });
+      this.parts.push({ kind: 'dyn', quoted, ...code, numeric: true });
     } else if (n === '{') {
       this.parts.push(this.braceParam(quoted));
     } else if (n === "'" && !quoted) {
@@ -687,7 +691,8 @@ class Lexer {
       this.parts.push({ kind: 'var', name: s.slice(this.i + 1, j), quoted });
       this.i = j;
     } else if (n !== undefined && /[0-9@*#?$!-]/.test(n)) {
-      this.parts.push({ kind: 'dyn', quoted, ...emptyCode() });
+      const numeric = /[#?$!]/.test(n);
+      this.parts.push({ kind: 'dyn', quoted, ...emptyCode(), ...(numeric ? { numeric } : {}) });
       this.i += 2;
     } else {
       this.lit('$', quoted);

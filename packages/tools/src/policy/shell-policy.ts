@@ -350,7 +350,7 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
   switch (program) {
     case 'sudo':
     case 'doas': {
-      const { index } = skipOptions(args, 1, program === 'sudo' ? 'ugpChDrtUTR' : 'uCa', [
+      const { index, options } = skipOptions(args, 1, program === 'sudo' ? 'ugpChDrtUTR' : 'uCa', [
         '--user',
         '--group',
         '--prompt',
@@ -366,6 +366,11 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
       let i = index;
       const assignments: Arg[] = [];
       while (i < args.length && isAssignment(args[i]!)) assignments.push(args[i++]!);
+      // sudo -s / -i CMD…: the shell runs the words as a command line (`$SHELL -c 'CMD …'`).
+      const shell = options.some(
+        (o) => o === '--shell' || o === '--login' || /^-[^-]*[si]/.test(o),
+      );
+      if (program === 'sudo' && shell && i < args.length) return { scripts: args.slice(i) };
       return { inner: args.slice(i), assignments };
     }
     case 'env': {
@@ -579,6 +584,8 @@ class Checker {
   private readonly allow: Set<string> | undefined;
   /** Variables set on the line: the value, or undefined when it is only known at run time. */
   private readonly env = new Map<string, string | undefined>();
+  /** Aliases defined on the line: name → the text that replaces it as a command's first word. */
+  private readonly aliases = new Map<string, string>();
   /** Loop variables over known words: each value they take in turn. */
   private readonly choices = new Map<string, string[]>();
   /** Variables declared integer (`declare -i n`): every value assigned is arithmetic. */
@@ -820,6 +827,17 @@ class Checker {
       this.budget.step(current.length);
       const first = current[0]!;
       const program = baseName(first.text);
+      const alias = this.aliases.get(first.text);
+      if (alias !== undefined && hops === 0) {
+        // With expand_aliases, `e 'cmd'` after `alias e=eval` is `eval 'cmd'`: checked as that
+        // line, which a run-time argument would make unknown.
+        if (current.some((a) => a.dynamic)) {
+          return this.opaque(`the alias ${first.text} is given arguments computed at run time`, {
+            argv: current,
+          });
+        }
+        return this.script(`${alias} ${render(current.slice(1))}`, this.depth + 1);
+      }
       const allowed = this.allowed(first, current);
       if (allowed) return allowed;
       if (first.nameUnknown) {
@@ -884,6 +902,13 @@ class Checker {
       const i = args.findIndex((a) => a.text === '-v');
       const operand = i === -1 ? undefined : args[i + 1];
       return operand ? this.subscript(operand) : undefined;
+    }
+    if (program === 'alias') {
+      for (const a of args) {
+        const eq = a.text.indexOf('=');
+        if (eq > 0 && !a.dynamic) this.aliases.set(a.text.slice(0, eq), a.text.slice(eq + 1));
+      }
+      return undefined;
     }
     if (!NAME_BUILTINS.has(program)) return undefined;
     // printf's format and arguments are only printed; its -v target is a name.
@@ -1084,9 +1109,15 @@ class Checker {
           cur.plain = false;
           started = true;
         } else {
-          // Unquoted: the value is split into fields.
+          // Unquoted: the value is split into fields, at the characters of IFS (`IFS=,;
+          // x=curl,q; $x` runs curl). An IFS only known at run time could split it anywhere.
+          const ifs = this.env.has('IFS') ? this.env.get('IFS') : ' \t\n';
+          if (ifs === undefined) {
+            unknown(false);
+            continue;
+          }
           budget.produce(0, known.length);
-          const pieces = known.split(/[ \t\n]+/);
+          const pieces = ifs === '' ? [known] : known.split(new RegExp(`[${escapeRegExp(ifs)}]+`));
           pieces.forEach((piece, i) => {
             if (i > 0) split();
             if (piece !== '') {

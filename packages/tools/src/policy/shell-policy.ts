@@ -376,9 +376,8 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
     case 'env': {
       const { index } = skipOptions(args, 1, 'uCS', ['--unset', '--chdir', '--split-string']);
       // -S "cmd args": the string is split into a command line, followed by the operands.
-      for (let i = 1; i < args.length; i++) {
+      for (let i = 1; i < index; i++) {
         const t = args[i]!.text;
-        if (t === '--') break;
         const attached = /^-[^-]*S(.+)$/s.exec(t) ?? /^--split-string=(.*)$/s.exec(t);
         if (attached) {
           return { scripts: [{ ...args[i]!, text: attached[1]! }, ...args.slice(i + 1)] };

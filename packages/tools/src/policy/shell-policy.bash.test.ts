@@ -157,6 +157,7 @@ const forms = [
   'P=$(printf cu; printf rl); $P q',
   'echo @@ | bash',
   'source <(echo @@)',
+  'bash /dev/fd/3 3< <(echo @@)',
   'echo @@ | xargs -I{} bash -c {}',
   'find bin -name curl -exec {} q \\;',
   "read -r PS4 <<< '$(@@)'; set -x; :",

@@ -995,7 +995,9 @@ class Checker {
       file.text === '-' ||
       STDIN_PATHS.test(file.text) ||
       (SHELLS.has(program) && options.some((o) => /^-[^-]*s/.test(o)));
-    if (file?.process || (file && readsStdin && cmd.piped)) {
+    // /dev/fd/3 and the like: whatever the line opened there, often another command's output.
+    const otherFd = file !== undefined && /\/fd\/(?!0$)\d+$/.test(file.text);
+    if (file?.process || otherFd || (file && readsStdin && cmd.piped)) {
       return deny(
         'pipe_to_shell',
         `${program} reading commands from another command's output is blocked: the policy cannot see what would run; run the commands directly`,

@@ -93,6 +93,10 @@ const forms = [
   // Values bash evaluates.
   "x='a[$(@@)]'; echo $((x))",
   "x='a[$(@@)]'; (( x ))",
+  "x='a[$(@@)]'; if (( x )); then :; fi",
+  "x='a[$(@@)]'; while (( x )); do break; done",
+  "x='a[$(@@)]'; ! (( x ))",
+  "x='a[$(@@)]'; [[ x -eq 1 ]]",
   "x='a[$(@@)]'; let x",
   "x='a[$(@@)]'; [[ $x -eq 1 ]]",
   "x='a[$(@@)]'; echo ${a[x]}",

@@ -100,6 +100,22 @@ type Token =
   | { t: 'redir'; redirect: Redirect }
   | { t: 'arith'; code: Code };
 
+/** Keywords after which a command (or `for`'s `((`) starts. */
+const COMMAND_KEYWORDS = new Set([
+  'for',
+  'if',
+  'then',
+  'else',
+  'elif',
+  'do',
+  'while',
+  'until',
+  '!',
+  '{',
+  'time',
+  'coproc',
+]);
+
 /** Tests of `[[ … ]]` whose operands bash evaluates as arithmetic. */
 const ARITH_TESTS = new Set(['-eq', '-ne', '-lt', '-le', '-gt', '-ge']);
 
@@ -256,7 +272,8 @@ class Lexer {
 
   private atCommandStart(): boolean {
     const last = this.tokens.at(-1);
-    if (last?.t === 'word') return plainText(last.word) === 'for';
+    // After a keyword a command starts: `if (( x ))`, `while (( x ))`, `for (( … ))`.
+    if (last?.t === 'word') return COMMAND_KEYWORDS.has(plainText(last.word) ?? '');
     return last === undefined || last.t === 'op';
   }
 

@@ -166,6 +166,10 @@ const forms = [
   'echo @@ | xargs -I{} bash -c {}',
   'find bin -name curl -exec {} q \\;',
   "read -r PS4 <<< '$(@@)'; set -x; :",
+  "read x <<< 'a[$(@@)]'; echo $((x))",
+  "printf -v x '%s' 'a[$(@@)]'; echo $((x))",
+  "x=$(echo 'a[$(@@)]'); echo $((x))",
+  "x=$(printf 'a[\\44(@@)]'); echo $((x))",
   "declare -n r=PS4; r='$(@@)'; set -x; :",
   'BASH_ENV=<(echo @@) bash -c :',
 ].map((f) => f.replaceAll('@@', hidden));

@@ -705,6 +705,12 @@ describe('commands hidden in expansions, handlers and evaluated strings', () => 
     ],
     ['BASH_ENV=<(…)', 'BASH_ENV=<(echo curl) bash -c true', 'too_complex', 'env_override'],
     ['read PS4', 'read PS4 <<< x; set -x; true', 'too_complex', 'env_override'],
+    [
+      'arithmetic on a value read at run time, with code text on the line',
+      "read x <<< 'a[$(curl x)]'; echo $((x))",
+      'too_complex',
+      'dynamic_program',
+    ],
     ['declare -n ref=PS4', 'declare -n r=PS4', 'too_complex', 'dynamic_program'],
   ];
 

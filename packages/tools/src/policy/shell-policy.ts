@@ -36,6 +36,7 @@ import {
   ShellSyntaxError,
   type Code,
   type Evaluation,
+  type ParseNotes,
   type SimpleCommand,
   type Word,
 } from './shell-syntax.js';
@@ -591,6 +592,8 @@ class Checker {
   private readonly integers = new Set<string>();
   /** How deep the script being checked is nested (sh -c, eval, trap handlers, values run as code). */
   private depth = 0;
+  /** Shared by every parse of the line (the top-level one comes first). */
+  private readonly notes: ParseNotes = { quotedCode: false };
 
   constructor(
     policy: ShellPolicy,
@@ -610,7 +613,7 @@ class Checker {
     if (raw) return raw;
     let commands: SimpleCommand[];
     try {
-      commands = parseShell(source, this.budget, depth);
+      commands = parseShell(source, this.budget, depth, this.notes);
     } catch (err) {
       if (!(err instanceof ShellSyntaxError)) throw err;
       return deny(
@@ -662,7 +665,10 @@ class Checker {
   private arithmetic(text: string, seen: Set<string> = new Set()): Denial | undefined {
     if (!/[$`A-Za-z_]/.test(text)) return undefined; // numbers and operators only
     try {
-      return this.code(parseArithmetic(text, this.budget, this.depth + 1 + seen.size), seen);
+      return this.code(
+        parseArithmetic(text, this.budget, this.depth + 1 + seen.size, this.notes),
+        seen,
+      );
     } catch (err) {
       if (!(err instanceof ShellSyntaxError)) throw err;
       return deny(
@@ -687,7 +693,15 @@ class Checker {
     const known = this.env.get(ev.name);
     const values = known !== undefined ? [known] : this.choices.get(ev.name);
     if (values === undefined) {
-      if (ev.as === 'arith') return undefined;
+      // Arithmetic on a value a program printed is ordinary (`n=$(wc -l <f); $((n+1))`); but
+      // when the line itself carries code in a quoted string, that string may be the value
+      // (`read x <<< 'a[$(cmd)]'`, `printf -v x '%s' …`), and bash would run it.
+      if (ev.as === 'arith' && !this.notes.quotedCode) return undefined;
+      if (ev.as === 'arith') {
+        return this.opaque(
+          `${ev.name} is evaluated as arithmetic with a value computed at run time, and the line holds code in a quoted string that value may carry`,
+        );
+      }
       const form = ev.as === 'prompt' ? `\${${ev.name}@P}` : `\${!${ev.name}}`;
       return this.opaque(`${form} evaluates a value computed at run time`);
     }
@@ -699,7 +713,10 @@ class Checker {
         this.budget.step(16);
         const d =
           ev.as === 'prompt'
-            ? this.code(parsePromptText(value, this.budget, this.depth + 1 + seen.size), seen)
+            ? this.code(
+                parsePromptText(value, this.budget, this.depth + 1 + seen.size, this.notes),
+                seen,
+              )
             : this.arithmetic(value, seen);
         if (d) return d;
       }
@@ -743,7 +760,7 @@ class Checker {
     if (name === 'PROMPT_COMMAND') return this.script(known, this.depth + 1);
     if (/^PS/.test(name)) {
       try {
-        return this.code(parsePromptText(known, this.budget, this.depth + 1));
+        return this.code(parsePromptText(known, this.budget, this.depth + 1, this.notes));
       } catch (err) {
         if (!(err instanceof ShellSyntaxError)) throw err;
         return deny('unparseable', `${name} could not be parsed (${err.message})`);
@@ -968,7 +985,7 @@ class Checker {
       }
       if (text.startsWith('(')) {
         // declare 'a=(…)': the quoted elements are expanded again, their $(…) run.
-        const d = this.code(parsePromptText(text, this.budget, this.depth + 1));
+        const d = this.code(parsePromptText(text, this.budget, this.depth + 1, this.notes));
         if (d) return d;
       }
       const d = this.assign(

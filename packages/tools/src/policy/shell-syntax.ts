@@ -25,6 +25,18 @@ export interface Evaluation {
   as: 'arith' | 'indirect' | 'prompt' | 'assign';
 }
 
+/**
+ * What parsing noticed about the line as a whole, shared by every parse of one check. A quoted
+ * string holding `$(`, `${`, `$[` or a backtick is code text the line could hand to bash at run
+ * time (`read x <<< 'a[$(cmd)]'; echo $((x))`), though no expansion shows it.
+ */
+export interface ParseNotes {
+  quotedCode: boolean;
+}
+
+/** `$(`, `${`, `$[`, a backtick, or a `$` spelled as an escape printf or echo -e decode. */
+const CODE_TEXT = /\$[({[]|`|\\(?:0?44|x24|u0024|U00000024)/;
+
 /** What a piece of text runs: its commands (nested first) and the values it evaluates. */
 export interface Code {
   commands: SimpleCommand[];
@@ -124,9 +136,10 @@ export function parseShell(
   source: string,
   budget: Budget = new Budget(),
   depth = 0,
+  notes: ParseNotes = { quotedCode: false },
 ): SimpleCommand[] {
   budget.step(source.length);
-  const lexer = new Lexer(source, depth, budget);
+  const lexer = new Lexer(source, depth, budget, notes);
   const tokens = lexer.lex('top');
   return parseTokens(tokens, budget, depth);
 }
@@ -136,18 +149,28 @@ export function parseShell(
  * arithmetic, a `[[ -eq ]]` operand, a subscript. Quotes do not hide `$(…)` here: bash expands
  * a subscript again when it evaluates it.
  */
-export function parseArithmetic(text: string, budget: Budget, depth: number): Code {
+export function parseArithmetic(
+  text: string,
+  budget: Budget,
+  depth: number,
+  notes: ParseNotes = { quotedCode: false },
+): Code {
   budget.step(text.length);
-  const lexer = new Lexer(text, depth, budget);
+  const lexer = new Lexer(text, depth, budget, notes);
   const code = lexer.arith((s, i) => (i >= s.length ? 0 : -1), 'arithmetic');
   if (!code) throw new ShellSyntaxError('unbalanced ) in arithmetic');
   return code;
 }
 
 /** What expanding `text` the way a prompt (`PS4`, `${x@P}`) or a here-document is expanded runs. */
-export function parsePromptText(text: string, budget: Budget, depth: number): Code {
+export function parsePromptText(
+  text: string,
+  budget: Budget,
+  depth: number,
+  notes: ParseNotes = { quotedCode: false },
+): Code {
   budget.step(text.length);
-  const lexer = new Lexer(text, depth, budget);
+  const lexer = new Lexer(text, depth, budget, notes);
   const code = emptyCode();
   collectCode(lexer.doubleQuoted(undefined), code);
   return code;
@@ -171,6 +194,7 @@ class Lexer {
     private readonly src: string,
     private readonly depth: number,
     private readonly budget: Budget,
+    private readonly notes: ParseNotes,
     start = 0,
   ) {
     budget.nest(depth, 'command substitution');
@@ -205,7 +229,7 @@ class Lexer {
       } else if (c === '(' && this.atArrayAssignment()) {
         // a=( … ): the elements are words (their substitutions run), not a subshell.
         this.i++;
-        const inner = new Lexer(this.src, this.depth + 1, this.budget, this.i);
+        const inner = new Lexer(this.src, this.depth + 1, this.budget, this.notes, this.i);
         const tokens = inner.lex('paren');
         this.i = inner.position;
         const code = emptyCode();
@@ -349,10 +373,11 @@ class Lexer {
         body += `${line}\n`;
       }
       doc.redirect.heredocBody = body;
+      if (doc.quoted && CODE_TEXT.test(body)) this.notes.quotedCode = true;
       if (!doc.quoted) {
         // Unquoted here-documents expand $(…), backticks, ${…} and $((…)): those run.
         this.budget.step(body.length);
-        const inner = new Lexer(body, this.depth + 1, this.budget);
+        const inner = new Lexer(body, this.depth + 1, this.budget, this.notes);
         doc.redirect.heredocWord = { parts: inner.doubleQuoted(undefined) };
       }
     }
@@ -360,7 +385,7 @@ class Lexer {
   }
 
   private nested(): SimpleCommand[] {
-    const inner = new Lexer(this.src, this.depth + 1, this.budget, this.i);
+    const inner = new Lexer(this.src, this.depth + 1, this.budget, this.notes, this.i);
     const tokens = inner.lex('paren');
     this.i = inner.position;
     return parseTokens(tokens, this.budget, this.depth + 1);
@@ -575,8 +600,16 @@ class Lexer {
   private lit(text: string, quoted: boolean): void {
     this.wordStarted = true;
     const last = this.parts.at(-1);
-    if (last?.kind === 'lit' && last.quoted === quoted) last.text += text;
-    else this.parts.push({ kind: 'lit', text, quoted });
+    let part: WordPart & { kind: 'lit' };
+    if (last?.kind === 'lit' && last.quoted === quoted) {
+      last.text += text;
+      part = last;
+    } else {
+      part = { kind: 'lit', text, quoted };
+      this.parts.push(part);
+    }
+    // The new text and the character before it: `$` and `(` may arrive one call apart.
+    if (quoted && CODE_TEXT.test(part.text.slice(-text.length - 1))) this.notes.quotedCode = true;
   }
 
   /** One unit of a word outside double quotes. */
@@ -665,7 +698,7 @@ class Lexer {
     if (i >= s.length) throw new ShellSyntaxError('unterminated backquote');
     this.i = i + 1;
     this.budget.step(body.length);
-    const inner = new Lexer(body, this.depth + 1, this.budget);
+    const inner = new Lexer(body, this.depth + 1, this.budget, this.notes);
     return parseTokens(inner.lex('top'), this.budget, this.depth + 1);
   }
 

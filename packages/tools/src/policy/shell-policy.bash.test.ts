@@ -167,6 +167,8 @@ const forms = [
   'find bin -name curl -exec {} q \\;',
   "read -r PS4 <<< '$(@@)'; set -x; :",
   "read x <<< 'a[$(@@)]'; echo $((x))",
+  'read y <<< \'a[$(@@)]\'; let "$y"',
+  'read y <<< \'a[$(@@)]\'; [ -v "$y" ]',
   "printf -v x '%s' 'a[$(@@)]'; echo $((x))",
   "x=$(echo 'a[$(@@)]'); echo $((x))",
   "x=$(printf 'a[\\44(@@)]'); echo $((x))",

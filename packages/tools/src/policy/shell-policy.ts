@@ -909,7 +909,7 @@ class Checker {
     const args = argv.slice(1);
     if (program === 'let') {
       for (const a of args) {
-        const d = this.arithmetic(a.text);
+        const d = this.arithmetic(a.text) ?? (a.dynamic ? this.runTimeArithmetic(a) : undefined);
         if (d) return d;
       }
       return undefined;
@@ -955,11 +955,24 @@ class Checker {
 
   /** `NAME[SUBSCRIPT]…`: bash evaluates the subscript as arithmetic. */
   private subscript(arg: Arg): Denial | undefined {
+    if (arg.dynamic && !arg.text.includes('=')) return this.runTimeArithmetic(arg);
     if (!/^[A-Za-z_][A-Za-z0-9_]*\[/.test(arg.text)) return undefined;
     const eq = arg.text.indexOf(']=');
     const end = eq === -1 ? arg.text.lastIndexOf(']') : eq;
     if (end === -1) return undefined;
     return this.arithmetic(arg.text.slice(arg.text.indexOf('[') + 1, end));
+  }
+
+  /**
+   * A name or expression only known at run time, which bash evaluates: allowed, unless the line
+   * carries code text in a quoted string that could be it (see evaluate).
+   */
+  private runTimeArithmetic(arg: Arg): Denial | undefined {
+    if (!this.notes.quotedCode) return undefined;
+    return this.opaque(
+      `"${arg.text}…" is evaluated as a name or arithmetic with a value computed at run time, and the line holds code in a quoted string that value may carry`,
+      { argv: [arg] },
+    );
   }
 
   /** export/declare/local/readonly/typeset operands: `NAME=value` sets NAME for the line. */

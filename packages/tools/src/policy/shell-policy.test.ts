@@ -392,7 +392,31 @@ describe('work budget', () => {
     for (let i = 0; i < levels; i++) s = `echo \`${s.replace(/[\\`]/g, '\\$&')}\``;
     return s;
   };
+  /** v20 is evaluated as arithmetic: each level names the one below four times. */
+  const evaluatedChain = (levels: number) => {
+    const lines = ['v0=1'];
+    for (let i = 1; i <= levels; i++)
+      lines.push(
+        `v${i}='${Array(4)
+          .fill(`v${i - 1}`)
+          .join('+')}'`,
+      );
+    return `${lines.join('; ')}; echo $((v${levels}))`;
+  };
+  /** `$((…) )` is read as arithmetic first, then again as a command substitution. */
+  const ambiguous = (levels: number) => {
+    let s = 'ls';
+    for (let i = 0; i < levels; i++) s = `$((${s}) )`;
+    return `echo ${s}`;
+  };
   const bombs: [string, string][] = [
+    ['arithmetic values evaluated through 20 levels of names', evaluatedChain(20)],
+    ['arithmetic values evaluated 8 levels deep, 4 names each', evaluatedChain(8)],
+    ['$((…) ) read both ways, 12 deep', ambiguous(12)],
+    [
+      '$((…) ) read both ways, 10 deep, repeated to 32 Ki',
+      `${ambiguous(10)}; `.repeat(Math.floor(32_000 / `${ambiguous(10)}; `.length)),
+    ],
     ['40 brace pairs', `echo ${'{,}'.repeat(40)}`],
     ['40 brace pairs with text', `echo ${'{a,b}'.repeat(40)}`],
     ['20 levels of variable doubling', doubling(20)],
@@ -402,7 +426,8 @@ describe('work budget', () => {
     ['<( 500 deep', `cat ${'<('.repeat(500)}ls${')'.repeat(500)}`],
     ['subshells 500 deep', `${'( '.repeat(500)}ls${' )'.repeat(500)}`],
     ['arithmetic 500 deep', `echo $((${'('.repeat(500)}1${')'.repeat(500)}))`],
-    ['${ 500 deep', `echo \${x:-${'{'.repeat(500)}${'}'.repeat(500)}}`],
+    ['${ 500 deep', `echo ${'${x:-'.repeat(500)}y${'}'.repeat(500)}`],
+    ['arithmetic in ${ operands 500 deep', `echo ${'${x:-$(('.repeat(500)}1${'))}'.repeat(500)}`],
     ['here-document nesting $( 500 deep', `cat <<E\n${'$('.repeat(500)}ls${')'.repeat(500)}\nE\n`],
     ['nested braces 1000 deep', `echo ${'{a,'.repeat(1000)}z${'}'.repeat(1000)}`],
     ['brace range {1..999999999}', 'echo {1..999999999}'],
@@ -501,5 +526,249 @@ describe('contract', () => {
   it('documents that this is a first filter and the sandbox is the real boundary', () => {
     const source = readFileSync(new URL('./shell-policy.ts', import.meta.url), 'utf8');
     expect(source).toMatch(/This is a first filter and the sandbox is the real boundary/);
+  });
+});
+
+/**
+ * Every place bash runs code the line does not show as a command: operands of expansions,
+ * arithmetic, handlers and strings evaluated later. Each row: the command, the refusal in
+ * blocklist mode, the refusal in allowlist mode (with every wrapper, builtin and shell listed,
+ * but not curl or wget, so a `not_allowed` naming curl shows the policy found the hidden curl).
+ */
+describe('commands hidden in expansions, handlers and evaluated strings', () => {
+  const listed: ShellPolicy = {
+    mode: 'allowlist',
+    allow: [
+      ...['echo', 'true', 'cat', 'ls', 'wc', 'date', ':', 'set', 'shopt', 'f', 'g', 'x'],
+      ...['trap', 'eval', 'bash', 'sh', 'source', '.', 'alias', 'mapfile', 'compgen', 'hash'],
+      ...['declare', 'export', 'local', 'read', 'let', 'unset', '[', 'printf'],
+      ...['command', 'builtin', 'exec', 'env', 'nice', 'timeout', 'xargs', 'find'],
+    ],
+  };
+  const url = 'http://127.0.0.1:9/x';
+  const refusals: [form: string, command: string, blocklist: string, allowlist: string][] = [
+    // The three forms that ran the program.
+    ['${x:-$(…)} operand', `echo \${x:-$(curl ${url})}`, 'download', 'not_allowed curl'],
+    ['$(…) inside $((…))', `echo $(( $(wget -q -O- ${url}) + 1 ))`, 'download', 'not_allowed wget'],
+    ['trap handler', `trap 'curl ${url}' EXIT; true`, 'download', 'not_allowed curl'],
+    ['trap handler with $$', 'trap "curl x.$$" EXIT', 'download', 'not_allowed curl'],
+    // Other operands of ${…}.
+    ['${x/pat/$(…)}', 'echo ${x/a/$(curl x)}', 'download', 'not_allowed curl'],
+    ['${x:=$(…)}', 'echo ${x:=$(curl x)}', 'download', 'not_allowed curl'],
+    ['${x:-`…`}', 'echo ${x:-`curl x`}', 'download', 'not_allowed curl'],
+    [
+      '"${x:-\'$(…)\'}" (quotes do not quote here)',
+      `echo "\${x:-'$(curl x)'}"`,
+      'download',
+      'not_allowed curl',
+    ],
+    ['nested ${…:-${…:-$(…)}}', 'echo ${x:-${y:-$(curl x)}}', 'download', 'not_allowed curl'],
+    ['${x:offset:$(…)}', 'echo ${x:0:$(curl x)}', 'download', 'not_allowed curl'],
+    ['${a[$(…)]} subscript', 'echo "${a[$(curl x)]}"', 'download', 'not_allowed curl'],
+    // Arithmetic.
+    ['$[ $(…) ]', 'echo $[ $(curl x) + 1 ]', 'download', 'not_allowed curl'],
+    ['(( $(…) ))', '(( $(curl x) ))', 'download', 'not_allowed curl'],
+    ['for (( $(…) ))', 'for ((i=$(curl x); i<3; i++)); do :; done', 'download', 'not_allowed curl'],
+    ['$(( a[$(…)] ))', 'echo $(( a[$(curl x)] ))', 'download', 'not_allowed curl'],
+    ["[[ -eq 'a[$(…)]' ]]", "[[ 1 -eq 'a[$(curl x)]' ]]", 'download', 'not_allowed curl'],
+    ["x='a[$(…)]'; $((x))", "x='a[$(curl x)]'; echo $((x))", 'download', 'not_allowed curl'],
+    ["let 'a[$(…)]'", "let 'y=a[$(curl x)]'", 'download', 'not_allowed curl'],
+    ["declare -i n='a[$(…)]'", "declare -i n='a[$(curl x)]'", 'download', 'not_allowed curl'],
+    [
+      "for x in 'a[$(…)]'; $((x)) (each value of a loop)",
+      "for x in 1 'a[$(curl x)]' 2; do echo $((x)); done",
+      'download',
+      'not_allowed curl',
+    ],
+    [
+      "a['$(…)']=1 (an element's subscript is expanded twice)",
+      "a['$(curl x)']=1",
+      'download',
+      'not_allowed curl',
+    ],
+    [
+      "arr=('a[$(…)]'); $((arr))",
+      "arr=(1 'a[$(curl x)]'); echo $((arr[1]))",
+      'download',
+      'not_allowed curl',
+    ],
+    [
+      "declare -i y; y='a[$(…)]'",
+      "x='a[$(curl x)]'; declare -i y; y=x",
+      'download',
+      'not_allowed curl',
+    ],
+    // Subscripts and values evaluated by name.
+    ["x='a[$(…)]'; ${!x}", "x='a[$(curl x)]'; echo ${!x}", 'download', 'not_allowed curl'],
+    ["y='$(…)'; ${y@P}", "y='$(curl x)'; echo ${y@P}", 'download', 'not_allowed curl'],
+    ["unset 'a[$(…)]'", "unset 'a[$(curl x)]'", 'download', 'not_allowed curl'],
+    ["[ -v 'a[$(…)]' ]", "[ -v 'a[$(curl x)]' ]", 'download', 'not_allowed curl'],
+    // Nested substitutions, here-documents, process substitution, compound commands.
+    ['nested backticks', 'echo `echo \\`curl x\\``', 'download', 'not_allowed curl'],
+    ['here-document ${…$(…)}', 'cat <<E\n${x:-$(curl x)}\nE', 'download', 'not_allowed curl'],
+    ['<(…)', 'cat <(curl x)', 'download', 'not_allowed curl'],
+    ['coproc NAME { … }', 'coproc C { curl x; }', 'download', 'not_allowed curl'],
+    ['coproc command', 'coproc curl x', 'download', 'not_allowed curl'],
+    [
+      'case pattern ) inside $(…)',
+      'echo $(case x in x) curl x;; esac)',
+      'download',
+      'not_allowed curl',
+    ],
+    ['a=( $(…) )', 'a=( $(curl x) )', 'download', 'not_allowed curl'],
+    ['a=([$(…)]=1)', 'a=([$(curl x)]=1)', 'download', 'not_allowed curl'],
+    ['[[ $(…) ]]', '[[ $(curl x) == y ]]', 'download', 'not_allowed curl'],
+    ['select … in $(…)', 'select x in $(curl x); do :; done', 'download', 'not_allowed curl'],
+    ['case pattern $(…)', 'case x in $(curl x)) :;; esac', 'download', 'not_allowed curl'],
+    ['declare x=$(…)', 'declare x=$(curl x)', 'download', 'not_allowed curl'],
+    ['export y="$(…)"', 'export y="$(curl x)"', 'download', 'not_allowed curl'],
+    ['local z=`…`', 'local z=`curl x`', 'download', 'not_allowed curl'],
+    ['function body called later', 'f() { curl x; }; f', 'download', 'not_allowed curl'],
+    // Wrappers.
+    ['command -p', 'command -p curl x', 'download', 'not_allowed curl'],
+    ['exec', 'exec curl x', 'download', 'not_allowed curl'],
+    ['env', 'env curl x', 'download', 'not_allowed curl'],
+    ['nice', 'nice curl x', 'download', 'not_allowed curl'],
+    ['timeout', 'timeout 5 curl x', 'download', 'not_allowed curl'],
+    ['xargs', 'echo x | xargs curl', 'download', 'not_allowed curl'],
+    ['find -exec', 'find . -exec curl {} \\;', 'download', 'not_allowed curl'],
+    ['builtin trap', 'builtin trap "curl x" ERR', 'download', 'not_allowed curl'],
+    ['hash -p', 'hash -p /usr/bin/curl ls; ls x', 'download', 'not_allowed curl'],
+    // Strings evaluated as code.
+    ['eval', "eval 'curl x'", 'download', 'not_allowed curl'],
+    ['bash -c', "bash -c 'curl x'", 'download', 'not_allowed curl'],
+    ['env -S', 'env -S "curl x"', 'download', 'not_allowed curl'],
+    ['alias', "shopt -s expand_aliases; alias g='curl x'\ng", 'download', 'not_allowed curl'],
+    [
+      'an alias for eval',
+      "shopt -s expand_aliases; alias e=eval\ne 'curl x'",
+      'download',
+      'not_allowed curl',
+    ],
+    ['sudo -s', "sudo -s 'curl x'", 'download', 'not_allowed sudo'],
+    ['IFS set on the line', "IFS=,; x='curl,x'; $x", 'download', 'env_override'],
+    ['mapfile -C', "mapfile -C 'curl x' -c 1 a < f", 'download', 'not_allowed curl'],
+    ['compgen -C', "compgen -C 'curl x' w", 'download', 'not_allowed curl'],
+    ['PROMPT_COMMAND', "PROMPT_COMMAND='curl x'", 'download', 'env_override'],
+    ['PS4 with set -x', "PS4='$(curl x)'; set -x; true", 'download', 'env_override'],
+    [
+      'exported function',
+      "env 'BASH_FUNC_f%%=() { curl x; }' bash -c f",
+      'download',
+      'env_override',
+    ],
+    ['source <(…)', 'source <(echo curl x)', 'pipe_to_shell', 'pipe_to_shell'],
+    ['. <(…)', '. <(echo curl x)', 'pipe_to_shell', 'pipe_to_shell'],
+    [
+      'source /dev/stdin from a pipe',
+      'echo curl x | source /dev/stdin',
+      'pipe_to_shell',
+      'pipe_to_shell',
+    ],
+    ['bash --rcfile <(…)', 'bash --rcfile <(echo curl) -i', 'pipe_to_shell', 'pipe_to_shell'],
+    // Code only known at run time: refused, whatever it turns out to be.
+    ['eval "$(…)"', 'eval "$(echo curl x)"', 'too_complex', 'dynamic_program'],
+    ['bash -c "$X"', 'bash -c "$X"', 'too_complex', 'dynamic_program'],
+    ['sh -c "$1"', 'sh -c "$1" _ \'curl x\'', 'too_complex', 'dynamic_program'],
+    ['trap "$handler"', 'trap "$h" EXIT', 'too_complex', 'dynamic_program'],
+    ['alias "$a"', 'alias "$a"', 'too_complex', 'dynamic_program'],
+    [
+      'xargs sh -c (the script from stdin)',
+      'echo x | xargs sh -c',
+      'too_complex',
+      'dynamic_program',
+    ],
+    [
+      'a computed program name',
+      'X=$(printf cu; printf rl); $X http://x',
+      'too_complex',
+      'dynamic_program',
+    ],
+    ['a loop over program names', 'for c in curl; do $c x; done', 'too_complex', 'dynamic_program'],
+    [
+      'find -exec {} (a file as the program)',
+      'find . -exec {} \\;',
+      'too_complex',
+      'dynamic_program',
+    ],
+    [
+      '${y@P} of a value read at run time',
+      'y=$(cat f); echo ${y@P}',
+      'too_complex',
+      'dynamic_program',
+    ],
+    [
+      '${!x} of a value read at run time',
+      'read -r x; echo ${!x}',
+      'too_complex',
+      'dynamic_program',
+    ],
+    ['BASH_ENV=<(…)', 'BASH_ENV=<(echo curl) bash -c true', 'too_complex', 'env_override'],
+    ['read PS4', 'read PS4 <<< x; set -x; true', 'too_complex', 'env_override'],
+    [
+      'arithmetic on a value read at run time, with code text on the line',
+      "read x <<< 'a[$(curl x)]'; echo $((x))",
+      'too_complex',
+      'dynamic_program',
+    ],
+    ['declare -n ref=PS4', 'declare -n r=PS4', 'too_complex', 'dynamic_program'],
+  ];
+
+  const verdict = (command: string, policy: ShellPolicy) => {
+    const r = check(command, policy);
+    return r.ok ? 'ok' : r.rule === 'not_allowed' ? `not_allowed ${r.program}` : r.rule;
+  };
+
+  it.each(refusals)('%s: %j → blocklist %s, allowlist %s', (_, command, blocked, listedRule) => {
+    expect(verdict(command, blocklist)).toBe(blocked);
+    expect(verdict(command, listed)).toBe(listedRule);
+  });
+
+  it("a run-time refusal says why and what to do, in the mode's own words", () => {
+    expect(check('eval "$(echo curl x)"')).toMatchObject({
+      ok: false,
+      rule: 'too_complex',
+      message: expect.stringMatching(
+        /too complex to check: eval runs a command line computed at run time.*write the command out plainly/,
+      ),
+    });
+    expect(check('eval "$(echo curl x)"', listed)).toMatchObject({
+      ok: false,
+      rule: 'dynamic_program',
+      message: expect.stringMatching(/allowlist mode cannot check/),
+    });
+  });
+
+  // Look-alikes that run nothing hidden: the policy must stay usable.
+  it.each([
+    'echo ${x:-default}',
+    'echo $((1+2))',
+    'trap - EXIT',
+    "trap '' INT",
+    'trap "echo bye" EXIT',
+    'trap "cat /tmp/lock.$$" EXIT', // $$ is a number: the handler is still known
+    'bash -c "echo $((1+2)) ${#x} $RANDOM"',
+    'echo $[1+2]',
+    "echo ${x:-'$(curl x)'}", // single quotes quote in an unquoted operand: printed, not run
+    'echo ${#x} ${x%.txt} ${x/a/b} ${x:1:2} ${x^^} ${!x*}',
+    'x=5; echo $((x+1)) ${x:-7}',
+    'n=$(ls | wc -l); echo $((n*2))',
+    'echo $(( $(date +%s) - 5 ))',
+    'for ((i=0; i<3; i++)); do echo $i; done',
+    'for i in 1 2 3; do echo $((i*2)); done',
+    'n=4; [[ $n -gt 3 ]] && echo big',
+    "alias ll='ls -la'",
+    'declare -a arr=(1 2 3); echo ${arr[1]}',
+    'let i++',
+    'y=hi; echo ${y@P}',
+    'for x in 1 2; do echo $((x)); done',
+    'a[1]=2; echo ${a[1]}',
+    'cat <<E\n${x:-ok} $((1+2))\nE',
+    'echo $((ls) | wc -l)', // $( (…) …): a command substitution, read as one
+    'ls | xargs -I{} echo {}',
+    '[ -f a ] && cat a',
+  ])('allows %j in both modes', (command) => {
+    expect(check(command)).toEqual({ ok: true });
+    expect(check(command, listed)).toEqual({ ok: true });
   });
 });

@@ -12,10 +12,15 @@
  *   after wrappers such as `sudo`, `env`, `command`, `nice`, `timeout`) is checked against rules
  *   (rm -rf /, mkfs, dd if=, fork bombs, chmod 777 /, curl/wget, netcat, shutdown, writes to
  *   disks, …), after quote removal, `/bin/rm`-style paths, `$IFS`, brace expansion and simple
- *   variable assignments are resolved.
- * - `allowlist` mode: additionally every program — including the ones a wrapper runs — must be
- *   listed in `policy.allow`; programs whose name is computed at run time, and assignments to
- *   PATH, LD_PRELOAD and the like, are denied.
+ *   variable assignments are resolved. So is every command bash runs from somewhere else on the
+ *   line: the operands of `${…}`, arithmetic, trap handlers, aliases, `mapfile -C`, prompt and
+ *   PROMPT_COMMAND values, exported functions, and the variables whose values bash evaluates
+ *   (`x='a[$(id)]'; echo $((x))`, `${!x}`, `${x@P}`). Code the policy cannot see because it is
+ *   built at run time — `eval "$(…)"`, `sh -c "$X"`, a program name computed at run time, a
+ *   trap handler from a variable — is refused as `too_complex` rather than let through.
+ * - `allowlist` mode: additionally every program — including the ones a wrapper runs or a
+ *   handler hides — must be listed in `policy.allow`; programs and scripts computed at run time
+ *   (`dynamic_program`), and assignments to PATH, LD_PRELOAD, PS4 and the like, are denied.
  *
  * The check runs on the gateway's event loop, so its cost is bounded whatever the input's shape
  * (docs/policy-budgets.md): brace products, variable growth, nesting and scanning are charged to
@@ -24,9 +29,14 @@
 import path from 'node:path';
 import { Budget, DEFAULT_BUDGET, TooComplexError, type BudgetLimits } from './budget.js';
 import {
+  parseArithmetic,
+  parsePromptText,
   parseShell,
   plainText,
   ShellSyntaxError,
+  type Code,
+  type Evaluation,
+  type ParseNotes,
   type SimpleCommand,
   type Word,
 } from './shell-syntax.js';
@@ -79,6 +89,23 @@ type Denial = Extract<ShellCheckResult, { ok: false }>;
 interface Arg {
   text: string;
   dynamic: boolean;
+  /**
+   * The program name it would run is not known: a dynamic part after its last `/`, or an
+   * unquoted one (its value may split into a whole command line).
+   */
+  nameUnknown?: boolean;
+  /** It names a process substitution `<(…)`: reading it reads another command's output. */
+  process?: boolean;
+  /** An array's elements `a=( … )`, when every one is known. */
+  elements?: string[];
+}
+
+/** A refusal found deep inside an expansion; caught by checkShellCommand. */
+class Refusal extends Error {
+  constructor(readonly denial: Denial) {
+    super(denial.message);
+    this.name = 'Refusal';
+  }
 }
 
 /** run_shell's own limit (its schema's maxLength): the check never needs to read more. */
@@ -163,7 +190,42 @@ const DEVICE_WRITERS = new Set(['tee', 'cp', 'mv', 'shred', 'dd', 'truncate', 'i
 const DECLARATIONS = new Set(['export', 'declare', 'local', 'readonly', 'typeset']);
 /** Assignments that change which program runs or what a shell executes. */
 const DANGEROUS_VARIABLES =
-  /^(?:PATH|LD_[A-Z_]+|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|IFS|BASH_FUNC_.*)$/;
+  /^(?:PATH|LD_[A-Z_]+|BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS[0-4]|PROMPT_COMMAND|IFS|BASH_FUNC_.*)$/;
+/**
+ * Variables whose value bash runs as code: PROMPT_COMMAND (a command line), PS0–PS4 (prompts:
+ * their `$(…)` run, PS4 on every traced command with `set -x`), BASH_ENV / ENV (a file sourced
+ * by every non-interactive shell), BASH_FUNC_name%% (an exported function's body).
+ */
+const CODE_VARIABLES = /^(?:PROMPT_COMMAND|PS[0-4]|BASH_ENV|ENV|BASH_FUNC_.*)$/;
+/** Builtins whose name operands may carry a subscript, which bash evaluates as arithmetic. */
+const NAME_BUILTINS = new Set([
+  'unset',
+  'read',
+  'printf',
+  'mapfile',
+  'readarray',
+  'wait',
+  'getopts',
+  'export',
+  'declare',
+  'local',
+  'readonly',
+  'typeset',
+]);
+/** Shell variables that always hold a number (unless the line sets them). */
+const NUMERIC_VARIABLES = new Set([
+  'RANDOM',
+  'SRANDOM',
+  'SECONDS',
+  'EPOCHSECONDS',
+  'LINENO',
+  'BASHPID',
+  'PPID',
+  'UID',
+  'EUID',
+]);
+/** Where a shell reading a file name would read commands from a pipe. */
+const STDIN_PATHS = /^\/(?:dev\/stdin|dev\/fd\/\d+|proc\/self\/fd\/\d+)$/;
 
 export function checkShellCommand(
   command: string,
@@ -174,6 +236,7 @@ export function checkShellCommand(
   try {
     return checker.script(command, 0) ?? { ok: true };
   } catch (err) {
+    if (err instanceof Refusal) return err.denial;
     if (err instanceof TooComplexError) {
       return deny(
         'too_complex',
@@ -270,7 +333,8 @@ function skipOptions(
   return { index: i, options };
 }
 
-const isAssignment = (a: Arg) => /^[A-Za-z_][A-Za-z0-9_]*=/.test(a.text);
+/** env and sudo take any `NAME=value` before the command, `BASH_FUNC_f%%=() { …; }` included. */
+const isAssignment = (a: Arg) => /^[^=/\s-][^=/\s]*=/.test(a.text);
 
 /** What running `argv` really runs: the inner command of a wrapper, or a script string. */
 interface Unwrapped {
@@ -279,7 +343,7 @@ interface Unwrapped {
   /** find -exec: commands run per file. */
   extra?: Arg[][];
   /** Assignments a wrapper (env, sudo) makes for the inner command. */
-  assignments?: string[];
+  assignments?: Arg[];
 }
 
 function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
@@ -287,7 +351,7 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
   switch (program) {
     case 'sudo':
     case 'doas': {
-      const { index } = skipOptions(args, 1, program === 'sudo' ? 'ugpChDrtUTR' : 'uCa', [
+      const { index, options } = skipOptions(args, 1, program === 'sudo' ? 'ugpChDrtUTR' : 'uCa', [
         '--user',
         '--group',
         '--prompt',
@@ -301,24 +365,29 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
         '--host',
       ]);
       let i = index;
-      const assignments: string[] = [];
-      while (i < args.length && isAssignment(args[i]!)) assignments.push(args[i++]!.text);
+      const assignments: Arg[] = [];
+      while (i < args.length && isAssignment(args[i]!)) assignments.push(args[i++]!);
+      // sudo -s / -i CMD…: the shell runs the words as a command line (`$SHELL -c 'CMD …'`).
+      const shell = options.some(
+        (o) => o === '--shell' || o === '--login' || /^-[^-]*[si]/.test(o),
+      );
+      if (program === 'sudo' && shell && i < args.length) return { scripts: args.slice(i) };
       return { inner: args.slice(i), assignments };
     }
     case 'env': {
-      const { index, options } = skipOptions(args, 1, 'uCS', [
-        '--unset',
-        '--chdir',
-        '--split-string',
-      ]);
-      const split = options.findIndex((o) => o === '-S' || o.startsWith('--split-string'));
-      if (split !== -1 || options.some((o) => /^-[^-]*S/.test(o))) {
-        // -S "cmd args": the string is split into a command line.
-        return { scripts: args.slice(1) };
+      const { index } = skipOptions(args, 1, 'uCS', ['--unset', '--chdir', '--split-string']);
+      // -S "cmd args": the string is split into a command line, followed by the operands.
+      for (let i = 1; i < index; i++) {
+        const t = args[i]!.text;
+        const attached = /^-[^-]*S(.+)$/s.exec(t) ?? /^--split-string=(.*)$/s.exec(t);
+        if (attached) {
+          return { scripts: [{ ...args[i]!, text: attached[1]! }, ...args.slice(i + 1)] };
+        }
+        if (/^-[^-]*S$/.test(t) || t === '--split-string') return { scripts: args.slice(i + 1) };
       }
       let i = index;
-      const assignments: string[] = [];
-      while (i < args.length && isAssignment(args[i]!)) assignments.push(args[i++]!.text);
+      const assignments: Arg[] = [];
+      while (i < args.length && isAssignment(args[i]!)) assignments.push(args[i++]!);
       return { inner: args.slice(i), assignments };
     }
     case 'command':
@@ -403,8 +472,28 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
         '--max-chars',
         '--process-slot-var',
       ]);
-      const inner = args.slice(index);
-      return { inner: inner.length > 0 ? inner : [{ text: 'echo', dynamic: false }] };
+      // The items read from stdin are appended (or replace the -I string): arguments only
+      // known at run time, which can be the program (`xargs env`) or the script (`xargs sh -c`).
+      let marker: string | undefined;
+      for (let i = 1; i < index; i++) {
+        const t = args[i]!.text;
+        if (t === '-I') marker = args[i + 1]?.text;
+        else if (/^-I./.test(t)) marker = t.slice(2);
+        else if (t === '-i' || t === '--replace') marker = '{}';
+        else if (/^-i./.test(t)) marker = t.slice(2);
+        else if (t.startsWith('--replace=')) marker = t.slice('--replace='.length);
+      }
+      const inner: Arg[] = args.slice(index);
+      if (inner.length === 0) inner.push({ text: 'echo', dynamic: false });
+      if (marker === undefined) {
+        inner.push({ text: '', dynamic: true, nameUnknown: true });
+        return { inner };
+      }
+      return {
+        inner: inner.map((a) =>
+          a.text.includes(marker) ? { ...a, dynamic: true, nameUnknown: true } : a,
+        ),
+      };
     }
     case 'watch': {
       const { index, options } = skipOptions(args, 1, 'nq', ['--interval']);
@@ -415,6 +504,42 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
     }
     case 'eval':
       return { scripts: args.slice(1) };
+    case 'trap': {
+      // trap HANDLER SIGNAL…: the handler runs later (EXIT, ERR, DEBUG, a signal). A single
+      // operand, `-` or '' resets or ignores signals: nothing runs.
+      const { index } = skipOptions(args, 1, '', []);
+      const handler = args[index];
+      if (!handler || args.length - index < 2) return undefined;
+      if (!handler.dynamic && (handler.text === '-' || handler.text === '')) return undefined;
+      return { scripts: [handler] };
+    }
+    case 'alias': {
+      // alias name=value: with expand_aliases, the value runs wherever name is a command.
+      const values = args.slice(1).filter((a) => a.text.includes('=') || a.dynamic);
+      if (values.length === 0) return undefined;
+      const text = values.map((a) => a.text.slice(a.text.indexOf('=') + 1)).join('\n');
+      return { scripts: [{ text, dynamic: values.some((a) => a.dynamic) }] };
+    }
+    case 'compgen':
+    case 'complete': {
+      // -C COMMAND: run to produce completions (compgen runs it at once).
+      const c = args.findIndex((a) => a.text === '-C');
+      return c !== -1 && args[c + 1] ? { scripts: [args[c + 1]!] } : undefined;
+    }
+    case 'hash': {
+      // hash -p PATH NAME: NAME runs PATH from now on; check PATH as the program.
+      const p = args.findIndex((a) => a.text === '-p');
+      return p !== -1 && args[p + 1] ? { inner: [args[p + 1]!] } : undefined;
+    }
+    case 'mapfile':
+    case 'readarray': {
+      // -C CALLBACK: evaluated every -c lines read.
+      const { options } = skipOptions(args, 1, 'dnOsuCc', []);
+      const c = args.findIndex(
+        (a, i) => i > 0 && options.includes(a.text) && /^-[^-]*C$/.test(a.text),
+      );
+      return c !== -1 && args[c + 1] ? { scripts: [args[c + 1]!] } : undefined;
+    }
     case 'find': {
       const extra: Arg[][] = [];
       for (let i = 1; i < args.length; i++) {
@@ -422,7 +547,12 @@ function unwrap(program: string, argv: Arg[]): Unwrapped | undefined {
           const start = i + 1;
           let end = start;
           while (end < args.length && args[end]!.text !== ';' && args[end]!.text !== '+') end++;
-          extra.push(args.slice(start, end));
+          // {} is a file name found at run time: as the program or a script it is unknown.
+          extra.push(
+            args
+              .slice(start, end)
+              .map((a) => (a.text.includes('{}') ? { ...a, dynamic: true, nameUnknown: true } : a)),
+          );
           i = end;
         }
       }
@@ -452,7 +582,18 @@ function commandOption(args: Arg[], options: string[]): Arg | undefined {
 
 class Checker {
   private readonly allow: Set<string> | undefined;
+  /** Variables set on the line: the value, or undefined when it is only known at run time. */
   private readonly env = new Map<string, string | undefined>();
+  /** Aliases defined on the line: name → the text that replaces it as a command's first word. */
+  private readonly aliases = new Map<string, string>();
+  /** Loop variables over known words: each value they take in turn. */
+  private readonly choices = new Map<string, string[]>();
+  /** Variables declared integer (`declare -i n`): every value assigned is arithmetic. */
+  private readonly integers = new Set<string>();
+  /** How deep the script being checked is nested (sh -c, eval, trap handlers, values run as code). */
+  private depth = 0;
+  /** Shared by every parse of the line (the top-level one comes first). */
+  private readonly notes: ParseNotes = { quotedCode: false };
 
   constructor(
     policy: ShellPolicy,
@@ -472,7 +613,7 @@ class Checker {
     if (raw) return raw;
     let commands: SimpleCommand[];
     try {
-      commands = parseShell(source, this.budget);
+      commands = parseShell(source, this.budget, depth, this.notes);
     } catch (err) {
       if (!(err instanceof ShellSyntaxError)) throw err;
       return deny(
@@ -480,33 +621,178 @@ class Checker {
         `the command could not be parsed (${err.message}); fix the quoting or split it into simpler commands`,
       );
     }
-    for (const cmd of commands) {
-      const denial = this.command(cmd, depth);
-      if (denial) return denial;
+    const outer = this.depth;
+    this.depth = depth;
+    try {
+      for (const cmd of commands) {
+        const denial = this.command(cmd);
+        if (denial) return denial;
+      }
+      return undefined;
+    } finally {
+      this.depth = outer;
+    }
+  }
+
+  /**
+   * Code the policy cannot see, because bash builds it at run time: refused as too_complex in
+   * blocklist mode, as dynamic_program in allowlist mode.
+   */
+  private opaque(what: string, extra: { program?: string; argv?: Arg[] } = {}): Denial {
+    return this.allow
+      ? deny('dynamic_program', `${what}, which allowlist mode cannot check`, extra)
+      : deny(
+          'too_complex',
+          `the command is too complex to check: ${what}, so the policy cannot see what it would run; write the command out plainly`,
+          extra,
+        );
+  }
+
+  /** Commands and evaluations found in a value or operand bash runs. */
+  private code(code: Code, seen: Set<string> = new Set()): Denial | undefined {
+    for (const cmd of code.commands) {
+      const d = this.command(cmd);
+      if (d) return d;
+    }
+    for (const ev of code.evaluates) {
+      const d = this.evaluate(ev, seen);
+      if (d) return d;
     }
     return undefined;
   }
 
-  private command(cmd: SimpleCommand, depth: number): Denial | undefined {
-    this.budget.step(1 + cmd.words.length + cmd.assignments.length + cmd.redirects.length);
-    // Assignments: a standalone one sets a variable later commands may use as a program name.
-    for (const a of cmd.assignments) {
-      if (this.allow && DANGEROUS_VARIABLES.test(a.name)) {
-        return deny('env_override', `setting ${a.name} is not allowed in allowlist mode`);
-      }
-      if (cmd.words.length === 0) {
-        const value = this.expand(a.value);
-        this.env.set(
-          a.name,
-          value.length === 1 && !value[0]!.dynamic
-            ? value[0]!.text
-            : value.length === 0
-              ? ''
-              : undefined,
+  /** Text bash evaluates as arithmetic (a value, a subscript, a `let` expression). */
+  private arithmetic(text: string, seen: Set<string> = new Set()): Denial | undefined {
+    if (!/[$`A-Za-z_]/.test(text)) return undefined; // numbers and operators only
+    try {
+      return this.code(
+        parseArithmetic(text, this.budget, this.depth + 1 + seen.size, this.notes),
+        seen,
+      );
+    } catch (err) {
+      if (!(err instanceof ShellSyntaxError)) throw err;
+      return deny(
+        'unparseable',
+        `"${text}" is evaluated as arithmetic but does not parse (${err.message})`,
+      );
+    }
+  }
+
+  /**
+   * What bash does with a variable's value beyond substituting it. A value set on the line is
+   * parsed and checked like the line; a value only known at run time cannot be, and is refused
+   * where bash runs it as a name or a prompt (`${!x}`, `${x@P}`). Arithmetic on such a value
+   * is allowed: `n=$(wc -l <f); echo $((n+1))` is ordinary, and a program's output is data the
+   * policy does not follow (as a script file's content is not followed).
+   */
+  private evaluate(ev: Evaluation, seen: Set<string>): Denial | undefined {
+    this.budget.step(1);
+    if (ev.as === 'assign') return this.assign(ev.name, undefined, true);
+    // Absent: set by the sandbox's environment, not by the line. Seen: bash stops the loop.
+    if (!this.env.has(ev.name) || seen.has(ev.name)) return undefined;
+    const known = this.env.get(ev.name);
+    const values = known !== undefined ? [known] : this.choices.get(ev.name);
+    if (values === undefined) {
+      // Arithmetic on a value a program printed is ordinary (`n=$(wc -l <f); $((n+1))`); but
+      // when the line itself carries code in a quoted string, that string may be the value
+      // (`read x <<< 'a[$(cmd)]'`, `printf -v x '%s' …`), and bash would run it.
+      if (ev.as === 'arith' && !this.notes.quotedCode) return undefined;
+      if (ev.as === 'arith') {
+        return this.opaque(
+          `${ev.name} is evaluated as arithmetic with a value computed at run time, and the line holds code in a quoted string that value may carry`,
         );
       }
+      const form = ev.as === 'prompt' ? `\${${ev.name}@P}` : `\${!${ev.name}}`;
+      return this.opaque(`${form} evaluates a value computed at run time`);
+    }
+    seen.add(ev.name);
+    try {
+      for (const value of values) {
+        // Each evaluation parses its value afresh: charged as a short line's worth of work, so
+        // a value naming others many times over (v2='v1+v1+v1') stops at the budget.
+        this.budget.step(16);
+        const d =
+          ev.as === 'prompt'
+            ? this.code(
+                parsePromptText(value, this.budget, this.depth + 1 + seen.size, this.notes),
+                seen,
+              )
+            : this.arithmetic(value, seen);
+        if (d) return d;
+      }
+      return undefined;
+    } catch (err) {
+      if (!(err instanceof ShellSyntaxError)) throw err;
+      return deny(
+        'unparseable',
+        `the value of ${ev.name} is run as code but does not parse (${err.message})`,
+      );
+    } finally {
+      seen.delete(ev.name);
+    }
+  }
+
+  /**
+   * A variable set on the line (`remember`: for the rest of it, not just one command's
+   * environment). Values bash runs as code (CODE_VARIABLES) are checked as code.
+   */
+  private assign(name: string, value: Arg | undefined, remember: boolean): Denial | undefined {
+    if (this.allow && DANGEROUS_VARIABLES.test(name)) {
+      return deny('env_override', `setting ${name} is not allowed in allowlist mode`);
+    }
+    const known = value && !value.dynamic ? value.text : undefined;
+    if (known !== undefined && this.integers.has(name)) {
+      const d = this.arithmetic(known);
+      if (d) return d;
+    }
+    if (remember) {
+      this.env.set(name, known);
+      this.choices.delete(name);
+      // An array used by name in arithmetic evaluates its element 0, and a[i] any element.
+      if (value?.elements) this.choices.set(name, value.elements);
+    }
+    if (!CODE_VARIABLES.test(name)) return undefined;
+    if (known === undefined) {
+      return this.opaque(
+        `${name} is set to a value computed at run time, and bash runs it as code`,
+      );
+    }
+    if (name === 'PROMPT_COMMAND') return this.script(known, this.depth + 1);
+    if (/^PS/.test(name)) {
+      try {
+        return this.code(parsePromptText(known, this.budget, this.depth + 1, this.notes));
+      } catch (err) {
+        if (!(err instanceof ShellSyntaxError)) throw err;
+        return deny('unparseable', `${name} could not be parsed (${err.message})`);
+      }
+    }
+    // An exported function: `() { body; }`.
+    if (name.startsWith('BASH_FUNC_')) return this.script(`f ${known}`, this.depth + 1);
+    return undefined; // BASH_ENV, ENV: a file, like `bash FILE`
+  }
+
+  /** An assignment's value as one argument (bash does not split or brace-expand it). */
+  private value(word: Word): Arg {
+    const fields = this.expand(word);
+    if (fields.length === 0) return { text: '', dynamic: false };
+    if (fields.length === 1) return fields[0]!;
+    return { text: fields.map((f) => f.text).join(' '), dynamic: true };
+  }
+
+  private command(cmd: SimpleCommand): Denial | undefined {
+    this.budget.step(1 + cmd.words.length + cmd.assignments.length + cmd.redirects.length);
+    if (cmd.loop) return this.loop(cmd.loop.name, cmd.loop.values);
+    for (const ev of cmd.evaluates) {
+      const d = this.evaluate(ev, new Set());
+      if (d) return d;
+    }
+    // Assignments: a standalone one sets a variable later commands may use as a program name.
+    for (const a of cmd.assignments) {
+      const d = this.assign(a.name, this.value(a.value), cmd.words.length === 0);
+      if (d) return d;
     }
     for (const r of cmd.redirects) {
+      if (r.heredocWord) this.expand(r.heredocWord); // its $((…)) and ${…} evaluate
       if (
         !/>/.test(r.op) ||
         (r.op === '>&' && r.target && /^\d+$|^-$/.test(plainText(r.target) ?? ''))
@@ -521,62 +807,92 @@ class Checker {
         }
       }
     }
-    const argv = cmd.words.flatMap((w) => this.expand(w));
-    if (argv.length === 0) return undefined;
-    if (DECLARATIONS.has(argv[0]!.text)) {
-      // export X=rm: later commands may run $X.
-      for (const a of argv.slice(1)) {
-        const m = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/s.exec(a.text);
-        if (!m) continue;
-        if (this.allow && DANGEROUS_VARIABLES.test(m[1]!)) {
-          return deny('env_override', `setting ${m[1]} is not allowed in allowlist mode`);
-        }
-        this.env.set(m[1]!, a.dynamic ? undefined : m[2]!);
-      }
+    let argv = cmd.words.flatMap((w) => this.expand(w));
+    // a[SUB]=value: an assignment, whose subscript bash expands again and evaluates
+    // (`a['$(cmd)']=1` runs cmd).
+    while (argv[0] && /^[A-Za-z_][A-Za-z0-9_]*\[.*\]\+?=/s.test(argv[0].text)) {
+      const element = argv[0];
+      const d =
+        this.subscript(element) ?? this.assign(element.text.replace(/\[.*$/s, ''), undefined, true);
+      if (d) return d;
+      argv = argv.slice(1);
     }
-    return this.argv(argv, cmd, depth);
+    if (argv.length === 0) return undefined;
+    return this.argv(argv, cmd);
+  }
+
+  /** `for NAME in WORDS`: NAME takes each known word, or values only known at run time. */
+  private loop(name: string, values: Word[] | undefined): Denial | undefined {
+    const args = values?.flatMap((w) => this.expand(w));
+    const d = this.assign(name, undefined, true);
+    if (d) return d;
+    if (args && !args.some((a) => a.dynamic)) {
+      this.choices.set(
+        name,
+        args.map((a) => a.text),
+      );
+    }
+    return undefined;
   }
 
   /** Checks one command line and everything it runs through wrappers. */
-  private argv(argv: Arg[], cmd: SimpleCommand | undefined, depth: number): Denial | undefined {
+  private argv(argv: Arg[], cmd: SimpleCommand | undefined): Denial | undefined {
     let current: Arg[] = argv;
     for (let hops = 0; hops < 16 && current.length > 0; hops++) {
       // Each hop scans the arguments a few times (rules, options, the wrapper's slice).
       this.budget.step(current.length);
       const first = current[0]!;
       const program = baseName(first.text);
+      const alias = this.aliases.get(first.text);
+      if (alias !== undefined && hops === 0) {
+        // With expand_aliases, `e 'cmd'` after `alias e=eval` is `eval 'cmd'`: checked as that
+        // line, which a run-time argument would make unknown.
+        if (current.some((a) => a.dynamic)) {
+          return this.opaque(`the alias ${first.text} is given arguments computed at run time`, {
+            argv: current,
+          });
+        }
+        return this.script(`${alias} ${render(current.slice(1))}`, this.depth + 1);
+      }
       const allowed = this.allowed(first, current);
       if (allowed) return allowed;
+      if (first.nameUnknown) {
+        return this.opaque(`the program name "${first.text}…" is computed at run time`, {
+          argv: current,
+        });
+      }
       const denial = blocklist(program, current, cmd);
       if (denial) return denial;
-      if (SHELLS.has(program) && cmd) {
-        const d = this.shellInput(program, current, cmd, depth);
+      if ((SHELLS.has(program) || program === 'source' || program === '.') && cmd) {
+        const d = this.shellInput(program, current, cmd);
         if (d) return d;
       }
+      const b = this.builtin(program, current);
+      if (b) return b;
       const u = unwrap(program, current);
       if (!u) return undefined;
       for (const a of u.assignments ?? []) {
-        const name = a.slice(0, a.indexOf('='));
-        if (this.allow && DANGEROUS_VARIABLES.test(name)) {
-          return deny('env_override', `setting ${name} is not allowed in allowlist mode`);
-        }
+        const eq = a.text.indexOf('=');
+        const d = this.assign(
+          a.text.slice(0, eq),
+          { text: a.text.slice(eq + 1), dynamic: a.dynamic },
+          false,
+        );
+        if (d) return d;
       }
       for (const extra of u.extra ?? []) {
         this.budget.command();
-        const d = this.argv(extra, undefined, depth);
+        const d = this.argv(extra, undefined);
         if (d) return d;
       }
       if (u.scripts) {
-        if (u.scripts.some((s) => s.dynamic) && this.allow) {
-          return deny(
-            'dynamic_program',
-            `${program} runs a command computed at run time, which allowlist mode cannot check`,
-            { program, argv: current },
-          );
+        if (u.scripts.some((s) => s.dynamic)) {
+          return this.opaque(`${program} runs a command line computed at run time`, {
+            program,
+            argv: current,
+          });
         }
-        const d = this.script(u.scripts.map((s) => s.text).join(' '), depth + 1);
-        if (d) return d;
-        return undefined;
+        return this.script(u.scripts.map((s) => s.text).join(' '), this.depth + 1);
       }
       if (!u.inner) return undefined;
       current = u.inner;
@@ -584,18 +900,144 @@ class Checker {
     return undefined;
   }
 
-  /** A shell fed a here-document or here-string runs its text: check that text as commands. */
-  private shellInput(
-    program: string,
-    argv: Arg[],
-    cmd: SimpleCommand,
-    depth: number,
-  ): Denial | undefined {
-    const { options } = skipOptions(argv, 1, 'oO', []);
-    if (options.some((o) => /^-[^-]*c/.test(o))) return undefined;
+  /**
+   * Builtins that evaluate their operands: subscripts of names (`unset 'a[$(id)]'`, `read`,
+   * `declare`), `let` expressions, `declare -i` values, `declare -n` references, and the
+   * variables `read`, `mapfile`, `printf -v` set from input.
+   */
+  private builtin(program: string, argv: Arg[]): Denial | undefined {
+    const args = argv.slice(1);
+    if (program === 'let') {
+      for (const a of args) {
+        const d = this.arithmetic(a.text) ?? (a.dynamic ? this.runTimeArithmetic(a) : undefined);
+        if (d) return d;
+      }
+      return undefined;
+    }
+    if (program === 'test' || program === '[') {
+      const i = args.findIndex((a) => a.text === '-v');
+      const operand = i === -1 ? undefined : args[i + 1];
+      return operand ? this.subscript(operand) : undefined;
+    }
+    if (program === 'alias') {
+      for (const a of args) {
+        const eq = a.text.indexOf('=');
+        if (eq > 0 && !a.dynamic) this.aliases.set(a.text.slice(0, eq), a.text.slice(eq + 1));
+      }
+      return undefined;
+    }
+    if (!NAME_BUILTINS.has(program)) return undefined;
+    // printf's format and arguments are only printed; its -v target is a name.
+    const names = program === 'printf' ? args.filter((_, i) => args[i - 1]?.text === '-v') : args;
+    for (const a of names) {
+      const d = this.subscript(a);
+      if (d) return d;
+    }
+    if (DECLARATIONS.has(program)) return this.declaration(args);
+    // Names set from input: their values are only known at run time.
+    const targets: string[] = [];
+    if (program === 'read' || program === 'mapfile' || program === 'readarray') {
+      const { index } = skipOptions(argv, 1, program === 'read' ? 'adinNptu' : 'dnOsuCc', []);
+      for (const a of argv.slice(index)) targets.push(a.text);
+    } else if (program === 'printf' || program === 'wait') {
+      const v = args.findIndex((a) => a.text === (program === 'printf' ? '-v' : '-p'));
+      if (v !== -1 && args[v + 1]) targets.push(args[v + 1]!.text);
+    } else if (program === 'getopts' && args[1]) {
+      targets.push(args[1].text);
+    }
+    for (const t of targets) {
+      const name = t.replace(/\[.*$/s, '');
+      const d = this.assign(name, undefined, true);
+      if (d) return d;
+    }
+    return undefined;
+  }
+
+  /** `NAME[SUBSCRIPT]…`: bash evaluates the subscript as arithmetic. */
+  private subscript(arg: Arg): Denial | undefined {
+    if (arg.dynamic && !arg.text.includes('=')) return this.runTimeArithmetic(arg);
+    if (!/^[A-Za-z_][A-Za-z0-9_]*\[/.test(arg.text)) return undefined;
+    const eq = arg.text.indexOf(']=');
+    const end = eq === -1 ? arg.text.lastIndexOf(']') : eq;
+    if (end === -1) return undefined;
+    return this.arithmetic(arg.text.slice(arg.text.indexOf('[') + 1, end));
+  }
+
+  /**
+   * A name or expression only known at run time, which bash evaluates: allowed, unless the line
+   * carries code text in a quoted string that could be it (see evaluate).
+   */
+  private runTimeArithmetic(arg: Arg): Denial | undefined {
+    if (!this.notes.quotedCode) return undefined;
+    return this.opaque(
+      `"${arg.text}…" is evaluated as a name or arithmetic with a value computed at run time, and the line holds code in a quoted string that value may carry`,
+      { argv: [arg] },
+    );
+  }
+
+  /** export/declare/local/readonly/typeset operands: `NAME=value` sets NAME for the line. */
+  private declaration(args: Arg[]): Denial | undefined {
+    const flags = args
+      .filter((a) => /^[-+][A-Za-z]+$/.test(a.text))
+      .map((a) => a.text.slice(1))
+      .join('');
+    for (const a of args) {
+      if (flags.includes('i') && /^[A-Za-z_][A-Za-z0-9_]*$/.test(a.text)) this.integers.add(a.text);
+      const m = /^([A-Za-z_][A-Za-z0-9_]*)(?:\[.*?\])?\+?=(.*)$/s.exec(a.text);
+      if (!m) continue;
+      const [, name, text] = m as unknown as [string, string, string];
+      if (flags.includes('n') && (a.dynamic || CODE_VARIABLES.test(text))) {
+        // declare -n ref=PS4: every later assignment to ref sets PS4.
+        return this.opaque(
+          `${name} is made a reference to ${a.dynamic ? 'a variable named at run time' : text}`,
+        );
+      }
+      if (flags.includes('i')) {
+        const d = this.arithmetic(text);
+        if (d) return d;
+      }
+      if (text.startsWith('(')) {
+        // declare 'a=(…)': the quoted elements are expanded again, their $(…) run.
+        const d = this.code(parsePromptText(text, this.budget, this.depth + 1, this.notes));
+        if (d) return d;
+      }
+      const d = this.assign(
+        name,
+        { text, dynamic: a.dynamic, ...(a.elements ? { elements: a.elements } : {}) },
+        true,
+      );
+      if (d) return d;
+      if (flags.includes('i')) this.integers.add(name);
+    }
+    return undefined;
+  }
+
+  /**
+   * A shell or `source` reading commands from its input: a here-document or here-string is
+   * checked as commands; a pipe, a process substitution or a string built at run time cannot be.
+   */
+  private shellInput(program: string, argv: Arg[], cmd: SimpleCommand): Denial | undefined {
+    const { index, options } = skipOptions(argv, 1, 'oO', []);
+    if (SHELLS.has(program) && options.some((o) => /^-[^-]*c/.test(o))) return undefined;
+    const file = argv[index];
+    const readsStdin =
+      file === undefined ||
+      file.text === '-' ||
+      STDIN_PATHS.test(file.text) ||
+      (SHELLS.has(program) && options.some((o) => /^-[^-]*s/.test(o)));
+    // /dev/fd/3 and the like: whatever the line opened there, often another command's output.
+    const otherFd = file !== undefined && /\/fd\/(?!0$)\d+$/.test(file.text);
+    if (file?.process || otherFd || (file && readsStdin && cmd.piped)) {
+      return deny(
+        'pipe_to_shell',
+        `${program} reading commands from another command's output is blocked: the policy cannot see what would run; run the commands directly`,
+        { program, argv },
+      );
+    }
+    if (!readsStdin) return undefined;
     for (const r of cmd.redirects) {
       if (r.heredocBody !== undefined) {
-        const d = this.script(r.heredocBody, depth + 1);
+        const d = this.script(r.heredocBody, this.depth + 1);
         if (d) return d;
       } else if (r.op === '<<<' && r.target) {
         const input = this.expand(r.target);
@@ -606,7 +1048,7 @@ class Checker {
             { program, argv },
           );
         }
-        const d = this.script(input.map((a) => a.text).join(' '), depth + 1);
+        const d = this.script(input.map((a) => a.text).join(' '), this.depth + 1);
         if (d) return d;
       }
     }
@@ -616,7 +1058,8 @@ class Checker {
   /** Allowlist mode: the program must be listed. */
   private allowed(first: Arg, argv: Arg[]): Denial | undefined {
     if (!this.allow) return undefined;
-    if (first.dynamic || /[*?[]/.test(first.text)) {
+    // A glob is a computed name too; `[` alone (the test builtin) is not one.
+    if (first.dynamic || /[*?]|\[.*\]/.test(first.text)) {
       return deny(
         'dynamic_program',
         `the program name "${first.text}…" is computed at run time, which allowlist mode cannot check`,
@@ -641,20 +1084,39 @@ class Checker {
    */
   private expand(word: Word): Arg[] {
     const budget = this.budget;
-    const fields: { text: string; dynamic: boolean; plain: boolean }[] = [];
-    let cur = { text: '', dynamic: false, plain: true };
+    type Field = Arg & { plain: boolean; dynamicAt: number };
+    const fields: Field[] = [];
+    const fresh = (): Field => ({ text: '', dynamic: false, plain: true, dynamicAt: -1 });
+    let cur = fresh();
     let started = false;
+    /** A part only known at run time; unquoted, its value may split into more fields. */
+    const unknown = (quoted: boolean) => {
+      cur.dynamic = true;
+      cur.plain = false;
+      cur.dynamicAt = cur.text.length;
+      if (!quoted) cur.nameUnknown = true;
+      started = true;
+    };
     const split = () => {
       if (started) {
         budget.produce(1, 0);
         fields.push(cur);
       }
-      cur = { text: '', dynamic: false, plain: true };
+      cur = fresh();
       started = false;
     };
     const append = (text: string) => {
       budget.produce(0, text.length);
       cur.text += text;
+    };
+    /**
+     * A number stands in for it: the text around it stays known (`trap "rm /tmp/x.$$" EXIT`
+     * is checked as the command it is), and no number is code, a program or a system path.
+     */
+    const number = () => {
+      append('0');
+      cur.plain = false;
+      started = true;
     };
     for (const p of word.parts) {
       if (p.kind === 'lit') {
@@ -663,22 +1125,30 @@ class Checker {
         if (p.quoted) cur.plain = false;
       } else if (p.kind === 'var') {
         const known = p.name === 'HOME' ? '~' : this.env.get(p.name);
-        if (known === undefined) {
+        if (known === undefined && !this.env.has(p.name) && NUMERIC_VARIABLES.has(p.name)) {
+          number();
+        } else if (known === undefined) {
           if (p.name === 'IFS' && !p.quoted) {
             split(); // ${IFS} between words is a separator
             continue;
           }
-          cur.dynamic = true;
-          cur.plain = false;
-          started = true;
+          // Unquoted, a value set on the line may split into a command line; the sandbox's
+          // own environment does not.
+          unknown(p.quoted || !this.env.has(p.name));
         } else if (p.quoted) {
           append(known);
           cur.plain = false;
           started = true;
         } else {
-          // Unquoted: the value is split into fields.
+          // Unquoted: the value is split into fields, at the characters of IFS (`IFS=,;
+          // x=curl,q; $x` runs curl). An IFS only known at run time could split it anywhere.
+          const ifs = this.env.has('IFS') ? this.env.get('IFS') : ' \t\n';
+          if (ifs === undefined) {
+            unknown(false);
+            continue;
+          }
           budget.produce(0, known.length);
-          const pieces = known.split(/[ \t\n]+/);
+          const pieces = ifs === '' ? [known] : known.split(new RegExp(`[${escapeRegExp(ifs)}]+`));
           pieces.forEach((piece, i) => {
             if (i > 0) split();
             if (piece !== '') {
@@ -688,16 +1158,42 @@ class Checker {
           });
         }
       } else {
-        cur.dynamic = true;
-        cur.plain = false;
-        started = true;
+        if (p.kind === 'dyn') {
+          for (const ev of p.evaluates) {
+            const d = this.evaluate(ev, new Set());
+            if (d) throw new Refusal(d);
+          }
+        }
+        if (p.kind === 'dyn' && p.numeric) {
+          number();
+          continue;
+        }
+        if (p.kind === 'sub' && p.process) cur.process = true;
+        if (p.kind === 'dyn' && p.elements) {
+          const elements = p.elements.flatMap((w) => this.expand(w));
+          if (!elements.some((e) => e.dynamic)) {
+            // [i]=value elements: the value is what is evaluated.
+            cur.elements = elements.map((e) => e.text.replace(/^\[[^\]]*\]\+?=/, ''));
+          }
+        }
+        unknown(p.quoted);
       }
     }
     split();
     const out: Arg[] = [];
     for (const f of fields) {
-      if (!f.plain) out.push({ text: f.text, dynamic: f.dynamic });
-      else for (const text of braces(f.text, budget)) out.push({ text, dynamic: false });
+      if (f.plain) {
+        for (const text of braces(f.text, budget)) out.push({ text, dynamic: false });
+        continue;
+      }
+      const arg: Arg = { text: f.text, dynamic: f.dynamic };
+      // "$dir"/run.sh runs run.sh; "$dir"/$x or /bin/"$x" runs who knows what.
+      if (f.nameUnknown || (f.dynamicAt !== -1 && f.text.lastIndexOf('/') < f.dynamicAt)) {
+        arg.nameUnknown = true;
+      }
+      if (f.process) arg.process = true;
+      if (f.elements) arg.elements = f.elements;
+      out.push(arg);
     }
     return out;
   }

@@ -638,7 +638,7 @@ describe('the ScaledObject query against a real gateway', () => {
     const states = /state=~"([^"]+)"/.exec(query!)![1]!.split('|');
     expect(query).toContain('toolgate_queue_jobs{');
     expect(query).toContain('queue="sandbox"');
-    const metrics = await (await fetch(`${stack.url}/metrics`)).text();
+    const metrics = await (await fetch(stack.metricsUrl)).text();
     const sample = (state: string) => {
       const wanted = { queue: 'sandbox', state };
       const line = metrics.split('\n').find((l) => {

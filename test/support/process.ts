@@ -38,7 +38,14 @@ export function startToolgate(args: string[], env: Record<string, string>): Serv
 function start(name: string, args: string[], env: Record<string, string>): Service {
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env },
+    // No gateway metrics listener unless a test asks for one: parallel gateways would all
+    // take the default port.
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/tmp',
+      GATEWAY_METRICS_PORT: '0',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let text = '';

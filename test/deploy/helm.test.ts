@@ -101,6 +101,7 @@ describe('helm chart deploy/helm/toolgate', () => {
         expect.arrayContaining([
           ...DEPLOYMENTS.map((d) => `Deployment/${d}`),
           'Service/tg-toolgate-gateway',
+          'Service/tg-toolgate-gateway-metrics',
           'HorizontalPodAutoscaler/tg-toolgate-gateway',
           'PodDisruptionBudget/tg-toolgate-gateway',
           'PodDisruptionBudget/tg-toolgate-worker-fast',
@@ -259,7 +260,10 @@ describe('helm chart deploy/helm/toolgate', () => {
 
   it('probes the gateway on /readyz and /healthz, the workers on /healthz of their metrics port', () => {
     const g = podSpec(defaults, 'tg-toolgate-gateway').containers[0]!;
-    expect(g.ports).toEqual([{ name: 'http', containerPort: 8080, protocol: 'TCP' }]);
+    expect(g.ports).toEqual([
+      { name: 'http', containerPort: 8080, protocol: 'TCP' },
+      { name: 'metrics', containerPort: 9092, protocol: 'TCP' },
+    ]);
     expect(g.readinessProbe?.httpGet).toEqual({ path: '/readyz', port: 'http' });
     expect(g.livenessProbe?.httpGet).toEqual({ path: '/healthz', port: 'http' });
     for (const d of DEPLOYMENTS.slice(1)) {
@@ -333,13 +337,51 @@ describe('helm chart deploy/helm/toolgate', () => {
         expect.objectContaining({ port: 'metrics', path: '/metrics', honorLabels: true }),
       ]);
     }
-    const gsm = defaults.get<{ endpoints: { port: string; path: string }[] }>(
-      'ServiceMonitor',
-      'tg-toolgate-gateway',
-    );
+    // The gateway's metrics: its own container port, behind a headless Service of its own (the
+    // gateway Service may be a LoadBalancer and the Ingress routes to it: never /metrics there).
+    const gsm = defaults.get<{
+      selector: { matchLabels: Record<string, string> };
+      endpoints: { port: string; path: string; relabelings: unknown[] }[];
+    }>('ServiceMonitor', 'tg-toolgate-gateway');
     expect(gsm.spec.endpoints).toEqual([
-      expect.objectContaining({ port: 'http', path: '/metrics', honorLabels: true }),
+      expect.objectContaining({ port: 'metrics', path: '/metrics', honorLabels: true }),
     ]);
+    // Scraped under the gateway's job name, which the ScaledObjects' queries select.
+    expect(gsm.spec.endpoints[0]!.relabelings).toEqual([
+      { action: 'replace', targetLabel: 'job', replacement: 'tg-toolgate-gateway' },
+    ]);
+    const metricsSvc = defaults.get<{
+      clusterIP: string;
+      selector: Record<string, string>;
+      ports: { name: string; port: number; targetPort: string }[];
+    }>('Service', 'tg-toolgate-gateway-metrics');
+    const metricsSvcLabels = defaults.objects.find(
+      (o) => o.kind === 'Service' && o.metadata.name === 'tg-toolgate-gateway-metrics',
+    )!.metadata.labels as Record<string, string>;
+    expect(
+      Object.entries(gsm.spec.selector.matchLabels).every(([k, v]) => metricsSvcLabels[k] === v),
+    ).toBe(true);
+    const gatewaySvcLabels = defaults.objects.find(
+      (o) => o.kind === 'Service' && o.metadata.name === 'tg-toolgate-gateway',
+    )!.metadata.labels as Record<string, string>;
+    expect(
+      Object.entries(gsm.spec.selector.matchLabels).every(([k, v]) => gatewaySvcLabels[k] === v),
+    ).toBe(false);
+    expect(metricsSvc.spec.clusterIP).toBe('None');
+    expect(only(metricsSvc.spec.selector)).toEqual(['tg-toolgate-gateway']);
+    expect(metricsSvc.spec.ports).toEqual([
+      expect.objectContaining({ name: 'metrics', port: 9092, targetPort: 'metrics' }),
+    ]);
+    const gatewayPod = podSpec(defaults, 'tg-toolgate-gateway').containers[0]!;
+    expect(gatewayPod.ports).toEqual([
+      expect.objectContaining({ name: 'http', containerPort: 8080 }),
+      expect.objectContaining({ name: 'metrics', containerPort: 9092 }),
+    ]);
+    // The config the gateway loads serves them there, apart from the API port.
+    expect(loadedConfig(defaults, 'tg-toolgate-gateway').server).toMatchObject({
+      port: 8080,
+      metricsPort: 9092,
+    });
   });
 
   it('scales each worker pool on its own queue: waiting (wait list + prioritized) and running calls', () => {
@@ -389,7 +431,7 @@ describe('helm chart deploy/helm/toolgate', () => {
     expect(ports(sandbox.ingress)).toEqual(['TCP/9091']);
 
     const gateway = policy('tg-toolgate-gateway');
-    expect(ports(gateway.ingress)).toEqual(['TCP/8080']);
+    expect(ports(gateway.ingress)).toEqual(['TCP/8080', 'TCP/9092']);
     expect(ports(gateway.egress)).toEqual(['TCP/26379', 'TCP/53', 'TCP/6379', 'UDP/53']);
 
     // Fast workers add HTTP(S) for http_get, to public addresses only.

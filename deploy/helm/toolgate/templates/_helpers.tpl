@@ -88,7 +88,7 @@ values file fails at render time with the field named).
 {{- define "toolgate.configFile" -}}
 {{- $cfg := deepCopy (default (dict) .Values.config) -}}
 {{- $chart := dict
-  "server" (dict "port" (int .Values.gateway.port))
+  "server" (dict "port" (int .Values.gateway.port) "metricsPort" (int .Values.gateway.metricsPort))
   "redis" (include "toolgate.redisConfig" . | fromYaml)
   "clients" .Values.clients
   "worker" (dict "metricsPort" (int .Values.workers.metricsPort))

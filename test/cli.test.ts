@@ -2,13 +2,20 @@
  * The `toolgate` command as a user runs it: the real bin as a child process, against the run's
  * Redis, extra redis-servers, the Docker engine, and real gateways and workers.
  */
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { existsSync, readdirSync } from 'node:fs';
+import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { ROOT, TOOLGATE_BIN, startToolgate, type Service } from './support/process.js';
+import {
+  ROOT,
+  TOOLGATE_BIN,
+  startToolgate,
+  startToolgateIn,
+  type Service,
+} from './support/process.js';
 import { freePort, startRedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 
@@ -432,6 +439,9 @@ describe('toolgate gateway, worker and up: real services', () => {
       TOOLGATE_WORKER_QUEUES: 'fast',
       PORT: String(await freePort()),
       WORKER_METRICS_PORT: String(await freePort()),
+      // Not this checkout's console/dist: other test files serve it while this one runs (the
+      // console build is the fresh-clone test's).
+      TOOLGATE_CONSOLE_DIR: path.join(dir, 'no-console'),
     };
     const up = startToolgate(['up'], env);
     running.push(up);
@@ -453,4 +463,64 @@ describe('toolgate gateway, worker and up: real services', () => {
     await expect(fetch(`http://127.0.0.1:${env.PORT}/healthz`)).rejects.toThrow();
     await expect(fetch(`http://127.0.0.1:${env.WORKER_METRICS_PORT}/healthz`)).rejects.toThrow();
   }, 90_000);
+
+  it('`toolgate up` from a fresh clone (no console/dist) builds the console and serves /console/', async () => {
+    // A clone of this checkout as git would give it (tracked and new files, nothing ignored: no
+    // console/dist), with this checkout's installed packages: its node_modules linked, each
+    // workspace package's own node_modules copied (their links are relative, so they resolve
+    // to the clone's packages).
+    const clone = `${await mkdtemp(path.join(tmpdir(), 'tg-clone-'))}/`;
+    try {
+      const files = execFileSync('git', ['ls-files', '-co', '--exclude-standard', '-z'], {
+        cwd: ROOT,
+        encoding: 'utf8',
+      })
+        .split('\0')
+        .filter((f) => f && !f.startsWith('deploy/sandbox/.build'));
+      for (const file of files) {
+        await mkdir(path.dirname(clone + file), { recursive: true });
+        await cp(ROOT + file, clone + file, { verbatimSymlinks: true });
+      }
+      await symlink(path.join(ROOT, 'node_modules'), `${clone}node_modules`);
+      for (const group of ['packages', 'services', '.']) {
+        for (const dir of readdirSync(ROOT + group)) {
+          const modules = path.join(ROOT, group, dir, 'node_modules');
+          if (group === '.' && !['console', 'test', 'bench', 'examples'].includes(dir)) continue;
+          if (existsSync(modules))
+            await cp(modules, path.join(clone, group, dir, 'node_modules'), {
+              recursive: true,
+              verbatimSymlinks: true,
+            });
+        }
+      }
+      expect(existsSync(`${clone}console/dist`)).toBe(false);
+
+      const env = {
+        ...base(),
+        TOOLGATE_SANDBOX: 'off',
+        TOOLGATE_WORKER_QUEUES: 'fast',
+        PORT: String(await freePort()),
+        WORKER_METRICS_PORT: String(await freePort()),
+      };
+      const up = startToolgateIn(clone, ['up'], env);
+      running.push(up);
+      await up.waitFor(/"gateway listening"/, 120_000);
+      const page = await fetch(`http://127.0.0.1:${env.PORT}/console/`);
+      expect(page.status, up.output()).toBe(200);
+      expect(page.headers.get('content-type')).toMatch(/text\/html/);
+      const html = await page.text();
+      const script = /<script[^>]+src="(\/console\/assets\/[^"]+\.js)"/.exec(html)?.[1];
+      expect(script, html).toBeDefined();
+      expect((await fetch(`http://127.0.0.1:${env.PORT}${script}`)).status).toBe(200);
+      // Built from the clone's sources, and stamped so the next `up` does not build again.
+      expect(up.output()).toContain('console: not built yet');
+      expect((await readFile(`${clone}console/dist/.source-hash`, 'utf8')).trim()).toMatch(
+        /^[0-9a-f]{64}$/,
+      );
+      up.child.kill('SIGTERM');
+      expect(await up.exited).toBe(130);
+    } finally {
+      await rm(clone, { recursive: true, force: true });
+    }
+  }, 180_000);
 });

@@ -64,9 +64,11 @@ async function validateAll(r: Rendered): Promise<string[]> {
 /** The config a container loads: the ConfigMap's file, its env, and `--queues` as the CLI maps it. */
 function loadedConfig(r: Rendered, deployment: string) {
   const c = podSpec(r, deployment).containers[0]!;
-  const file = r.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!;
   const env = containerEnv(r, c);
-  expect(env.TOOLGATE_CONFIG).toBe('/etc/toolgate/toolgate.yaml');
+  // The gateway reads toolgate.yaml; the workers worker.yaml, the same without client keys.
+  const name = deployment.endsWith('-gateway') ? 'toolgate.yaml' : 'worker.yaml';
+  expect(env.TOOLGATE_CONFIG).toBe(`/etc/toolgate/${name}`);
+  const file = r.get('ConfigMap', 'tg-toolgate-config').data![name]!;
   expect(c.volumeMounts).toContainEqual(
     expect.objectContaining({ name: 'config', mountPath: '/etc/toolgate' }),
   );
@@ -240,6 +242,50 @@ describe('helm chart deploy/helm/toolgate', () => {
     const file = defaults.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!;
     expect(file).not.toContain('admin-key-0123456789abcdef');
     expect(file).toContain('${TOOLGATE_ADMIN_KEY}');
+  });
+
+  it('gives worker pods no client key, neither in their env nor in their config file', () => {
+    const secretValues = ['admin-key-0123456789abcdef', 'assistant-key-0123456789abcdef'];
+    // A Redis password in the Secret too: the workers still need that one.
+    const withRedisPassword = render(
+      ...KEYS,
+      '--set',
+      'secretEnv.REDIS_PASSWORD=redis-password',
+      '--set-string',
+      'secret.values.redis-password=redis-password-0123',
+      '--set-string',
+      'redis.url=redis://:${REDIS_PASSWORD}@redis:6379',
+    );
+    for (const r of [defaults, bwrap, docker, withRedisPassword]) {
+      const workerFile = r.get('ConfigMap', 'tg-toolgate-config').data!['worker.yaml']!;
+      for (const d of DEPLOYMENTS.slice(1)) {
+        const env = containerEnv(r, podSpec(r, d).containers[0]!);
+        expect(Object.keys(env), d).not.toContain('TOOLGATE_ADMIN_KEY');
+        expect(Object.keys(env), d).not.toContain('TOOLGATE_ASSISTANT_KEY');
+        for (const value of secretValues) expect(Object.values(env), d).not.toContain(value);
+        // Same clients, scopes and limits as the gateway's, none of them with a usable key.
+        const worker = loadedConfig(r, d);
+        const gateway = loadedConfig(r, 'tg-toolgate-gateway');
+        expect(worker.clients.map(({ keySha256: _, ...c }) => c)).toEqual(
+          gateway.clients.map(({ keySha256: _, ...c }) => c),
+        );
+        for (const c of worker.clients) expect(c.keySha256).toBe('0'.repeat(64));
+      }
+      expect(workerFile).not.toMatch(/\$\{TOOLGATE_(ADMIN|ASSISTANT)_KEY\}/);
+      // The gateway still reads both keys from the Secret.
+      const gatewayEnv = containerEnv(r, podSpec(r, 'tg-toolgate-gateway').containers[0]!);
+      expect(gatewayEnv).toMatchObject({
+        TOOLGATE_ADMIN_KEY: secretValues[0],
+        TOOLGATE_ASSISTANT_KEY: secretValues[1],
+      });
+    }
+    for (const d of DEPLOYMENTS) {
+      const env = containerEnv(withRedisPassword, podSpec(withRedisPassword, d).containers[0]!);
+      expect(env.REDIS_PASSWORD, d).toBe('redis-password-0123');
+      expect(loadedConfig(withRedisPassword, d).redis.url).toBe(
+        'redis://:redis-password-0123@redis:6379',
+      );
+    }
   });
 
   it('runs one worker pool per queue with its own concurrency', () => {

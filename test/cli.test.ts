@@ -6,7 +6,7 @@ import { execFile, execFileSync } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import {
@@ -82,6 +82,7 @@ describe('toolgate: help and usage', () => {
     'gateway',
     'worker',
     'doctor',
+    'sandbox prune',
     'config check',
     'keys new',
     'tools',
@@ -316,6 +317,95 @@ describe('toolgate doctor', () => {
     expect(run.check('seccomp filter')?.status).toBe('ok');
     expect(run.code).toBe(1);
   });
+});
+
+describe("toolgate sandbox prune and the doctor's leftovers check, on the real engine", () => {
+  const id = randomUUID().slice(0, 8);
+  const made: string[] = [];
+  /** docker run -d with labels, like a sandbox (or a compose service) would have. */
+  const container = (labels: Record<string, string>): Promise<string> =>
+    new Promise((resolve, reject) => {
+      const args = ['run', '-d', '--network', 'none', '--entrypoint', 'sleep'];
+      for (const [k, v] of Object.entries(labels)) args.push('--label', `${k}=${v}`);
+      execFile('docker', [...args, 'toolgate/sandbox-shell:local', '600'], (err, out) => {
+        if (err) reject(err);
+        else {
+          made.push(out.trim());
+          resolve(out.trim());
+        }
+      });
+    });
+  const exists = (cid: string) =>
+    new Promise<boolean>((resolve) =>
+      execFile('docker', ['inspect', cid], (err) => resolve(err === null)),
+    );
+  afterAll(async () => {
+    await new Promise((resolve) => execFile('docker', ['rm', '-f', ...made], resolve));
+  });
+
+  it('reports and removes the sandboxes of gone deployments only', async () => {
+    const sandbox = (extra: Record<string, string>) =>
+      container({
+        'toolgate.sandbox': '1',
+        'toolgate.owner': `prune-test-${id}`,
+        'toolgate.created': String(Date.now()),
+        'toolgate.image': 'shell',
+        'toolgate.deployment': `prune-test-${id}`,
+        ...extra,
+      });
+    // A compose project that is down (no container of it runs), and one that is up.
+    const downProject = await sandbox({ 'toolgate.compose-project': `tgdown${id}` });
+    await container({ 'com.docker.compose.project': `tgup${id}` });
+    const upProject = await sandbox({ 'toolgate.compose-project': `tgup${id}` });
+    // A worker of this host whose process is gone, and one that lives (this process).
+    const gonePid = await new Promise<number>((resolve) => {
+      const child = execFile(process.execPath, ['-e', '0'], () => resolve(child.pid!));
+    });
+    const deadWorker = await sandbox({
+      'toolgate.host': hostname(),
+      'toolgate.pid': String(gonePid),
+    });
+    const liveWorker = await sandbox({
+      'toolgate.host': hostname(),
+      'toolgate.pid': String(process.pid),
+    });
+    const env = { REDIS_URL: inject('redisUrl'), TOOLGATE_SANDBOX_DRIVER: 'docker' };
+
+    const report = await doctor([], env);
+    const check = report.check('sandbox leftovers');
+    expect(check?.status).toBe('warn');
+    expect(check!.detail).toContain(`compose project "tgdown${id}" has no running container`);
+    expect(check!.detail).toContain(`its worker (pid ${gonePid} on this host) is gone`);
+    expect(check!.detail).not.toContain(`tgup${id}`);
+    expect(check!.fix).toContain('toolgate sandbox prune');
+
+    type Row = { id: string; reason: string; removed: boolean; composeProject?: string };
+    const dry = await toolgate(['sandbox', 'prune', '--dry-run', '--json'], env);
+    expect(dry.code).toBe(0);
+    const listed = (JSON.parse(dry.stdout) as Row[]).filter((r) => made.includes(r.id));
+    expect(listed.map((r) => r.id).sort()).toEqual([downProject, deadWorker].sort());
+    expect(listed.every((r) => !r.removed)).toBe(true);
+    expect(await exists(downProject)).toBe(true);
+
+    const run = await toolgate(['sandbox', 'prune', '--json'], env);
+    expect(run.code).toBe(0);
+    const removed = (JSON.parse(run.stdout) as Row[]).filter((r) => made.includes(r.id));
+    expect(removed.map((r) => [r.id, r.removed]).sort()).toEqual(
+      [
+        [downProject, true],
+        [deadWorker, true],
+      ].sort(),
+    );
+    expect(await exists(downProject)).toBe(false);
+    expect(await exists(deadWorker)).toBe(false);
+    expect(await exists(upProject)).toBe(true);
+    expect(await exists(liveWorker)).toBe(true);
+
+    // Nothing of ours left to report; the text form says what it did.
+    const again = await toolgate(['sandbox', 'prune', '--dry-run'], env);
+    expect(again.code).toBe(0);
+    expect(again.stdout).not.toContain(`tgdown${id}`);
+  }, 60_000);
 });
 
 describe('toolgate tools and call, through a running gateway', () => {

@@ -109,6 +109,8 @@ export class WarmPool<T extends Pooled> {
           if (this.closed) return void this.o.dispose(item);
           const waiter = this.waiters.shift();
           if (waiter) waiter.resolve(item);
+          // Started before a drain (or for a waiter that gave up): not wanted warm any more.
+          else if (this.ready.length >= this.target) return void this.o.dispose(item);
           else this.ready.push(item);
           this.topUp();
         })
@@ -146,6 +148,8 @@ export class WarmPool<T extends Pooled> {
   async drain(): Promise<void> {
     this.target = 0;
     await Promise.all(this.ready.splice(0).map((item) => this.o.dispose(item)));
+    // Those still starting are disposed of as they come up, unless a call waits for them.
+    await Promise.allSettled([...this.inFlight]);
   }
 
   /** Fails the waiting calls, removes the ready sandboxes and those still starting. */

@@ -2,13 +2,20 @@
  * The `toolgate` command as a user runs it: the real bin as a child process, against the run's
  * Redis, extra redis-servers, the Docker engine, and real gateways and workers.
  */
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync } from 'node:fs';
+import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { ROOT, TOOLGATE_BIN, startToolgate, type Service } from './support/process.js';
+import {
+  ROOT,
+  TOOLGATE_BIN,
+  startToolgate,
+  startToolgateIn,
+  type Service,
+} from './support/process.js';
 import { freePort, startRedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 
@@ -75,6 +82,7 @@ describe('toolgate: help and usage', () => {
     'gateway',
     'worker',
     'doctor',
+    'sandbox prune',
     'config check',
     'keys new',
     'tools',
@@ -311,6 +319,95 @@ describe('toolgate doctor', () => {
   });
 });
 
+describe("toolgate sandbox prune and the doctor's leftovers check, on the real engine", () => {
+  const id = randomUUID().slice(0, 8);
+  const made: string[] = [];
+  /** docker run -d with labels, like a sandbox (or a compose service) would have. */
+  const container = (labels: Record<string, string>): Promise<string> =>
+    new Promise((resolve, reject) => {
+      const args = ['run', '-d', '--network', 'none', '--entrypoint', 'sleep'];
+      for (const [k, v] of Object.entries(labels)) args.push('--label', `${k}=${v}`);
+      execFile('docker', [...args, 'toolgate/sandbox-shell:local', '600'], (err, out) => {
+        if (err) reject(err);
+        else {
+          made.push(out.trim());
+          resolve(out.trim());
+        }
+      });
+    });
+  const exists = (cid: string) =>
+    new Promise<boolean>((resolve) =>
+      execFile('docker', ['inspect', cid], (err) => resolve(err === null)),
+    );
+  afterAll(async () => {
+    await new Promise((resolve) => execFile('docker', ['rm', '-f', ...made], resolve));
+  });
+
+  it('reports and removes the sandboxes of gone deployments only', async () => {
+    const sandbox = (extra: Record<string, string>) =>
+      container({
+        'toolgate.sandbox': '1',
+        'toolgate.owner': `prune-test-${id}`,
+        'toolgate.created': String(Date.now()),
+        'toolgate.image': 'shell',
+        'toolgate.deployment': `prune-test-${id}`,
+        ...extra,
+      });
+    // A compose project that is down (no container of it runs), and one that is up.
+    const downProject = await sandbox({ 'toolgate.compose-project': `tgdown${id}` });
+    await container({ 'com.docker.compose.project': `tgup${id}` });
+    const upProject = await sandbox({ 'toolgate.compose-project': `tgup${id}` });
+    // A worker of this host whose process is gone, and one that lives (this process).
+    const gonePid = await new Promise<number>((resolve) => {
+      const child = execFile(process.execPath, ['-e', '0'], () => resolve(child.pid!));
+    });
+    const deadWorker = await sandbox({
+      'toolgate.host': hostname(),
+      'toolgate.pid': String(gonePid),
+    });
+    const liveWorker = await sandbox({
+      'toolgate.host': hostname(),
+      'toolgate.pid': String(process.pid),
+    });
+    const env = { REDIS_URL: inject('redisUrl'), TOOLGATE_SANDBOX_DRIVER: 'docker' };
+
+    const report = await doctor([], env);
+    const check = report.check('sandbox leftovers');
+    expect(check?.status).toBe('warn');
+    expect(check!.detail).toContain(`compose project "tgdown${id}" has no running container`);
+    expect(check!.detail).toContain(`its worker (pid ${gonePid} on this host) is gone`);
+    expect(check!.detail).not.toContain(`tgup${id}`);
+    expect(check!.fix).toContain('toolgate sandbox prune');
+
+    type Row = { id: string; reason: string; removed: boolean; composeProject?: string };
+    const dry = await toolgate(['sandbox', 'prune', '--dry-run', '--json'], env);
+    expect(dry.code).toBe(0);
+    const listed = (JSON.parse(dry.stdout) as Row[]).filter((r) => made.includes(r.id));
+    expect(listed.map((r) => r.id).sort()).toEqual([downProject, deadWorker].sort());
+    expect(listed.every((r) => !r.removed)).toBe(true);
+    expect(await exists(downProject)).toBe(true);
+
+    const run = await toolgate(['sandbox', 'prune', '--json'], env);
+    expect(run.code).toBe(0);
+    const removed = (JSON.parse(run.stdout) as Row[]).filter((r) => made.includes(r.id));
+    expect(removed.map((r) => [r.id, r.removed]).sort()).toEqual(
+      [
+        [downProject, true],
+        [deadWorker, true],
+      ].sort(),
+    );
+    expect(await exists(downProject)).toBe(false);
+    expect(await exists(deadWorker)).toBe(false);
+    expect(await exists(upProject)).toBe(true);
+    expect(await exists(liveWorker)).toBe(true);
+
+    // Nothing of ours left to report; the text form says what it did.
+    const again = await toolgate(['sandbox', 'prune', '--dry-run'], env);
+    expect(again.code).toBe(0);
+    expect(again.stdout).not.toContain(`tgdown${id}`);
+  }, 60_000);
+});
+
 describe('toolgate tools and call, through a running gateway', () => {
   let stack: Stack;
   beforeAll(async () => {
@@ -432,6 +529,9 @@ describe('toolgate gateway, worker and up: real services', () => {
       TOOLGATE_WORKER_QUEUES: 'fast',
       PORT: String(await freePort()),
       WORKER_METRICS_PORT: String(await freePort()),
+      // Not this checkout's console/dist: other test files serve it while this one runs (the
+      // console build is the fresh-clone test's).
+      TOOLGATE_CONSOLE_DIR: path.join(dir, 'no-console'),
     };
     const up = startToolgate(['up'], env);
     running.push(up);
@@ -453,4 +553,64 @@ describe('toolgate gateway, worker and up: real services', () => {
     await expect(fetch(`http://127.0.0.1:${env.PORT}/healthz`)).rejects.toThrow();
     await expect(fetch(`http://127.0.0.1:${env.WORKER_METRICS_PORT}/healthz`)).rejects.toThrow();
   }, 90_000);
+
+  it('`toolgate up` from a fresh clone (no console/dist) builds the console and serves /console/', async () => {
+    // A clone of this checkout as git would give it (tracked and new files, nothing ignored: no
+    // console/dist), with this checkout's installed packages: its node_modules linked, each
+    // workspace package's own node_modules copied (their links are relative, so they resolve
+    // to the clone's packages).
+    const clone = `${await mkdtemp(path.join(tmpdir(), 'tg-clone-'))}/`;
+    try {
+      const files = execFileSync('git', ['ls-files', '-co', '--exclude-standard', '-z'], {
+        cwd: ROOT,
+        encoding: 'utf8',
+      })
+        .split('\0')
+        .filter((f) => f && !f.startsWith('deploy/sandbox/.build'));
+      for (const file of files) {
+        await mkdir(path.dirname(clone + file), { recursive: true });
+        await cp(ROOT + file, clone + file, { verbatimSymlinks: true });
+      }
+      await symlink(path.join(ROOT, 'node_modules'), `${clone}node_modules`);
+      for (const group of ['packages', 'services', '.']) {
+        for (const dir of readdirSync(ROOT + group)) {
+          const modules = path.join(ROOT, group, dir, 'node_modules');
+          if (group === '.' && !['console', 'test', 'bench', 'examples'].includes(dir)) continue;
+          if (existsSync(modules))
+            await cp(modules, path.join(clone, group, dir, 'node_modules'), {
+              recursive: true,
+              verbatimSymlinks: true,
+            });
+        }
+      }
+      expect(existsSync(`${clone}console/dist`)).toBe(false);
+
+      const env = {
+        ...base(),
+        TOOLGATE_SANDBOX: 'off',
+        TOOLGATE_WORKER_QUEUES: 'fast',
+        PORT: String(await freePort()),
+        WORKER_METRICS_PORT: String(await freePort()),
+      };
+      const up = startToolgateIn(clone, ['up'], env);
+      running.push(up);
+      await up.waitFor(/"gateway listening"/, 120_000);
+      const page = await fetch(`http://127.0.0.1:${env.PORT}/console/`);
+      expect(page.status, up.output()).toBe(200);
+      expect(page.headers.get('content-type')).toMatch(/text\/html/);
+      const html = await page.text();
+      const script = /<script[^>]+src="(\/console\/assets\/[^"]+\.js)"/.exec(html)?.[1];
+      expect(script, html).toBeDefined();
+      expect((await fetch(`http://127.0.0.1:${env.PORT}${script}`)).status).toBe(200);
+      // Built from the clone's sources, and stamped so the next `up` does not build again.
+      expect(up.output()).toContain('console: not built yet');
+      expect((await readFile(`${clone}console/dist/.source-hash`, 'utf8')).trim()).toMatch(
+        /^[0-9a-f]{64}$/,
+      );
+      up.child.kill('SIGTERM');
+      expect(await up.exited).toBe(130);
+    } finally {
+      await rm(clone, { recursive: true, force: true });
+    }
+  }, 180_000);
 });

@@ -32,8 +32,8 @@ describe('health', () => {
     expect(ready).toEqual({ status: 200, body: { status: 'ready', workers: 1 } });
   });
 
-  it('/metrics is Prometheus text', async () => {
-    const res = await stack.call('/metrics', { key: null });
+  it('/metrics is Prometheus text on the metrics listener', async () => {
+    const res = await fetch(stack.metricsUrl);
     expect(res.status).toBe(200);
     expect(await res.text()).toContain('toolgate_http_requests_total');
   });

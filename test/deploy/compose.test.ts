@@ -17,6 +17,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+/** The images built and run: TOOLGATE_IMAGE_TAG (default local, what scripts/test.sh builds). */
+const TAG = process.env.TOOLGATE_IMAGE_TAG || 'local';
 
 function whySkip(): string | undefined {
   if (spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 20_000 }).status !== 0) {
@@ -101,7 +103,10 @@ describe.skipIf(skipReason !== undefined)(
 
     beforeAll(async () => {
       // Idempotent: seconds when the images are up to date; a few minutes on a cold machine.
-      await run('bash', ['scripts/deploy/build-images.sh'], { timeoutMs: 900_000 });
+      await run('bash', ['scripts/deploy/build-images.sh'], {
+        env: { ...process.env, TOOLGATE_IMAGE_TAG: TAG },
+        timeoutMs: 900_000,
+      });
       const sandboxImages = spawnSync(
         'docker',
         ['image', 'inspect', 'toolgate/sandbox-python:local'],
@@ -122,7 +127,7 @@ describe.skipIf(skipReason !== undefined)(
         TOOLGATE_BIND_ADDR: '127.0.0.1',
         TOOLGATE_HTTP_PORT: String(port),
         TOOLGATE_DATA_DIR: dataDir,
-        TOOLGATE_IMAGE_TAG: 'local',
+        TOOLGATE_IMAGE_TAG: TAG,
         TOOLGATE_LOG_LEVEL: 'info',
         TOOLGATE_TEST_HOSTNAME: hostname(),
         // Prometheus from Debian's package (scripts/deploy/build-base-images.sh): no registry here.
@@ -280,5 +285,23 @@ describe.skipIf(skipReason !== undefined)(
       expect(rules.filter((r) => r.health !== 'ok')).toEqual([]);
       expect(rules.length).toBeGreaterThanOrEqual(10);
     }, 240_000);
+
+    it('`down` leaves no sandbox container of the project behind', async () => {
+      const ofProject = () =>
+        spawnSync(
+          'docker',
+          ['ps', '-aq', '--filter', `label=toolgate.compose-project=${project}`],
+          { encoding: 'utf8' },
+        )
+          .stdout.split('\n')
+          .filter(Boolean);
+      // The workers' warm pools, labelled with the project their worker runs in.
+      expect(ofProject().length).toBeGreaterThan(0);
+      await compose(
+        ['--profile', 'observability', 'down', '-v', '--remove-orphans', '--timeout', '20'],
+        120_000,
+      );
+      expect(ofProject()).toEqual([]);
+    }, 180_000);
   },
 );

@@ -15,6 +15,7 @@
  * Skipped, with the reason printed, only when no Docker engine answers or the images are not
  * built (scripts/test.sh builds them: scripts/deploy/build-images.sh, scripts/sandbox/build-images.sh).
  * toolgate/worker-bwrap is built here from deploy/helm/images/worker-bwrap.Dockerfile (cached).
+ * TOOLGATE_IMAGE_TAG picks the images under test (default `local`, what scripts/test.sh builds).
  */
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -35,7 +36,10 @@ import {
 } from './helm-render.js';
 
 const BUILD_DIR = path.join(ROOT, 'deploy/sandbox/.build');
-const BWRAP_IMAGE = 'toolgate/worker-bwrap:local';
+/** The images under test: scripts/deploy/build-images.sh's TOOLGATE_IMAGE_TAG (default local). */
+const TAG = process.env.TOOLGATE_IMAGE_TAG || 'local';
+const IMAGE_TAG = ['--set', `image.tag=${TAG}`];
+const BWRAP_IMAGE = `toolgate/worker-bwrap:${TAG}`;
 
 function docker(args: string[], timeoutMs = 120_000): string {
   // The classic builder, as scripts/deploy/build-images.sh uses: no buildx plugin needed.
@@ -51,8 +55,8 @@ function whySkip(): string | undefined {
   if (spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 20_000 }).status !== 0)
     return 'no Docker engine answers (bash scripts/sandbox/ensure-docker.sh starts one)';
   for (const image of [
-    'toolgate/gateway:local',
-    'toolgate/worker:local',
+    `toolgate/gateway:${TAG}`,
+    `toolgate/worker:${TAG}`,
     'toolgate/redis:7',
     'toolgate/sandbox-python:local',
   ]) {
@@ -140,6 +144,8 @@ function buildBwrapImage(): void {
       'toolgate.deploy=1',
       '-f',
       dockerfile,
+      '--build-arg',
+      `WORKER_IMAGE=toolgate/worker:${TAG}`,
       '-t',
       BWRAP_IMAGE,
       BUILD_DIR,
@@ -238,15 +244,15 @@ describe.skipIf(skipReason)('the chart’s pods, run as containers', () => {
   /** Renders with `values`, starts redis + the three pods, waits for the gateway's /readyz. */
   async function deploy(values: string[]) {
     const redis = `redis-${id}`;
-    const r = render(...KEYS, '--set', `redis.url=redis://${redis}:6379`, ...values);
+    const r = render(...KEYS, ...IMAGE_TAG, '--set', `redis.url=redis://${redis}:6379`, ...values);
     const configDir = mkdtempSync(path.join(tmpdir(), 'tg-helm-config-'));
     dirs.push(configDir);
-    writeFileSync(
-      path.join(configDir, 'toolgate.yaml'),
-      r.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!,
-    );
+    // Every file of the ConfigMap, as its volume would hold them (gateway and worker configs).
+    for (const [file, text] of Object.entries(r.get('ConfigMap', 'tg-toolgate-config').data!)) {
+      writeFileSync(path.join(configDir, file), text);
+      chmodSync(path.join(configDir, file), 0o644);
+    }
     chmodSync(configDir, 0o755);
-    chmodSync(path.join(configDir, 'toolgate.yaml'), 0o644);
     if (!containers.includes(redis)) {
       docker(['run', '-d', '--name', redis, '--network', network, 'toolgate/redis:7']);
       containers.push(redis);
@@ -293,6 +299,8 @@ describe.skipIf(skipReason)('the chart’s pods, run as containers', () => {
         '-q',
         '-f',
         path.join(ROOT, 'deploy/helm/images/worker-bwrap.Dockerfile'),
+        '--build-arg',
+        `WORKER_IMAGE=toolgate/worker:${TAG}`,
         '-t',
         BWRAP_IMAGE,
         BUILD_DIR,
@@ -303,7 +311,7 @@ describe.skipIf(skipReason)('the chart’s pods, run as containers', () => {
     const { pods, gateway, ready } = await deploy(['-f', `${CHART}/values-bwrap.yaml`]);
     expect(ready).toMatchObject({ status: 'ready', workers: 2 });
     // Each probe the pod spec declares answers 200 on the port it names.
-    const r = render(...KEYS, '-f', `${CHART}/values-bwrap.yaml`);
+    const r = render(...KEYS, ...IMAGE_TAG, '-f', `${CHART}/values-bwrap.yaml`);
     for (const [d, pod] of Object.entries(pods)) {
       const c = podSpec(r, `tg-toolgate-${d}`).containers[0]!;
       for (const probe of [c.livenessProbe, c.readinessProbe, c.startupProbe]) {
@@ -335,6 +343,22 @@ describe.skipIf(skipReason)('the chart’s pods, run as containers', () => {
 
     const logs = docker(['logs', pods['worker-sandbox'].name]);
     expect(logs).toContain('"driver":"bwrap"');
+
+    // The workers ran every call above without a single client key in their environment.
+    const envOf = (name: string) =>
+      JSON.parse(docker(['inspect', '-f', '{{json .Config.Env}}', name])) as string[];
+    const clientKeys = ['admin-key-0123456789abcdef', 'assistant-key-0123456789abcdef'];
+    for (const d of ['worker-fast', 'worker-sandbox'] as const) {
+      const env = envOf(pods[d].name).join('\n');
+      for (const key of clientKeys) expect(env, d).not.toContain(key);
+      expect(env, d).not.toMatch(/^TOOLGATE_(ADMIN|ASSISTANT)_KEY=/m);
+    }
+    expect(envOf(pods.gateway.name)).toContain(`TOOLGATE_ADMIN_KEY=${clientKeys[0]}`);
+    // Metrics on the gateway's metrics port, not on its API port.
+    expect((await fetch(`${gateway}/metrics`)).status).toBe(404);
+    const metrics = await fetch(`${pods.gateway.url('metrics')}/metrics`);
+    expect(metrics.status).toBe(200);
+    expect(await metrics.text()).toContain('toolgate_calls_total');
     teardown(pods);
   }, 420_000);
 
@@ -365,7 +389,7 @@ describe.skipIf(skipReason)('the chart’s pods, run as containers', () => {
   }, 300_000);
   it('values-bwrap: without any one of seccomp Unconfined, procMount Unmasked, SETUID, SETGID, SETFCAP, bwrap cannot sandbox', () => {
     buildBwrapImage();
-    const r = render(...KEYS, '-f', `${CHART}/values-bwrap.yaml`);
+    const r = render(...KEYS, ...IMAGE_TAG, '-f', `${CHART}/values-bwrap.yaml`);
     const pod = podSpec(r, 'tg-toolgate-worker-sandbox');
     const c = pod.containers[0]!;
     // What the driver does: its start check (bwrap as root), then a sandbox as uid 10001 with

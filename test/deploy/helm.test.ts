@@ -64,9 +64,11 @@ async function validateAll(r: Rendered): Promise<string[]> {
 /** The config a container loads: the ConfigMap's file, its env, and `--queues` as the CLI maps it. */
 function loadedConfig(r: Rendered, deployment: string) {
   const c = podSpec(r, deployment).containers[0]!;
-  const file = r.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!;
   const env = containerEnv(r, c);
-  expect(env.TOOLGATE_CONFIG).toBe('/etc/toolgate/toolgate.yaml');
+  // The gateway reads toolgate.yaml; the workers worker.yaml, the same without client keys.
+  const name = deployment.endsWith('-gateway') ? 'toolgate.yaml' : 'worker.yaml';
+  expect(env.TOOLGATE_CONFIG).toBe(`/etc/toolgate/${name}`);
+  const file = r.get('ConfigMap', 'tg-toolgate-config').data![name]!;
   expect(c.volumeMounts).toContainEqual(
     expect.objectContaining({ name: 'config', mountPath: '/etc/toolgate' }),
   );
@@ -101,6 +103,7 @@ describe('helm chart deploy/helm/toolgate', () => {
         expect.arrayContaining([
           ...DEPLOYMENTS.map((d) => `Deployment/${d}`),
           'Service/tg-toolgate-gateway',
+          'Service/tg-toolgate-gateway-metrics',
           'HorizontalPodAutoscaler/tg-toolgate-gateway',
           'PodDisruptionBudget/tg-toolgate-gateway',
           'PodDisruptionBudget/tg-toolgate-worker-fast',
@@ -241,6 +244,50 @@ describe('helm chart deploy/helm/toolgate', () => {
     expect(file).toContain('${TOOLGATE_ADMIN_KEY}');
   });
 
+  it('gives worker pods no client key, neither in their env nor in their config file', () => {
+    const secretValues = ['admin-key-0123456789abcdef', 'assistant-key-0123456789abcdef'];
+    // A Redis password in the Secret too: the workers still need that one.
+    const withRedisPassword = render(
+      ...KEYS,
+      '--set',
+      'secretEnv.REDIS_PASSWORD=redis-password',
+      '--set-string',
+      'secret.values.redis-password=redis-password-0123',
+      '--set-string',
+      'redis.url=redis://:${REDIS_PASSWORD}@redis:6379',
+    );
+    for (const r of [defaults, bwrap, docker, withRedisPassword]) {
+      const workerFile = r.get('ConfigMap', 'tg-toolgate-config').data!['worker.yaml']!;
+      for (const d of DEPLOYMENTS.slice(1)) {
+        const env = containerEnv(r, podSpec(r, d).containers[0]!);
+        expect(Object.keys(env), d).not.toContain('TOOLGATE_ADMIN_KEY');
+        expect(Object.keys(env), d).not.toContain('TOOLGATE_ASSISTANT_KEY');
+        for (const value of secretValues) expect(Object.values(env), d).not.toContain(value);
+        // Same clients, scopes and limits as the gateway's, none of them with a usable key.
+        const worker = loadedConfig(r, d);
+        const gateway = loadedConfig(r, 'tg-toolgate-gateway');
+        expect(worker.clients.map(({ keySha256: _, ...c }) => c)).toEqual(
+          gateway.clients.map(({ keySha256: _, ...c }) => c),
+        );
+        for (const c of worker.clients) expect(c.keySha256).toBe('0'.repeat(64));
+      }
+      expect(workerFile).not.toMatch(/\$\{TOOLGATE_(ADMIN|ASSISTANT)_KEY\}/);
+      // The gateway still reads both keys from the Secret.
+      const gatewayEnv = containerEnv(r, podSpec(r, 'tg-toolgate-gateway').containers[0]!);
+      expect(gatewayEnv).toMatchObject({
+        TOOLGATE_ADMIN_KEY: secretValues[0],
+        TOOLGATE_ASSISTANT_KEY: secretValues[1],
+      });
+    }
+    for (const d of DEPLOYMENTS) {
+      const env = containerEnv(withRedisPassword, podSpec(withRedisPassword, d).containers[0]!);
+      expect(env.REDIS_PASSWORD, d).toBe('redis-password-0123');
+      expect(loadedConfig(withRedisPassword, d).redis.url).toBe(
+        'redis://:redis-password-0123@redis:6379',
+      );
+    }
+  });
+
   it('runs one worker pool per queue with its own concurrency', () => {
     const fast = loadedConfig(defaults, 'tg-toolgate-worker-fast');
     expect(fast.worker.queues).toEqual(['fast']);
@@ -259,7 +306,10 @@ describe('helm chart deploy/helm/toolgate', () => {
 
   it('probes the gateway on /readyz and /healthz, the workers on /healthz of their metrics port', () => {
     const g = podSpec(defaults, 'tg-toolgate-gateway').containers[0]!;
-    expect(g.ports).toEqual([{ name: 'http', containerPort: 8080, protocol: 'TCP' }]);
+    expect(g.ports).toEqual([
+      { name: 'http', containerPort: 8080, protocol: 'TCP' },
+      { name: 'metrics', containerPort: 9092, protocol: 'TCP' },
+    ]);
     expect(g.readinessProbe?.httpGet).toEqual({ path: '/readyz', port: 'http' });
     expect(g.livenessProbe?.httpGet).toEqual({ path: '/healthz', port: 'http' });
     for (const d of DEPLOYMENTS.slice(1)) {
@@ -333,13 +383,51 @@ describe('helm chart deploy/helm/toolgate', () => {
         expect.objectContaining({ port: 'metrics', path: '/metrics', honorLabels: true }),
       ]);
     }
-    const gsm = defaults.get<{ endpoints: { port: string; path: string }[] }>(
-      'ServiceMonitor',
-      'tg-toolgate-gateway',
-    );
+    // The gateway's metrics: its own container port, behind a headless Service of its own (the
+    // gateway Service may be a LoadBalancer and the Ingress routes to it: never /metrics there).
+    const gsm = defaults.get<{
+      selector: { matchLabels: Record<string, string> };
+      endpoints: { port: string; path: string; relabelings: unknown[] }[];
+    }>('ServiceMonitor', 'tg-toolgate-gateway');
     expect(gsm.spec.endpoints).toEqual([
-      expect.objectContaining({ port: 'http', path: '/metrics', honorLabels: true }),
+      expect.objectContaining({ port: 'metrics', path: '/metrics', honorLabels: true }),
     ]);
+    // Scraped under the gateway's job name, which the ScaledObjects' queries select.
+    expect(gsm.spec.endpoints[0]!.relabelings).toEqual([
+      { action: 'replace', targetLabel: 'job', replacement: 'tg-toolgate-gateway' },
+    ]);
+    const metricsSvc = defaults.get<{
+      clusterIP: string;
+      selector: Record<string, string>;
+      ports: { name: string; port: number; targetPort: string }[];
+    }>('Service', 'tg-toolgate-gateway-metrics');
+    const metricsSvcLabels = defaults.objects.find(
+      (o) => o.kind === 'Service' && o.metadata.name === 'tg-toolgate-gateway-metrics',
+    )!.metadata.labels as Record<string, string>;
+    expect(
+      Object.entries(gsm.spec.selector.matchLabels).every(([k, v]) => metricsSvcLabels[k] === v),
+    ).toBe(true);
+    const gatewaySvcLabels = defaults.objects.find(
+      (o) => o.kind === 'Service' && o.metadata.name === 'tg-toolgate-gateway',
+    )!.metadata.labels as Record<string, string>;
+    expect(
+      Object.entries(gsm.spec.selector.matchLabels).every(([k, v]) => gatewaySvcLabels[k] === v),
+    ).toBe(false);
+    expect(metricsSvc.spec.clusterIP).toBe('None');
+    expect(only(metricsSvc.spec.selector)).toEqual(['tg-toolgate-gateway']);
+    expect(metricsSvc.spec.ports).toEqual([
+      expect.objectContaining({ name: 'metrics', port: 9092, targetPort: 'metrics' }),
+    ]);
+    const gatewayPod = podSpec(defaults, 'tg-toolgate-gateway').containers[0]!;
+    expect(gatewayPod.ports).toEqual([
+      expect.objectContaining({ name: 'http', containerPort: 8080 }),
+      expect.objectContaining({ name: 'metrics', containerPort: 9092 }),
+    ]);
+    // The config the gateway loads serves them there, apart from the API port.
+    expect(loadedConfig(defaults, 'tg-toolgate-gateway').server).toMatchObject({
+      port: 8080,
+      metricsPort: 9092,
+    });
   });
 
   it('scales each worker pool on its own queue: waiting (wait list + prioritized) and running calls', () => {
@@ -389,7 +477,7 @@ describe('helm chart deploy/helm/toolgate', () => {
     expect(ports(sandbox.ingress)).toEqual(['TCP/9091']);
 
     const gateway = policy('tg-toolgate-gateway');
-    expect(ports(gateway.ingress)).toEqual(['TCP/8080']);
+    expect(ports(gateway.ingress)).toEqual(['TCP/8080', 'TCP/9092']);
     expect(ports(gateway.egress)).toEqual(['TCP/26379', 'TCP/53', 'TCP/6379', 'UDP/53']);
 
     // Fast workers add HTTP(S) for http_get, to public addresses only.
@@ -638,7 +726,7 @@ describe('the ScaledObject query against a real gateway', () => {
     const states = /state=~"([^"]+)"/.exec(query!)![1]!.split('|');
     expect(query).toContain('toolgate_queue_jobs{');
     expect(query).toContain('queue="sandbox"');
-    const metrics = await (await fetch(`${stack.url}/metrics`)).text();
+    const metrics = await (await fetch(stack.metricsUrl)).text();
     const sample = (state: string) => {
       const wanted = { queue: 'sandbox', state };
       const line = metrics.split('\n').find((l) => {

@@ -98,7 +98,7 @@ describe('metrics contract: deploy/ queries only what the services export', () =
       expect(res.status, url).toBe(200);
       return res.text();
     };
-    const gatewayText = await scrape(`${stack.url}/metrics`);
+    const gatewayText = await scrape(stack.metricsUrl);
     const workerText = await scrape(`http://127.0.0.1:${workerPort}/metrics`);
     families = new Map([...exposedFamilies(workerText), ...exposedFamilies(gatewayText)]);
   });

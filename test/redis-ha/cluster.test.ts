@@ -279,7 +279,7 @@ describe('on a Redis Cluster', () => {
       for (const r of refused) expect(r).toMatchObject({ httpStatus: 503, code: 'unavailable' });
       expect(accepted.length).toBeGreaterThan(50);
       // Every accepted call was confirmed on a replica: none went on with its WAIT timed out.
-      const metrics = await (await fetch(`${stack.url}/metrics`)).text();
+      const metrics = await (await fetch(stack.metricsUrl)).text();
       expect(metrics).toMatch(/^toolgate_redis_unreplicated_total\{service="gateway"\} 0$/m);
     } finally {
       await stack.close();

@@ -19,7 +19,7 @@ import { Keys, createRedis, type RedisClient } from '@toolgate/calls';
 import { startService, type Service } from '../support/process.js';
 import { freePort, startRedisServer, type RedisServer } from '../support/redis-server.js';
 import { startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
-import { KEYS, startStack, type Stack } from '../support/stack.js';
+import { startStack, type Stack } from '../support/stack.js';
 
 const KEY = 'alice-key-0123456789abcdef';
 /** The target: calls go through again within this long after the sentinels switch masters. */
@@ -95,6 +95,7 @@ describe('Redis Sentinel', () => {
     const sinkUrl = `http://127.0.0.1:${(sink.address() as { port: number }).port}/effects`;
 
     const workerPort = await freePort();
+    const gatewayMetricsPort = await freePort();
     const prefix = `s${randomUUID().slice(0, 6)}`;
     const file = join(dir, 'toolgate.json');
     writeFileSync(
@@ -105,7 +106,7 @@ describe('Redis Sentinel', () => {
           durability: { replicas: 1, timeoutMs: 1000 },
           prefix,
         },
-        server: { port: 0, host: '127.0.0.1' },
+        server: { port: 0, host: '127.0.0.1', metricsPort: gatewayMetricsPort },
         worker: { queues: ['fast'], metricsPort: workerPort, lostCallTimeoutMs: 3000 },
         log: { level: 'info' },
         policy: { http: { allowPrivateNetworks: true } },
@@ -121,7 +122,10 @@ describe('Redis Sentinel', () => {
       }),
     );
     const worker = startService('worker', { TOOLGATE_CONFIG: file });
-    const gateway = startService('gateway', { TOOLGATE_CONFIG: file });
+    const gateway = startService('gateway', {
+      TOOLGATE_CONFIG: file,
+      GATEWAY_METRICS_PORT: String(gatewayMetricsPort),
+    });
     services.push(worker, gateway);
     await worker.waitFor(/worker started/, 60_000);
     const [, port] = await gateway.waitFor(/"port":(\d+),"msg":"gateway listening"/, 60_000);
@@ -271,7 +275,10 @@ describe('Redis Sentinel', () => {
 
     const outage = answers.filter((a) => a.status !== 200 && a.status !== 202);
     const unreplicated = {
-      gateway: counter(await (await fetch(`${base}/metrics`)).text(), ''),
+      gateway: counter(
+        await (await fetch(`http://127.0.0.1:${gatewayMetricsPort}/metrics`)).text(),
+        '',
+      ),
       workerStart: counter(
         await (await fetch(`http://127.0.0.1:${workerPort}/metrics`)).text(),
         'step="start"',
@@ -539,7 +546,7 @@ describe('redis.durability without the replicas it asks for', () => {
       ),
     );
     expect(answers.map((r) => r.status)).toEqual(Array.from({ length: 20 }, () => 202));
-    const metrics = await (await stack.call('/metrics', { key: KEYS.admin })).text();
+    const metrics = await (await fetch(stack.metricsUrl)).text();
     expect(metrics).toMatch(/^toolgate_redis_unreplicated_total\{service="gateway"\} 21$/m);
     // Far fewer WAITs than calls (3 when measured): a missing replica costs each call one
     // timeout, not one per call ahead of it.

@@ -35,10 +35,27 @@ export function startToolgate(args: string[], env: Record<string, string>): Serv
   return start(`toolgate ${args[0] ?? ''}`, [TOOLGATE_BIN, ...args], env);
 }
 
-function start(name: string, args: string[], env: Record<string, string>): Service {
+/** `toolgate <args…>` of another checkout (`root`, ending in /), run from there. */
+export function startToolgateIn(
+  root: string,
+  args: string[],
+  env: Record<string, string>,
+): Service {
+  const bin = `${root}packages/cli/bin/toolgate.mjs`;
+  return start(`toolgate ${args[0] ?? ''}`, [bin, ...args], env, root);
+}
+
+function start(name: string, args: string[], env: Record<string, string>, cwd = ROOT): Service {
   const child = spawn(process.execPath, args, {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env },
+    cwd,
+    // No gateway metrics listener unless a test asks for one: parallel gateways would all
+    // take the default port.
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/tmp',
+      GATEWAY_METRICS_PORT: '0',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let text = '';

@@ -21,6 +21,8 @@ export const KEYS = {
 
 export interface Stack {
   url: string;
+  /** The gateway's /metrics, on its own listener (server.metricsPort), never on `url`. */
+  metricsUrl: string;
   config: Config;
   gateway: Gateway;
   worker: ToolWorker | undefined;
@@ -86,8 +88,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const gateway = createGateway({ config, registry, logger });
   const { port } = await gateway.listen(0, '127.0.0.1');
   const url = `http://127.0.0.1:${port}`;
+  const metricsUrl = `http://127.0.0.1:${await gateway.serveMetrics(0, '127.0.0.1')}/metrics`;
   return {
     url,
+    metricsUrl,
     config,
     gateway,
     worker,

@@ -5,6 +5,7 @@ import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
 import { keysNewCommand } from './commands/keys.js';
 import { pluginNewCommand } from './commands/plugin.js';
+import { sandboxPruneCommand } from './commands/sandbox-prune.js';
 import { gatewayCommand, workerCommand } from './commands/service.js';
 import { upCommand } from './commands/up.js';
 
@@ -13,6 +14,7 @@ export const COMMANDS: readonly Command[] = [
   gatewayCommand,
   workerCommand,
   doctorCommand,
+  sandboxPruneCommand,
   configCheckCommand,
   keysNewCommand,
   toolsCommand,

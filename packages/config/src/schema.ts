@@ -66,6 +66,11 @@ export const ConfigSchema = Type.Object(
       {
         port: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
         host: Type.String({ default: '0.0.0.0' }),
+        /**
+         * Port of the gateway's /metrics (0 = off), on `host` like the API: never on the public
+         * port, since the series name clients, tools and error codes.
+         */
+        metricsPort: Type.Integer({ minimum: 0, maximum: 65535, default: 9092 }),
         bodyLimitBytes: Type.Integer({ minimum: 1024, default: 1_048_576 }),
         /** Extra time a synchronous request waits beyond the tool's timeout before answering 202. */
         syncWaitGraceMs: Type.Integer({ minimum: 0, default: 5000 }),

@@ -13,6 +13,7 @@ import {
   LABEL_OWNER,
   LABEL_DEPLOYMENT,
   LABEL_PID,
+  ownComposeProject,
 } from './docker.js';
 import { testSandboxConfig, whyDriverUnavailable } from './testing.js';
 
@@ -133,5 +134,43 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
     expect(await owned()).toBe(4);
     await other.close();
     expect(await owned()).toBe(0);
+  });
+
+  it('drainWarm removes the warm pool at once; calls still run, each in a container of its own', async () => {
+    const other = new DockerDriver(testSandboxConfig('docker', dir, { pool: { size: 2 } }));
+    await other.warmUp();
+    const owned = () =>
+      docker
+        .listContainers({ all: true, filters: { label: [`${LABEL_OWNER}=${other.ownerId}`] } })
+        .then((l) => l.length);
+    expect(await owned()).toBe(4);
+    await other.drainWarm();
+    expect(await owned()).toBe(0);
+    const r = await other.run({ image: 'shell', argv: ['echo', 'after drain'] });
+    expect(r).toMatchObject({ stdout: 'after drain\n', exitCode: 0, warm: false });
+    // Nothing warm again after the call: a stopping worker keeps none.
+    await new Promise((res) => setTimeout(res, 500));
+    expect(await owned()).toBe(0);
+    expect(other.stats().warm).toEqual({ python: 0, shell: 0 });
+    await other.close();
+  });
+
+  it('finds the compose project of the container a worker runs in', async () => {
+    const project = `tgproj${Date.now().toString(36)}`;
+    const c = await docker.createContainer({
+      Image: 'toolgate/sandbox-shell:local',
+      Entrypoint: ['sleep', '60'],
+      Labels: { 'com.docker.compose.project': project },
+      HostConfig: { NetworkMode: 'none' },
+    });
+    try {
+      // What /proc/self/mountinfo shows inside a container: the engine's per-container files.
+      const mountinfo = `1 2 0:1 /var/lib/docker/containers/${c.id}/hostname /etc/hostname rw - ext4 /dev/sda1 rw\n`;
+      expect(await ownComposeProject(docker, mountinfo)).toBe(project);
+      // On the host (no such mount, and no container named after the host): none.
+      expect(await ownComposeProject(docker, '')).toBeUndefined();
+    } finally {
+      await c.remove({ force: true });
+    }
   });
 });

@@ -23,6 +23,7 @@ import {
   LABEL_OWNER,
   LABEL_PID,
 } from './docker-reaper.js';
+import { LABEL_COMPOSE_PROJECT, ownComposeProject } from './docker-leftovers.js';
 import { EgressNetwork } from './egress.js';
 import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
@@ -47,6 +48,15 @@ export {
   LABEL_OWNER,
   LABEL_PID,
 } from './docker-reaper.js';
+export {
+  LABEL_COMPOSE_PROJECT,
+  STOPPED_LEFTOVER_MS,
+  dockerEngine,
+  findLeftovers,
+  ownComposeProject,
+  removeLeftovers,
+  type Leftover,
+} from './docker-leftovers.js';
 
 const MiB = 1024 * 1024;
 
@@ -84,6 +94,8 @@ export class DockerDriver implements SandboxDriver {
   private egress: EgressNetwork | undefined;
   private egressUnavailable: string | undefined;
   private started: Promise<void> | undefined;
+  /** The compose project this worker runs in, labelled on its containers (docker-leftovers.ts). */
+  private composeProject: string | undefined;
   private closed = false;
   private timer: NodeJS.Timeout | undefined;
   private running = 0;
@@ -174,6 +186,9 @@ export class DockerDriver implements SandboxDriver {
         );
       }
     }
+    // Under Compose, its project goes on every container: once the project is down, its
+    // leftovers are recognisable from any host process (`toolgate sandbox prune`).
+    this.composeProject = await ownComposeProject(this.docker);
     // Heartbeat first: setup registers our slot directory, which a reaper must see as alive.
     await this.reaper.heartbeat();
     this.propagation = await this.mounts.setup(this.owner);
@@ -415,6 +430,7 @@ export class DockerDriver implements SandboxDriver {
           [LABEL_HOST]: hostname(),
           [LABEL_PID]: String(process.pid),
           [LABEL_DEPLOYMENT]: this.deployment,
+          ...(this.composeProject ? { [LABEL_COMPOSE_PROJECT]: this.composeProject } : {}),
         },
         HostConfig: {
           NetworkMode: egress ? egress.name : 'none',
@@ -548,6 +564,10 @@ export class DockerDriver implements SandboxDriver {
   /** Warm containers past maxIdleMs are replaced, so none lingers for days. */
   private async recycleIdle(): Promise<void> {
     for (const pool of this.pools.values()) await pool.recycle(this.config.pool.maxIdleMs);
+  }
+
+  async drainWarm(): Promise<void> {
+    await Promise.all([...this.pools.values()].map((pool) => pool.drain()));
   }
 
   /** The reaper's pass (see docker-reaper.ts); also run out of turn when a worker dies. */

@@ -80,6 +80,12 @@ export interface SandboxDriver {
   /** Stops background work and removes every sandbox this driver still owns. */
   close(): Promise<void>;
   /**
+   * Removes the warm sandboxes and keeps none warm from now on; calls still to run start
+   * theirs on demand. A stopping worker calls it first, before it waits for its calls, so a
+   * worker killed during that wait leaves no warm pool behind (docker; bwrap keeps none).
+   */
+  drainWarm?(): Promise<void>;
+  /**
    * Removes now what dead workers left behind (the reaper's pass, out of turn). Drivers whose
    * sandboxes die with their worker process (bwrap) have nothing to reap.
    */

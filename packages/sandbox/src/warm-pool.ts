@@ -39,15 +39,19 @@ export class WarmPool<T extends Pooled> {
   /** Starts in flight: close() waits for them, or they would outlive the driver. */
   private readonly inFlight = new Set<Promise<unknown>>();
   private closed = false;
+  /** How many to keep ready: the configured size, 0 once drained. */
+  private target: number;
 
-  constructor(private readonly o: WarmPoolOptions<T>) {}
+  constructor(private readonly o: WarmPoolOptions<T>) {
+    this.target = o.size;
+  }
 
   get key(): string {
     return this.o.key;
   }
 
   get size(): number {
-    return this.o.size;
+    return this.target;
   }
 
   /** Sandboxes ready now. */
@@ -90,7 +94,7 @@ export class WarmPool<T extends Pooled> {
     if (this.closed || !this.o.canStart()) return;
     while (
       this.starting < MAX_PARALLEL_STARTS &&
-      this.ready.length + this.starting < this.o.size + this.waiters.length
+      this.ready.length + this.starting < this.target + this.waiters.length
     ) {
       this.starting++;
       const started = this.o.start();
@@ -105,6 +109,8 @@ export class WarmPool<T extends Pooled> {
           if (this.closed) return void this.o.dispose(item);
           const waiter = this.waiters.shift();
           if (waiter) waiter.resolve(item);
+          // Started before a drain (or for a waiter that gave up): not wanted warm any more.
+          else if (this.ready.length >= this.target) return void this.o.dispose(item);
           else this.ready.push(item);
           this.topUp();
         })
@@ -133,6 +139,17 @@ export class WarmPool<T extends Pooled> {
       await this.o.dispose(item);
     }
     this.topUp();
+  }
+
+  /**
+   * Keeps none ready from now on and removes the ready ones (a worker that is stopping: what it
+   * leaves warm outlives it if it is killed before close). Calls already waiting still get theirs.
+   */
+  async drain(): Promise<void> {
+    this.target = 0;
+    await Promise.all(this.ready.splice(0).map((item) => this.o.dispose(item)));
+    // Those still starting are disposed of as they come up, unless a call waits for them.
+    await Promise.allSettled([...this.inFlight]);
   }
 
   /** Fails the waiting calls, removes the ready sandboxes and those still starting. */

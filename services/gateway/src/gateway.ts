@@ -1,4 +1,4 @@
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import {
   Admission,
@@ -25,6 +25,7 @@ import type { ToolRegistry } from '@toolgate/registry';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
 import { checkBodyShape, verifyBodyKeys } from './body-limits.js';
+import { ApiError } from './errors.js';
 import { authenticate, chargeRequests, errorHandler, notFound } from './http.js';
 import { approvalRule } from './policy/approval.js';
 import { AuthFailures } from './policy/auth-failures.js';
@@ -61,6 +62,11 @@ export interface Gateway {
   dev: DevMode | undefined;
   /** Resolves once listening; returns the bound address. */
   listen(port?: number, host?: string): Promise<{ host: string; port: number }>;
+  /**
+   * Serves /metrics on a listener of its own (`server.metricsPort`; an explicit 0 binds any
+   * free port, the configured 0 means none); returns its port, or undefined when off.
+   */
+  serveMetrics(port?: number, host?: string): Promise<number | undefined>;
   /** Stops accepting, lets in-flight requests finish, closes Redis. */
   close(): Promise<void>;
 }
@@ -232,10 +238,12 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     });
     next();
   });
-  app.use(healthRoutes(redis, keys));
+  app.use(healthRoutes(redis, keys, log));
   app.use(consolePages(consoleDir(config.console.dir)));
-  app.get('/metrics', async (_req, res) => {
-    res.type(metrics.registry.contentType).send(await metrics.registry.metrics());
+  // The series name every client, tool and error code: any tenant could read the others'.
+  // They are served on server.metricsPort only (serveMetrics), which stays off the public port.
+  app.all('/metrics', () => {
+    throw new ApiError('not_found', 'metrics are not served here (see server.metricsPort)');
   });
   const authFailures = new AuthFailures(
     redis,
@@ -297,6 +305,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(errorHandler(log));
 
   let server: Server | undefined;
+  let metricsServer: Server | undefined;
   return {
     app,
     dev,
@@ -317,8 +326,34 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       log.info(bound, 'gateway listening');
       return bound;
     },
+    async serveMetrics(port, host = dev ? '127.0.0.1' : config.server.host) {
+      if (port === undefined && config.server.metricsPort === 0) return undefined;
+      const s = createServer((req, res) => {
+        if (req.method === 'GET' && req.url?.split('?')[0] === '/metrics') {
+          metrics.registry.metrics().then(
+            (text) =>
+              res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
+            () => res.writeHead(500).end(),
+          );
+        } else res.writeHead(404).end();
+      });
+      await new Promise<void>((resolve, reject) => {
+        s.once('error', reject);
+        s.listen(port ?? config.server.metricsPort, host, () => {
+          s.off('error', reject);
+          resolve();
+        });
+      });
+      metricsServer = s;
+      const address = s.address();
+      const bound =
+        typeof address === 'object' && address ? address.port : config.server.metricsPort;
+      log.info({ host, port: bound }, 'gateway metrics listening');
+      return bound;
+    },
     async close() {
       clearInterval(sweeper);
+      metricsServer?.close();
       closing.abort(); // event streams end; their clients reconnect to another gateway
       if (server) {
         const s = server;

@@ -15,6 +15,7 @@ export async function startGateway(config: Config, logger: Logger): Promise<() =
   );
   const gateway = createGateway({ config, registry, logger });
   const { host, port } = await gateway.listen();
+  await gateway.serveMetrics();
   const base = `http://${host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host}:${port}`;
   if (gateway.dev) {
     // Printed once, to the terminal only: the development-mode admin key.

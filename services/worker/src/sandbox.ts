@@ -63,6 +63,10 @@ export class TracedSandbox implements Sandbox {
     return this.inner.close();
   }
 
+  async drainWarm(): Promise<void> {
+    await this.inner.drainWarm?.();
+  }
+
   async reap(): Promise<number> {
     return (await this.inner.reap?.()) ?? 0;
   }

@@ -59,6 +59,11 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
   const port = await worker.serveMetrics();
   if (port !== undefined) logger.info({ port }, 'worker metrics listening');
   return async () => {
+    // The warm pool first: nothing new will use it, and a worker killed while it waits for
+    // its calls (an orchestrator's grace period ending) would leave it behind.
+    await sandbox
+      ?.drainWarm?.()
+      .catch((err: unknown) => logger.warn({ err }, 'could not remove the warm pool'));
     // In-flight calls get DRAIN_MS to finish; with Redis gone the queue may never let go, and
     // the sandbox's containers must still be removed before the process exits.
     let timer: NodeJS.Timeout | undefined;

@@ -88,7 +88,7 @@ values file fails at render time with the field named).
 {{- define "toolgate.configFile" -}}
 {{- $cfg := deepCopy (default (dict) .Values.config) -}}
 {{- $chart := dict
-  "server" (dict "port" (int .Values.gateway.port))
+  "server" (dict "port" (int .Values.gateway.port) "metricsPort" (int .Values.gateway.metricsPort))
   "redis" (include "toolgate.redisConfig" . | fromYaml)
   "clients" .Values.clients
   "worker" (dict "metricsPort" (int .Values.workers.metricsPort))
@@ -108,18 +108,59 @@ values file fails at render time with the field named).
 {{- toYaml (mustMergeOverwrite $cfg $chart) -}}
 {{- end -}}
 
-{{/* Env of every toolgate container: the config file, the Secret's keys, extra env. */}}
+{{/*
+The workers' config file (worker.yaml): the same, but no client's key. A worker authenticates
+nobody (it needs the clients' ids, scopes and limits only), so a client given as `key: ${VAR}`
+is listed with a digest no key has (64 zeros: finding a key that hashes to it is a SHA-256
+preimage) and its variable is not set in the worker pods at all (toolgate.workerEnv).
+*/}}
+{{- define "toolgate.workerConfigFile" -}}
+{{- $cfg := include "toolgate.configFile" . | fromYaml -}}
+{{- $clients := list -}}
+{{- range $cfg.clients -}}
+{{- $client := omit . "key" -}}
+{{- if hasKey . "key" }}{{ $_ := set $client "keySha256" (repeat 64 "0") }}{{ end -}}
+{{- $clients = append $clients $client -}}
+{{- end -}}
+{{- $_ := set $cfg "clients" $clients -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Names of the env vars the clients' keys come from (`key: ${VAR}`): the gateway's only. */}}
+{{- define "toolgate.clientKeyVars" -}}
+{{- $vars := list -}}
+{{- range .Values.clients -}}
+{{- if .key -}}
+{{- range regexFindAll "\\$\\{[A-Za-z_][A-Za-z0-9_]*" (toString .key) -1 -}}
+{{- $vars = append $vars (trimPrefix "${" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $vars -}}
+{{- end -}}
+
+{{/*
+Env of a toolgate container: the config file, the Secret's keys, extra env. Call with
+(list . "gateway") or (list . "worker"): workers get worker.yaml and none of the client keys
+(the Secret's other entries, such as Redis passwords, they get).
+*/}}
 {{- define "toolgate.env" -}}
+{{- $root := index . 0 -}}
+{{- $worker := eq (index . 1) "worker" -}}
+{{- $skip := list -}}
+{{- if $worker }}{{ $skip = include "toolgate.clientKeyVars" $root | fromJsonArray }}{{ end -}}
 - name: TOOLGATE_CONFIG
-  value: /etc/toolgate/toolgate.yaml
-{{- range $name, $key := .Values.secretEnv }}
+  value: /etc/toolgate/{{ ternary "worker.yaml" "toolgate.yaml" $worker }}
+{{- range $name, $key := $root.Values.secretEnv }}
+{{- if not (has $name $skip) }}
 - name: {{ $name }}
   valueFrom:
     secretKeyRef:
-      name: {{ include "toolgate.secretName" $ }}
+      name: {{ include "toolgate.secretName" $root }}
       key: {{ $key }}
 {{- end }}
-{{- with .Values.env }}
+{{- end }}
+{{- with $root.Values.env }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}

@@ -28,6 +28,8 @@ export const doctorCommand: Command = {
     cgroups           v1/v2; Docker's own, or writable with memory/pids/cpu for bwrap
     slots mount       (docker) <sandbox.stateDir>/slots is one shared mount, or not made yet
     disk              free space for sandbox.workspacesRoot and Docker's root (warns < 5 GB)
+    sandbox leftovers (docker) sandbox containers of deployments that are gone (a compose
+                      project taken down, a dead worker); \`toolgate sandbox prune\` removes them
   Each line is ✓ (fine), ! (works, but look), ✗ (broken) or - (skipped), with the fix below.
   Run it where the worker runs: paths (rootfs, seccomp filter) resolve from the repository root
   in a checkout, else from the current directory.

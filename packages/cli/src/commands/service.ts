@@ -22,8 +22,9 @@ export const gatewayCommand: Command = {
   help: `usage: toolgate gateway [--config <file>]
 
   Starts the gateway in this process: loads the config (a bad one exits 2 naming the field),
-  loads plugins, listens on server.host:server.port (PORT, HOST override). SIGTERM or Ctrl-C
-  finishes in-flight requests and exits 0. Logs are JSON lines on stdout (pino).
+  loads plugins, listens on server.host:server.port (PORT, HOST override) and serves /metrics
+  on server.metricsPort (GATEWAY_METRICS_PORT; 0 = off), never on the API port. SIGTERM or
+  Ctrl-C finishes in-flight requests and exits 0. Logs are JSON lines on stdout (pino).
 
 ${CONFIG_HELP}
 

@@ -10,11 +10,13 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { colours, type CliIo, type Command } from '../command.js';
+import { consoleBuildState, stampConsoleBuild } from '../console-build.js';
 import { formatLogLine } from '../pretty-log.js';
 
 /** The checkout's root (scripts/, plugins/, deploy/sandbox/); absent in the images. */
 const REPO_ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
 const SCRIPTS = path.join(REPO_ROOT, 'scripts', 'sandbox');
+const CONSOLE = path.join(REPO_ROOT, 'console');
 const STOP_GRACE_MS = 60_000;
 
 /** Whether something answers PING with +PONG on 127.0.0.1:port. */
@@ -49,6 +51,7 @@ function output(io: CliIo, json: boolean): Output {
     worker: c.magenta,
     redis: c.red,
     images: c.blue,
+    console: c.green,
     up: c.bold,
   };
   const record = (service: string, msg: string, level = 30) =>
@@ -73,14 +76,49 @@ function pipeLines(child: ChildProcess, service: string, out: Output): void {
   }
 }
 
-/** Runs a script to completion with its output as `service` lines; resolves with its exit code. */
-function runScript(script: string, service: string, out: Output, env: NodeJS.ProcessEnv) {
-  const child = spawn('bash', [script], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+/** Runs a command to completion with its output as `service` lines; resolves with its exit code. */
+function run(cmd: string, args: string[], service: string, out: Output, env: NodeJS.ProcessEnv) {
+  const child = spawn(cmd, args, { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   pipeLines(child, service, out);
   return new Promise<number>((resolve) => {
     child.once('error', () => resolve(127));
     child.once('exit', (code) => resolve(code ?? 1));
   });
+}
+
+/**
+ * Builds the checkout's console unless console/dist holds a build of its current sources (the
+ * gateway answers /console/ with 503 without one). A failed build is reported, not fatal: the
+ * API works without the console. Skipped where the files come from elsewhere
+ * (TOOLGATE_CONSOLE_DIR) or there are no sources (an installed image ships the built files).
+ */
+async function ensureConsole(out: Output, env: NodeJS.ProcessEnv): Promise<void> {
+  if (env.TOOLGATE_CONSOLE_DIR) {
+    out.note(`console: serving ${env.TOOLGATE_CONSOLE_DIR} (TOOLGATE_CONSOLE_DIR), not building`);
+    return;
+  }
+  if (!existsSync(path.join(CONSOLE, 'package.json'))) return;
+  const { state, hash } = await consoleBuildState(CONSOLE);
+  if (state === 'current') {
+    out.note('console: console/dist is current');
+    return;
+  }
+  out.note(
+    state === 'missing'
+      ? 'console: not built yet; building console/dist (pnpm --filter @toolgate/console build)'
+      : 'console: console/ changed since the last build; rebuilding console/dist',
+  );
+  const code = await run('pnpm', ['--filter', '@toolgate/console', 'build'], 'console', out, env);
+  if (code === 0) {
+    await stampConsoleBuild(CONSOLE, hash);
+    return;
+  }
+  out.note(
+    code === 127
+      ? 'console: pnpm is not on PATH (scripts/up.sh installs it); /console/ answers 503 until `pnpm --filter @toolgate/console build` runs'
+      : `console: the build failed (exit ${code}); /console/ answers 503 (or the previous build) until it builds`,
+    'error',
+  );
 }
 
 /** SIGTERM, then SIGKILL after the grace time; resolves once the process has exited. */
@@ -103,7 +141,11 @@ export const upCommand: Command = {
       (default 6379), else starts redis-server there (no persistence; stopped on exit).
    2. Sandbox images (scripts/sandbox/ensure-docker.sh, build-images.sh; seconds when current),
       unless TOOLGATE_SANDBOX=off.
-   3. \`toolgate worker\` and \`toolgate gateway\` as child processes, from the repository root.
+   3. The operator console (console/dist, served at /console/): built when missing, rebuilt
+      when console/ or the lockfile changed since the last build (a hash stamped in dist/);
+      a failed build is reported and the stack starts without it. Not with
+      TOOLGATE_CONSOLE_DIR (built files given).
+   4. \`toolgate worker\` and \`toolgate gateway\` as child processes, from the repository root.
   On a terminal their logs are readable lines (time, service, level, message, fields);
   with --json, or when stdout is not a terminal, the services' JSON lines as they are (lines
   that are not JSON, such as the development banner, wrapped as JSON records).
@@ -113,8 +155,8 @@ export const upCommand: Command = {
   --config <file>  the config file for both services (default: $TOOLGATE_CONFIG)
   --json           JSON lines even on a terminal
 
-Env: REDIS_URL, TOOLGATE_REDIS_PORT, TOOLGATE_SANDBOX=off, and every service variable
-(PORT, TOOLGATE_WORKER_QUEUES, ...). Exit codes: 130 after Ctrl-C (or SIGTERM), 1 when a
+Env: REDIS_URL, TOOLGATE_REDIS_PORT, TOOLGATE_SANDBOX=off, TOOLGATE_CONSOLE_DIR, and every
+service variable (PORT, TOOLGATE_WORKER_QUEUES, ...). Exit codes: 130 after Ctrl-C (or SIGTERM), 1 when a
 step or a service fails (the others are stopped), 2 bad usage.
 `,
   options: { config: { type: 'string', short: 'c' }, json: { type: 'boolean', default: false } },
@@ -209,7 +251,7 @@ step or a service fails (the others are stopped), 2 bad usage.
       if (env.TOOLGATE_SANDBOX !== 'off') {
         if (existsSync(path.join(SCRIPTS, 'build-images.sh'))) {
           for (const script of ['ensure-docker.sh', 'build-images.sh']) {
-            const code = await runScript(path.join(SCRIPTS, script), 'images', out, env);
+            const code = await run('bash', [path.join(SCRIPTS, script)], 'images', out, env);
             if (stopping) return await stopping;
             if (code !== 0) {
               out.note(
@@ -226,6 +268,9 @@ step or a service fails (the others are stopped), 2 bad usage.
           );
         }
       }
+
+      await ensureConsole(out, env);
+      if (stopping) return await stopping;
 
       // The same bin, with the same node flags (source conditions and tsx in a checkout).
       const cwd = existsSync(path.join(REPO_ROOT, 'package.json')) ? REPO_ROOT : io.cwd;

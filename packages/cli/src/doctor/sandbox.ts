@@ -210,8 +210,30 @@ export async function checkSandbox(config: Config, ctx: SandboxContext): Promise
     const root = (info?.body as { DockerRootDir?: string } | undefined)?.DockerRootDir;
     if (root && (await exists(root)))
       results.push(await diskCheck('disk docker', root, "Docker's images and containers"));
+    // 6. Sandboxes of deployments that are gone (a compose project taken down, a dead worker).
+    results.push(await leftoversCheck(socket));
   }
   return results;
+}
+
+/** Sandbox containers of gone deployments on this engine; `toolgate sandbox prune` removes them. */
+async function leftoversCheck(socket: string): Promise<CheckResult> {
+  const name = 'sandbox leftovers';
+  try {
+    const { dockerEngine, findLeftovers } = await import('@toolgate/sandbox/docker');
+    const leftovers = await findLeftovers(dockerEngine(socket));
+    if (leftovers.length === 0) return ok(name, 'none: every sandbox container has a live worker');
+    const byReason = new Map<string, number>();
+    for (const l of leftovers) byReason.set(l.reason, (byReason.get(l.reason) ?? 0) + 1);
+    const reasons = [...byReason].map(([reason, n]) => `${n} × ${reason}`).join('; ');
+    return warn(
+      name,
+      `${leftovers.length} sandbox container${leftovers.length === 1 ? '' : 's'} of gone deployments: ${reasons}`,
+      'toolgate sandbox prune (lists them first with --dry-run)',
+    );
+  } catch (err) {
+    return warn(name, `cannot list containers: ${(err as Error).message}`, 'check `docker ps -a`');
+  }
 }
 
 async function cgroupCheck(driver: DriverName, socket: string): Promise<CheckResult> {

@@ -1,10 +1,16 @@
 import { isConnectionLost, liveWorkers, type Keys, type RedisClient } from '@toolgate/calls';
+import type { Logger } from '@toolgate/log';
 import { Router } from 'express';
 
 /** How long /readyz waits for Redis: a probe must answer, even while Redis fails over. */
 const READY_TIMEOUT_MS = 2000;
 
-export function healthRoutes(redis: RedisClient, keys: Keys): Router {
+/**
+ * `/healthz` and `/readyz`, answered without a key. A failed probe's answer is a fixed reason:
+ * the Redis error text can name Redis's address (a `MOVED` names a node), so it goes to the
+ * log, not to whoever can reach the port.
+ */
+export function healthRoutes(redis: RedisClient, keys: Keys, log: Logger): Router {
   const router = Router();
   router.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
@@ -13,10 +19,8 @@ export function healthRoutes(redis: RedisClient, keys: Keys): Router {
     // Lost and reconnecting (a failover under way): say so now rather than let the PING wait
     // in the offline queue for the new master.
     if (isConnectionLost(redis)) {
-      res.status(503).json({
-        status: 'unavailable',
-        reason: `Redis connection lost (${redis.status})`,
-      });
+      log.warn({ redisStatus: redis.status }, 'not ready: Redis connection lost');
+      res.status(503).json({ status: 'unavailable', reason: 'Redis connection lost' });
       return;
     }
     // Reading the worker set (not a PING) asks the node that holds toolgate's keys: on a
@@ -34,10 +38,8 @@ export function healthRoutes(redis: RedisClient, keys: Keys): Router {
         }),
       ]);
     } catch (err) {
-      res.status(503).json({
-        status: 'unavailable',
-        reason: `Redis does not answer: ${(err as Error).message}`,
-      });
+      log.warn({ err: (err as Error).message }, 'not ready: Redis does not answer');
+      res.status(503).json({ status: 'unavailable', reason: 'Redis does not answer' });
       return;
     } finally {
       clearTimeout(timer);

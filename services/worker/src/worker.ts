@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { DelayedError, Worker, type Job } from 'bullmq';
+import { DelayedError, Job, Worker } from 'bullmq';
 import {
   Admission,
   AuditLog,
@@ -23,6 +23,7 @@ import {
   type CallDone,
   type CallJob,
   type CallOutcome,
+  type LeaseResult,
   type OutcomeEvent,
   type QueueKind,
   type Replication,
@@ -41,6 +42,8 @@ const LEASE_GRACE_MS = 60_000;
 /** First put-back delay of a call whose client is at its running cap; doubles, then jittered. */
 const DEFER_BASE_MS = 100;
 const DEFER_MAX_MS = 2000;
+/** Put-back calls remembered per client, to bring back when one of its calls ends here. */
+const PUT_BACK_MEMORY = 64;
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
 const CANCEL_MEMORY_MAX = 10_000;
@@ -116,6 +119,20 @@ export function createWorker({
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
+  /**
+   * Sandbox calls this worker holds or is taking a lease for. Counted before the lease's await,
+   * so two calls starting at once never both see a normal slot free: a call that finds all
+   * `sandboxConcurrency` of them taken is in the reserve (`sandboxReserve`), where only a
+   * client with no sandbox call running anywhere may run.
+   */
+  let sandboxTaken = 0;
+  /**
+   * Calls put back by this worker, by client, oldest first. When one of a client's calls ends
+   * here its oldest put-back call is brought back at once rather than when its delay ends, so
+   * a client alone keeps every slot busy (work-conserving) though its backlog waits delayed.
+   */
+  const putBack = new Map<string, Set<string>>();
+  const sandboxQueue: { worker?: Worker } = {};
   const shutdown = new AbortController();
   const workers: Worker[] = [];
   const recorder = new Recorder({
@@ -187,27 +204,80 @@ export function createWorker({
     token: string | undefined,
   ): Promise<CallOutcome> {
     const call = job.data;
-    let deferrals = 0;
-    if (kind === 'sandbox') {
+    if (kind !== 'sandbox') return run(job, kind, 0);
+    const reserve = ++sandboxTaken > config.worker.sandboxConcurrency;
+    let lease: LeaseResult;
+    try {
       const cap = sandboxInFlight.get(call.clientId) ?? CLIENT_LIMIT_DEFAULTS.sandboxInFlight;
       const leaseMs = (registry.get(call.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
-      const lease = await leases.acquire(call.clientId, kind, call.id, cap, leaseMs);
-      if (!lease.granted) {
-        // The client already runs its share: back to the queue (same priority) for a moment,
-        // leaving this slot to the next call, which is another client's if one is waiting.
-        metrics.deferred.inc({ queue: kind, client: call.clientId });
-        await job.moveToDelayed(Date.now() + deferDelayMs(lease.deferrals), token);
-        throw new DelayedError();
-      }
-      deferrals = lease.deferrals;
+      // In the reserve, a client's first running call only: cap 1.
+      lease = await leases.acquire(call.clientId, kind, call.id, reserve ? 1 : cap, leaseMs);
+    } catch (err) {
+      sandboxTaken--;
+      throw err;
     }
+    if (!lease.granted) {
+      sandboxTaken--;
+      // The client already runs its share (or, in the reserve, runs anything): back to the
+      // queue (same priority) for a moment, leaving this slot to the next call, which is
+      // another client's if one is waiting.
+      metrics.deferred.inc({ queue: kind, client: call.clientId });
+      await job.moveToDelayed(Date.now() + deferDelayMs(lease.deferrals), token);
+      rememberPutBack(call.clientId, call.id);
+      throw new DelayedError();
+    }
+    try {
+      return await run(job, kind, lease.deferrals);
+    } finally {
+      sandboxTaken--;
+      bringBack(call.clientId);
+    }
+  }
+
+  async function run(job: Job<CallJob>, kind: QueueKind, deferrals: number): Promise<CallOutcome> {
     try {
       return await traced(job, kind, deferrals);
     } catch (err) {
       // Failed outside the tool: the call is over for BullMQ, so it is over for the limits too.
-      release(call, kind).catch(() => undefined);
+      release(job.data, kind).catch(() => undefined);
       throw err;
     }
+  }
+
+  function rememberPutBack(clientId: string, id: string): void {
+    const ids = putBack.get(clientId) ?? new Set<string>();
+    putBack.set(clientId, ids);
+    ids.add(id);
+    for (const oldest of ids) {
+      if (ids.size <= PUT_BACK_MEMORY) break;
+      ids.delete(oldest);
+    }
+  }
+
+  /**
+   * A call of this client ended here, so the client runs one call fewer: brings its oldest
+   * put-back call back to the queue now (BullMQ's promote: its delay ends, its priority stays).
+   * One that is no longer delayed (it came back on its own, or another worker runs it) is
+   * skipped; a few tries at most, off the call's path.
+   */
+  function bringBack(clientId: string): void {
+    const ids = putBack.get(clientId);
+    const worker = sandboxQueue.worker;
+    if (!ids || !worker) return;
+    void (async () => {
+      for (let tries = 0; tries < 3; tries++) {
+        const [id] = ids;
+        if (id === undefined) break;
+        ids.delete(id);
+        // A handle on the job by id is all promote needs (no read of its data).
+        const promoted = await new Job(worker, 'call', {}, {}, id).promote().then(
+          () => true,
+          () => false, // not delayed any more: try the next one
+        );
+        if (promoted) break;
+      }
+      if (ids.size === 0 && putBack.get(clientId) === ids) putBack.delete(clientId);
+    })();
   }
 
   /**
@@ -416,7 +486,9 @@ export function createWorker({
             connection: createRedis(config.redis, 'blocking'),
             prefix: keys.bullPrefix,
             concurrency:
-              kind === 'fast' ? config.worker.concurrency : config.worker.sandboxConcurrency,
+              kind === 'fast'
+                ? config.worker.concurrency
+                : config.worker.sandboxConcurrency + config.worker.sandboxReserve,
             // A stalled job (its worker died) is handed out once more, where `process` decides.
             maxStalledCount: 1,
             // A dead worker's lock lapses within 1/2 of lostCallTimeoutMs. BullMQ's check, every
@@ -439,6 +511,7 @@ export function createWorker({
           if (job) release(job.data, kind).catch(() => undefined);
         });
         workers.push(worker);
+        if (kind === 'sandbox') sandboxQueue.worker = worker;
       }
       await Promise.all(workers.map((w) => w.waitUntilReady()));
       await heartbeat.start();
@@ -447,6 +520,7 @@ export function createWorker({
           queues,
           concurrency: config.worker.concurrency,
           sandboxConcurrency: config.worker.sandboxConcurrency,
+          sandboxReserve: config.worker.sandboxReserve,
           tools: registry.size,
         },
         'worker started',

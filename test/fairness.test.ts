@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { CallStore, Dispatcher, Keys, createRedis } from '@toolgate/calls';
 import { Type, defineTool } from '@toolgate/registry';
 import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
@@ -303,6 +304,26 @@ describe('headroom with the default config', () => {
   });
   afterAll(() => defaults?.close());
 
+  /** The sandbox queue's job counts, read the way the gateway reads them for its gauges. */
+  async function queueCounts() {
+    const redis = createRedis(defaults.config.redis, 'command');
+    const subscriber = createRedis(defaults.config.redis, 'blocking');
+    const keys = Keys.for(defaults.config.redis);
+    const dispatcher = new Dispatcher(
+      redis,
+      subscriber,
+      keys,
+      new CallStore(redis, keys, 60, 1024),
+    );
+    try {
+      const c = await dispatcher.queue('sandbox').getJobCounts('waiting', 'prioritized', 'delayed');
+      return { waiting: c.waiting ?? 0, prioritized: c.prioritized ?? 0, delayed: c.delayed ?? 0 };
+    } finally {
+      await dispatcher.close();
+      redis.disconnect();
+    }
+  }
+
   const start = async (ms: number, label: string) => {
     const res = await defaults.call('/tools/slow_box/execute?wait=false', {
       key: KEYS.hog,
@@ -353,6 +374,11 @@ describe('headroom with the default config', () => {
       await new Promise((r) => setTimeout(r, 50));
     const holding = running();
     expect(holding).toHaveLength(4);
+    // The rest of the backlog waits in the queue, counted as waiting (what autoscaling reads),
+    // not put back as delayed: the reserve hands back what it cannot run.
+    const counts = await queueCounts();
+    expect(counts.waiting + counts.prioritized).toBeGreaterThanOrEqual(11);
+    expect(counts.delayed).toBe(0);
 
     const asked = Date.now();
     const res = await defaults.call('/tools/slow_box/execute', {

@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { DelayedError, Job, Worker } from 'bullmq';
+import { DelayedError, WaitingError, Worker, type Job } from 'bullmq';
 import {
   Admission,
   AuditLog,
@@ -42,8 +42,8 @@ const LEASE_GRACE_MS = 60_000;
 /** First put-back delay of a call whose client is at its running cap; doubles, then jittered. */
 const DEFER_BASE_MS = 100;
 const DEFER_MAX_MS = 2000;
-/** Put-back calls remembered per client, to bring back when one of its calls ends here. */
-const PUT_BACK_MEMORY = 64;
+/** How long the reserve slot holds a call it cannot run before handing it back. */
+const RESERVE_HOLD_MS = 100;
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
 const CANCEL_MEMORY_MAX = 10_000;
@@ -120,19 +120,12 @@ export function createWorker({
   let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
   /**
-   * Sandbox calls this worker holds or is taking a lease for. Counted before the lease's await,
+   * Sandbox calls this worker runs or is taking a lease for. Counted before the lease's await,
    * so two calls starting at once never both see a normal slot free: a call that finds all
    * `sandboxConcurrency` of them taken is in the reserve (`sandboxReserve`), where only a
    * client with no sandbox call running anywhere may run.
    */
   let sandboxTaken = 0;
-  /**
-   * Calls put back by this worker, by client, oldest first. When one of a client's calls ends
-   * here its oldest put-back call is brought back at once rather than when its delay ends, so
-   * a client alone keeps every slot busy (work-conserving) though its backlog waits delayed.
-   */
-  const putBack = new Map<string, Set<string>>();
-  const sandboxQueue: { worker?: Worker } = {};
   const shutdown = new AbortController();
   const workers: Worker[] = [];
   const recorder = new Recorder({
@@ -210,7 +203,7 @@ export function createWorker({
     try {
       const cap = sandboxInFlight.get(call.clientId) ?? CLIENT_LIMIT_DEFAULTS.sandboxInFlight;
       const leaseMs = (registry.get(call.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
-      // In the reserve, a client's first running call only: cap 1.
+      // In the reserve, only a client's first running call: cap 1.
       lease = await leases.acquire(call.clientId, kind, call.id, reserve ? 1 : cap, leaseMs);
     } catch (err) {
       sandboxTaken--;
@@ -218,20 +211,36 @@ export function createWorker({
     }
     if (!lease.granted) {
       sandboxTaken--;
-      // The client already runs its share (or, in the reserve, runs anything): back to the
-      // queue (same priority) for a moment, leaving this slot to the next call, which is
-      // another client's if one is waiting.
+      if (reserve) await handBack(job, token);
+      // The client already runs its share: back to the queue (same priority) for a moment,
+      // leaving this slot to the next call, which is another client's if one is waiting.
       metrics.deferred.inc({ queue: kind, client: call.clientId });
       await job.moveToDelayed(Date.now() + deferDelayMs(lease.deferrals), token);
-      rememberPutBack(call.clientId, call.id);
       throw new DelayedError();
     }
     try {
       return await run(job, kind, lease.deferrals);
     } finally {
       sandboxTaken--;
-      bringBack(call.clientId);
     }
+  }
+
+  /**
+   * A call the reserve slot took whose client runs something already: it goes back to the
+   * head of its queue (place and priority kept, still counted as waiting, so it runs the moment
+   * a normal slot frees up), after holding the slot for RESERVE_HOLD_MS, or this slot would
+   * take it straight back: the reserve looks for a newcomer 10 times a second, not in a loop.
+   * A call without a priority would go back ahead of every plain call, a newcomer's included:
+   * it goes to the end of the plain list instead (through a delay of the same length).
+   */
+  async function handBack(job: Job<CallJob>, token: string | undefined): Promise<never> {
+    await new Promise((resolve) => setTimeout(resolve, RESERVE_HOLD_MS));
+    if (job.priority === 0) {
+      await job.moveToDelayed(Date.now() + RESERVE_HOLD_MS, token);
+      throw new DelayedError();
+    }
+    await job.moveToWait(token);
+    throw new WaitingError();
   }
 
   async function run(job: Job<CallJob>, kind: QueueKind, deferrals: number): Promise<CallOutcome> {
@@ -242,42 +251,6 @@ export function createWorker({
       release(job.data, kind).catch(() => undefined);
       throw err;
     }
-  }
-
-  function rememberPutBack(clientId: string, id: string): void {
-    const ids = putBack.get(clientId) ?? new Set<string>();
-    putBack.set(clientId, ids);
-    ids.add(id);
-    for (const oldest of ids) {
-      if (ids.size <= PUT_BACK_MEMORY) break;
-      ids.delete(oldest);
-    }
-  }
-
-  /**
-   * A call of this client ended here, so the client runs one call fewer: brings its oldest
-   * put-back call back to the queue now (BullMQ's promote: its delay ends, its priority stays).
-   * One that is no longer delayed (it came back on its own, or another worker runs it) is
-   * skipped; a few tries at most, off the call's path.
-   */
-  function bringBack(clientId: string): void {
-    const ids = putBack.get(clientId);
-    const worker = sandboxQueue.worker;
-    if (!ids || !worker) return;
-    void (async () => {
-      for (let tries = 0; tries < 3; tries++) {
-        const [id] = ids;
-        if (id === undefined) break;
-        ids.delete(id);
-        // A handle on the job by id is all promote needs (no read of its data).
-        const promoted = await new Job(worker, 'call', {}, {}, id).promote().then(
-          () => true,
-          () => false, // not delayed any more: try the next one
-        );
-        if (promoted) break;
-      }
-      if (ids.size === 0 && putBack.get(clientId) === ids) putBack.delete(clientId);
-    })();
   }
 
   /**
@@ -511,7 +484,6 @@ export function createWorker({
           if (job) release(job.data, kind).catch(() => undefined);
         });
         workers.push(worker);
-        if (kind === 'sandbox') sandboxQueue.worker = worker;
       }
       await Promise.all(workers.map((w) => w.waitUntilReady()));
       await heartbeat.start();

@@ -354,8 +354,8 @@ describe('headroom with the default config', () => {
     expect(hog).toHaveLength(8);
     // All four slots, never the reserve: that is for a client with nothing running.
     expect(mostAtOnce(hog)).toBe(4);
-    // Work-conserving: each of the second four starts as one of the first four ends (their
-    // put-back is cut short), not when a put-back delay (up to 4 s) happens to end.
+    // Work-conserving: each of the second four starts as one of the first four ends (the
+    // backlog waits in the queue), not when a put-back delay (up to 4 s) happens to end.
     const ends = hog
       .slice(0, 4)
       .map((r) => r.end)

@@ -42,8 +42,13 @@ const LEASE_GRACE_MS = 60_000;
 /** First put-back delay of a call whose client is at its running cap; doubles, then jittered. */
 const DEFER_BASE_MS = 100;
 const DEFER_MAX_MS = 2000;
-/** How long the reserve slot holds a call it cannot run before handing it back. */
-const RESERVE_HOLD_MS = 100;
+/**
+ * How long the reserve slot holds a call it cannot run before handing it back: short right
+ * after it ran a newcomer's call (whose next call is likely on its way), doubling to the
+ * longest while no newcomer comes.
+ */
+const RESERVE_HOLD_MIN_MS = 20;
+const RESERVE_HOLD_MAX_MS = 100;
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
 const CANCEL_MEMORY_MAX = 10_000;
@@ -126,6 +131,9 @@ export function createWorker({
    * client with no sandbox call running anywhere may run.
    */
   let sandboxTaken = 0;
+  let reserveHoldMs = RESERVE_HOLD_MIN_MS;
+  /** Reserve holds in progress: a call ending here ends them, so a held call can take its slot. */
+  const holds = new Set<() => void>();
   const shutdown = new AbortController();
   const workers: Worker[] = [];
   const recorder = new Recorder({
@@ -218,25 +226,38 @@ export function createWorker({
       await job.moveToDelayed(Date.now() + deferDelayMs(lease.deferrals), token);
       throw new DelayedError();
     }
+    if (reserve) reserveHoldMs = RESERVE_HOLD_MIN_MS;
     try {
       return await run(job, kind, lease.deferrals);
     } finally {
       sandboxTaken--;
+      for (const end of holds) end();
     }
   }
 
   /**
    * A call the reserve slot took whose client runs something already: it goes back to the
    * head of its queue (place and priority kept, still counted as waiting, so it runs the moment
-   * a normal slot frees up), after holding the slot for RESERVE_HOLD_MS, or this slot would
-   * take it straight back: the reserve looks for a newcomer 10 times a second, not in a loop.
+   * a normal slot frees up), after holding the slot for a moment, or this slot would take it
+   * straight back: the reserve looks for a newcomer 10 to 50 times a second, not in a loop.
+   * A call ending here ends the hold at once: the held call is then next for the freed slot.
    * A call without a priority would go back ahead of every plain call, a newcomer's included:
    * it goes to the end of the plain list instead (through a delay of the same length).
    */
   async function handBack(job: Job<CallJob>, token: string | undefined): Promise<never> {
-    await new Promise((resolve) => setTimeout(resolve, RESERVE_HOLD_MS));
+    const hold = reserveHoldMs;
+    reserveHoldMs = Math.min(RESERVE_HOLD_MAX_MS, hold * 2);
+    await new Promise<void>((resolve) => {
+      const end = () => {
+        clearTimeout(timer);
+        holds.delete(end);
+        resolve();
+      };
+      const timer = setTimeout(end, hold);
+      holds.add(end);
+    });
     if (job.priority === 0) {
-      await job.moveToDelayed(Date.now() + RESERVE_HOLD_MS, token);
+      await job.moveToDelayed(Date.now() + hold, token);
       throw new DelayedError();
     }
     await job.moveToWait(token);

@@ -375,10 +375,11 @@ describe('headroom with the default config', () => {
     const holding = running();
     expect(holding).toHaveLength(4);
     // The rest of the backlog waits in the queue, counted as waiting (what autoscaling reads),
-    // not put back as delayed: the reserve hands back what it cannot run.
+    // not put back as delayed; only the call the reserve slot last handed back is out of the
+    // count, for 100 ms.
     const counts = await queueCounts();
-    expect(counts.waiting + counts.prioritized).toBeGreaterThanOrEqual(11);
-    expect(counts.delayed).toBe(0);
+    expect(counts.waiting + counts.prioritized).toBeGreaterThanOrEqual(10);
+    expect(counts.delayed).toBeLessThanOrEqual(1);
 
     const asked = Date.now();
     const res = await defaults.call('/tools/slow_box/execute', {

@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { DelayedError, WaitingError, Worker, type Job } from 'bullmq';
+import { DelayedError, Worker, type Job } from 'bullmq';
 import {
   Admission,
   AuditLog,
@@ -49,6 +49,8 @@ const DEFER_MAX_MS = 2000;
  */
 const RESERVE_HOLD_MIN_MS = 20;
 const RESERVE_HOLD_MAX_MS = 100;
+/** A call the reserve handed back is out of reach this long (see handBack). */
+const HAND_BACK_DELAY_MS = 100;
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
 const CANCEL_MEMORY_MAX = 10_000;
@@ -236,13 +238,15 @@ export function createWorker({
   }
 
   /**
-   * A call the reserve slot took whose client runs something already: it goes back to the
-   * head of its queue (place and priority kept, still counted as waiting, so it runs the moment
-   * a normal slot frees up), after holding the slot for a moment, or this slot would take it
-   * straight back: the reserve looks for a newcomer 10 to 50 times a second, not in a loop.
-   * A call ending here ends the hold at once: the held call is then next for the freed slot.
-   * A call without a priority would go back ahead of every plain call, a newcomer's included:
-   * it goes to the end of the plain list instead (through a delay of the same length).
+   * A call the reserve slot took whose client runs something already. The slot holds it for a
+   * moment first, or it would take the next of that client's calls at once: the reserve looks
+   * for a newcomer 10 to 50 times a second, not in a loop. A call ending here ends the hold.
+   * Then the call goes back to the queue through a HAND_BACK_DELAY_MS delay, not straight to
+   * its head: there this slot would win it back every time (it fetches at once, an idle worker
+   * wakes first), and another slot of this worker could take it while BullMQ still counts this
+   * run of it (its lock renewal is tracked by job id). Out of the waiting count for those
+   * 100 ms only, one call per reserve slot; a call without a priority goes to the end of the
+   * plain list, behind a newcomer's.
    */
   async function handBack(job: Job<CallJob>, token: string | undefined): Promise<never> {
     const hold = reserveHoldMs;
@@ -256,12 +260,8 @@ export function createWorker({
       const timer = setTimeout(end, hold);
       holds.add(end);
     });
-    if (job.priority === 0) {
-      await job.moveToDelayed(Date.now() + hold, token);
-      throw new DelayedError();
-    }
-    await job.moveToWait(token);
-    throw new WaitingError();
+    await job.moveToDelayed(Date.now() + HAND_BACK_DELAY_MS, token);
+    throw new DelayedError();
   }
 
   async function run(job: Job<CallJob>, kind: QueueKind, deferrals: number): Promise<CallOutcome> {

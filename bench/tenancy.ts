@@ -18,9 +18,11 @@
 // BENCH_BOMB_DOUBLINGS (25) size the bombs (today's policy check takes ~0.7 s on 22 pairs and
 // doubles per pair); BENCH_BODY_BYTES (1000000); BENCH_BODY_SHAPE (wide: ~35k short fields |
 // long: one string); BENCH_REDIS_BOUND_MB (20); BENCH_SANDBOX_DRIVER (docker | bwrap);
-// BENCH_PHASES (all: flood,bombs,refusals,listings,held); BENCH_LIMITS (auto | on | off): A's
+// BENCH_PHASES (all: flood,bombs,refusals,listings,held,default-share); BENCH_LIMITS (auto | on | off): A's
 // `clients[].limits` (queued 16, sandboxInFlight 2) — `auto` keeps them when this build's
 // config accepts them and runs without them when it refuses them.
+// (f) default-share, last: an A with the default limits queues 16 long calls (sleep
+// BENCH_SHARE_CALL_SECONDS, 12); B's run_python p50 beside them ≤ 3× B alone.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -68,6 +70,10 @@ const driver = env.BENCH_SANDBOX_DRIVER ?? 'docker';
 const limitsWanted = env.BENCH_LIMITS ?? 'auto';
 const A_LIMITS = { queued: 16, sandboxInFlight: 2 };
 const A_RATE_PER_MINUTE = 600;
+/** Phase (d)'s client A: the default `limits` (sandboxInFlight 4 = the worker's 4 slots). */
+const SHARE_CLIENT = 'a-defaults';
+const shareCallSeconds = Number(env.BENCH_SHARE_CALL_SECONDS ?? 12);
+const SHARE_CALLS = 16;
 const HEALTHZ_INTERVAL_MS = 20;
 const HEALTHZ_TIMEOUT_MS = Math.min(timeoutMs, 5000);
 /** Warm containers per image the worker keeps by default (sandbox.pool.size). */
@@ -156,6 +162,7 @@ function writeConfig(withLimits: boolean): void {
       a('refusals'),
       a('listings'),
       a('held'),
+      `  - { id: ${SHARE_CLIENT}, key: ${key(SHARE_CLIENT)}, tools: [run_shell] }`,
       'log: { level: warn }',
       'worker: { queues: [fast, sandbox], sandboxConcurrency: 4 }',
       'sandbox:',
@@ -582,6 +589,109 @@ async function startHeldConnections(): Promise<{ stop(): Promise<NoisyCounts> }>
   };
 }
 
+// --- (f) default fair share (issue 19, item 8) ------------------------------------------
+
+/**
+ * A queues 16 `run_shell "sleep 12"` calls (?wait=false) with the default limits, the cap
+ * equal to the slots; once 4 of them run, B's run_python calls back to back for a phase's
+ * length (shorter than A's calls, so A's four hold their slots throughout), against B's
+ * run_python alone just before. Target: B p50 ≤ 3× alone, no B call failed, and A's four still
+ * running at the end (B never waited for one of them). Self-contained: prints its own lines,
+ * cancels A's calls, settles; returns whether it passed (true when BENCH_PHASES leaves it out).
+ */
+async function defaultShareFlood(): Promise<boolean> {
+  if (only && !only.includes('default-share')) return true;
+  const agent = new Agent({ keepAlive: true, maxSockets: 4 });
+  const asA = (path: string, body?: unknown) =>
+    send(`${base}${path}`, {
+      agent,
+      method: body === undefined ? 'GET' : 'POST',
+      headers: { authorization: `Bearer ${key(SHARE_CLIENT)}`, 'content-type': 'application/json' },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      timeoutMs,
+    });
+  const pythonFor = (seconds: number) =>
+    loop(performance.now() + seconds * 1000, async () => {
+      const attempt = await callB('run_python', { code: HELLO });
+      const ok =
+        isReply(attempt) &&
+        attempt.status === 200 &&
+        (JSON.parse(attempt.body) as { result?: { stdout?: string } }).result?.stdout ===
+          'hello world\n';
+      return { attempt, ok };
+    });
+  const statuses = async (ids: string[]) =>
+    Promise.all(
+      ids.map(async (id) => {
+        const a = await asA(`/v1/calls/${id}`);
+        return isReply(a) && a.status === 200
+          ? (JSON.parse(a.body) as { status: string }).status
+          : '?';
+      }),
+    );
+  const ids: string[] = [];
+  try {
+    currentPhase = 'default-share';
+    const alone = await pythonFor(phaseSeconds);
+    for (let i = 0; i < SHARE_CALLS; i++) {
+      const a = await asA('/tools/run_shell/execute?wait=false', {
+        command: `sleep ${shareCallSeconds}`,
+      });
+      if (!isReply(a) || a.status !== 202)
+        throw new Error(`A's call ${i} was not accepted: ${isReply(a) ? describe(a) : a.message}`);
+      ids.push((JSON.parse(a.body) as { id: string }).id);
+    }
+    let first: string[] = [];
+    for (let i = 0; i < 300 && first.length < 4; i++) {
+      await sleep(100);
+      const now = await statuses(ids);
+      first = ids.filter((_, j) => now[j] === 'running');
+    }
+    const beside = await pythonFor(phaseSeconds);
+    // The same four still running: B never had to wait for one of them to end.
+    const holding = (await statuses(first)).filter((s) => s === 'running').length;
+    const aloneP50 = p50(alone.ms);
+    const besideP50 = p50(beside.ms);
+    const ratio = besideP50 / aloneP50;
+    const ok =
+      alone.failed === 0 &&
+      beside.failed === 0 &&
+      beside.ms.length > 0 &&
+      ratio <= 3 &&
+      first.length === 4 &&
+      holding === 4;
+    console.log(
+      `(f) default fair share — A: ${SHARE_CALLS} × run_shell "sleep ${shareCallSeconds}" ?wait=false, ` +
+        `default limits (sandboxInFlight 4, the worker's sandboxConcurrency 4)`,
+    );
+    console.log(
+      `  A running at once before B started: ${first.length}; of those, still running when B ended: ${holding}`,
+    );
+    console.log(
+      `  B run_python   alone p50 ${aloneP50.toFixed(0)} ms (${alone.ms.length} calls); beside A p50 ${besideP50.toFixed(0)} ms, ` +
+        `max ${Math.max(...beside.ms).toFixed(0)} ms (${beside.ms.length} calls, ${beside.failed} failed${beside.samples.length ? `: ${beside.samples.join(', ')}` : ''})` +
+        `   p50 ×${ratio.toFixed(2)} alone, target ≤ 3×  ${ok ? 'PASS' : 'FAIL'}`,
+    );
+    return ok;
+  } catch (err) {
+    console.error('(f) default fair share failed:', err);
+    return false;
+  } finally {
+    currentPhase = 'after default-share';
+    // A's long calls out of the way: cancelled (queued ones never run), then the usual settle.
+    await Promise.all(ids.map((id) => asA(`/v1/calls/${id}/cancel`, {})));
+    await settle().catch(() => undefined);
+    agent.destroy();
+  }
+}
+
+function p50(ms: number[]): number {
+  return percentile(
+    [...ms].sort((x, y) => x - y),
+    50,
+  );
+}
+
 // --- the phases --------------------------------------------------------------------------
 interface PhaseResult {
   spec: PhaseSpec;
@@ -631,6 +741,9 @@ try {
   await shutdown();
   process.exit(2);
 }
+
+// (d), after the others: its client keeps the default limits whatever BENCH_LIMITS says.
+const shareOk = await defaultShareFlood();
 
 // --- teardown ----------------------------------------------------------------------------
 polling = false;
@@ -758,4 +871,6 @@ console.log(`containers left after the run: ${leftBehind}   target 0`);
 // A death outside a measured phase (e.g. while A's leftovers ran) still fails the run.
 const between = crashes.filter((c) => !results.some((r) => r.spec.id === c.phase));
 for (const c of between) console.log(`${c.name} DIED ${c.phase} (${c.how})`);
-process.exit(rows.every((r) => r.pass) && leftBehind === 0 && between.length === 0 ? 0 : 1);
+process.exit(
+  rows.every((r) => r.pass) && shareOk && leftBehind === 0 && between.length === 0 ? 0 : 1,
+);

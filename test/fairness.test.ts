@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { CallStore, Dispatcher, Keys, createRedis } from '@toolgate/calls';
 import { Type, defineTool } from '@toolgate/registry';
 import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
@@ -282,5 +283,124 @@ describe.skipIf(dockerMissing !== undefined)('fair scheduling with real sandboxe
       }),
     );
     expect(done.filter((s) => s === 'ok').length).toBeLessThan(8);
+  }, 60_000);
+});
+
+// The defaults (limits.sandboxInFlight 4, worker.sandboxConcurrency 4, sandboxReserve 1), as the
+// quickstart and the compose stack run them: the cap equals the slots, so without headroom one
+// client holds every slot and another waits for one of its long calls to end.
+describe('headroom with the default config', () => {
+  let defaults: Stack;
+  beforeAll(async () => {
+    defaults = await startStack({
+      tools,
+      config: {
+        clients: [
+          { id: 'hog', key: KEYS.hog },
+          { id: 'meek', key: KEYS.meek },
+        ],
+      },
+    });
+  });
+  afterAll(() => defaults?.close());
+
+  /** The sandbox queue's job counts, read the way the gateway reads them for its gauges. */
+  async function queueCounts() {
+    const redis = createRedis(defaults.config.redis, 'command');
+    const subscriber = createRedis(defaults.config.redis, 'blocking');
+    const keys = Keys.for(defaults.config.redis);
+    const dispatcher = new Dispatcher(
+      redis,
+      subscriber,
+      keys,
+      new CallStore(redis, keys, 60, 1024),
+    );
+    try {
+      const c = await dispatcher.queue('sandbox').getJobCounts('waiting', 'prioritized', 'delayed');
+      return { waiting: c.waiting ?? 0, prioritized: c.prioritized ?? 0, delayed: c.delayed ?? 0 };
+    } finally {
+      await dispatcher.close();
+      redis.disconnect();
+    }
+  }
+
+  const start = async (ms: number, label: string) => {
+    const res = await defaults.call('/tools/slow_box/execute?wait=false', {
+      key: KEYS.hog,
+      json: { ms, label },
+    });
+    expect(res.status).toBe(202);
+    return ((await res.json()) as { id: string }).id;
+  };
+  const statusOf = async (id: string) =>
+    (
+      (await (await defaults.call(`/v1/calls/${id}`, { key: KEYS.hog })).json()) as {
+        status: string;
+      }
+    ).status;
+  /** Most of `rs` running at one instant. */
+  const mostAtOnce = (rs: Run[]) =>
+    Math.max(...rs.map((r) => rs.filter((o) => o.start <= r.start && r.start < o.end).length));
+
+  it('a client alone uses every slot, and its backlog follows each ended call at once', async () => {
+    const from = runs.length;
+    const ids = await Promise.all(Array.from({ length: 8 }, (_, i) => start(2000, `alone-${i}`)));
+    for (const id of ids) {
+      for (let i = 0; i < 200 && ['queued', 'running'].includes(await statusOf(id)); i++)
+        await new Promise((r) => setTimeout(r, 50));
+      expect(await statusOf(id)).toBe('ok');
+    }
+    const hog = runs.slice(from).sort((a, b) => a.start - b.start);
+    expect(hog).toHaveLength(8);
+    // All four slots, never the reserve: that is for a client with nothing running.
+    expect(mostAtOnce(hog)).toBe(4);
+    // Work-conserving: each of the second four starts as one of the first four ends (the
+    // backlog waits in the queue), not when a put-back delay (up to 4 s) happens to end.
+    const ends = hog
+      .slice(0, 4)
+      .map((r) => r.end)
+      .sort((a, b) => a - b);
+    const gaps = hog.slice(4).map((r, i) => r.start - ends[i]!);
+    console.warn(`headroom: slot freed → the hog's next call started in ${gaps.join(', ')} ms`);
+    for (const gap of gaps) expect(gap).toBeLessThan(500);
+  }, 30_000);
+
+  it('another client’s sandbox call starts while the first holds every slot with long calls', async () => {
+    const from = runs.length;
+    const ids = await Promise.all(Array.from({ length: 16 }, (_, i) => start(4000, `long-${i}`)));
+    // Wait until the hog runs four at once: every normal slot is its.
+    const running = () => runs.slice(from).filter((r) => r.client === 'hog' && r.end === 0);
+    for (let i = 0; i < 100 && running().length < 4; i++)
+      await new Promise((r) => setTimeout(r, 50));
+    const holding = running();
+    expect(holding).toHaveLength(4);
+    // The rest of the backlog waits in the queue, counted as waiting (what autoscaling reads),
+    // not put back as delayed; only the call the reserve slot last handed back is out of the
+    // count, for 100 ms.
+    const counts = await queueCounts();
+    expect(counts.waiting + counts.prioritized).toBeGreaterThanOrEqual(10);
+    expect(counts.delayed).toBeLessThanOrEqual(1);
+
+    const asked = Date.now();
+    const res = await defaults.call('/tools/slow_box/execute', {
+      key: KEYS.meek,
+      json: { ms: 50, label: 'meek-headroom' },
+    });
+    const latency = Date.now() - asked;
+    expect(await res.json()).toMatchObject({ status: 'ok', result: { label: 'meek-headroom' } });
+    const meek = runs.slice(from).find((r) => r.label === 'meek-headroom')!;
+    // It ran beside the hog's four, before any of them ended (before: ~4 s, a whole call).
+    expect(holding.every((r) => r.end === 0 || meek.start < r.end)).toBe(true);
+    console.warn(`headroom: meek's 50 ms call answered in ${latency} ms beside the hog's four`);
+    expect(latency).toBeLessThan(2000);
+
+    for (const id of ids)
+      await defaults.call(`/v1/calls/${id}/cancel`, { key: KEYS.hog, method: 'POST' });
+    for (const id of ids) {
+      for (let i = 0; i < 200 && ['queued', 'running'].includes(await statusOf(id)); i++)
+        await new Promise((r) => setTimeout(r, 50));
+    }
+    // The hog never ran more than its four, headroom or not.
+    expect(mostAtOnce(runs.slice(from).filter((r) => r.client === 'hog'))).toBeLessThanOrEqual(4);
   }, 60_000);
 });

@@ -253,6 +253,12 @@ export const ConfigSchema = Type.Object(
         /** Concurrent sandboxed calls per worker process. */
         sandboxConcurrency: Type.Integer({ minimum: 1, default: 4 }),
         /**
+         * Sandbox slots per worker beyond `sandboxConcurrency`, only for a call whose client has
+         * no sandbox call running: headroom, so a client arriving while others fill every slot
+         * starts at once (docs/scheduling.md). A worker runs up to the sum of the two.
+         */
+        sandboxReserve: Type.Integer({ minimum: 0, maximum: 16, default: 1 }),
+        /**
          * Queues this worker consumes: `fast` (in-process tools) and/or `sandbox` (container
          * tools). Split them to scale each pool on its own; a worker without `sandbox` never
          * starts a sandbox driver.

@@ -350,7 +350,7 @@ export class CallPipeline {
    * Cancels a call the client may see (its own; admins any): a parked or queued call never
    * runs, a running one is stopped by its worker (sandbox killed). Returns the call's record:
    * `cancelled`, or still `running` if its worker did not confirm within CANCEL_WAIT_MS.
-   * A call that already ended is a 409 conflict.
+   * A call that already ended, or ends meanwhile with an outcome of its own, is a 409 conflict.
    */
   async cancel(client: Client, id: string): Promise<CallRecord> {
     const record = await this.get(client, id);
@@ -396,8 +396,18 @@ export class CallPipeline {
     // publishes the outcome before its batched record write lands: answer from the outcome.
     const outcome = await this.waitForEnd(id, CANCEL_WAIT_MS);
     const now = (await this.o.dispatcher.lookup(id)) ?? record;
-    if (now.outcome || !outcome) return now;
-    return { ...now, ...finishedRecord({ ...now, acceptedAt: now.createdAt }, now.queue, outcome) };
+    const ended: CallRecord | undefined = now.outcome
+      ? now
+      : outcome && {
+          ...now,
+          ...finishedRecord({ ...now, acceptedAt: now.createdAt }, now.queue, outcome),
+        };
+    if (!ended) return now;
+    // The worker decides a call's outcome once, and its message and its record carry the same
+    // one, so the answer does not depend on which of them this gateway saw first: a call the
+    // cancel did not stop (it had ended, or ended on its own meanwhile) is a conflict.
+    if (ended.status !== 'cancelled') throw alreadyEnded(ended);
+    return ended;
   }
 
   /**

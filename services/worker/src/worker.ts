@@ -23,6 +23,7 @@ import {
   type CallDone,
   type CallJob,
   type CallOutcome,
+  type LeaseResult,
   type OutcomeEvent,
   type QueueKind,
   type Replication,
@@ -41,6 +42,15 @@ const LEASE_GRACE_MS = 60_000;
 /** First put-back delay of a call whose client is at its running cap; doubles, then jittered. */
 const DEFER_BASE_MS = 100;
 const DEFER_MAX_MS = 2000;
+/**
+ * How long the reserve slot holds a call it cannot run before handing it back: short right
+ * after it ran a newcomer's call (whose next call is likely on its way), doubling to the
+ * longest while no newcomer comes.
+ */
+const RESERVE_HOLD_MIN_MS = 20;
+const RESERVE_HOLD_MAX_MS = 100;
+/** A call the reserve handed back is out of reach this long (see handBack). */
+const HAND_BACK_DELAY_MS = 100;
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
 const CANCEL_MEMORY_MAX = 10_000;
@@ -116,6 +126,16 @@ export function createWorker({
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
+  /**
+   * Sandbox calls this worker runs or is taking a lease for. Counted before the lease's await,
+   * so two calls starting at once never both see a normal slot free: a call that finds all
+   * `sandboxConcurrency` of them taken is in the reserve (`sandboxReserve`), where only a
+   * client with no sandbox call running anywhere may run.
+   */
+  let sandboxTaken = 0;
+  let reserveHoldMs = RESERVE_HOLD_MIN_MS;
+  /** Reserve holds in progress: a call ending here ends them, so a held call can take its slot. */
+  const holds = new Set<() => void>();
   const shutdown = new AbortController();
   const workers: Worker[] = [];
   const recorder = new Recorder({
@@ -187,25 +207,69 @@ export function createWorker({
     token: string | undefined,
   ): Promise<CallOutcome> {
     const call = job.data;
-    let deferrals = 0;
-    if (kind === 'sandbox') {
+    if (kind !== 'sandbox') return run(job, kind, 0);
+    const reserve = ++sandboxTaken > config.worker.sandboxConcurrency;
+    let lease: LeaseResult;
+    try {
       const cap = sandboxInFlight.get(call.clientId) ?? CLIENT_LIMIT_DEFAULTS.sandboxInFlight;
       const leaseMs = (registry.get(call.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
-      const lease = await leases.acquire(call.clientId, kind, call.id, cap, leaseMs);
-      if (!lease.granted) {
-        // The client already runs its share: back to the queue (same priority) for a moment,
-        // leaving this slot to the next call, which is another client's if one is waiting.
-        metrics.deferred.inc({ queue: kind, client: call.clientId });
-        await job.moveToDelayed(Date.now() + deferDelayMs(lease.deferrals), token);
-        throw new DelayedError();
-      }
-      deferrals = lease.deferrals;
+      // In the reserve, only a client's first running call: cap 1.
+      lease = await leases.acquire(call.clientId, kind, call.id, reserve ? 1 : cap, leaseMs);
+    } catch (err) {
+      sandboxTaken--;
+      throw err;
     }
+    if (!lease.granted) {
+      sandboxTaken--;
+      if (reserve) await handBack(job, token);
+      // The client already runs its share: back to the queue (same priority) for a moment,
+      // leaving this slot to the next call, which is another client's if one is waiting.
+      metrics.deferred.inc({ queue: kind, client: call.clientId });
+      await job.moveToDelayed(Date.now() + deferDelayMs(lease.deferrals), token);
+      throw new DelayedError();
+    }
+    if (reserve) reserveHoldMs = RESERVE_HOLD_MIN_MS;
+    try {
+      return await run(job, kind, lease.deferrals);
+    } finally {
+      sandboxTaken--;
+      for (const end of holds) end();
+    }
+  }
+
+  /**
+   * A call the reserve slot took whose client runs something already. The slot holds it for a
+   * moment first, or it would take the next of that client's calls at once: the reserve looks
+   * for a newcomer 10 to 50 times a second, not in a loop. A call ending here ends the hold.
+   * Then the call goes back to the queue through a HAND_BACK_DELAY_MS delay, not straight to
+   * its head: there this slot would win it back every time (it fetches at once, an idle worker
+   * wakes first), and another slot of this worker could take it while BullMQ still counts this
+   * run of it (its lock renewal is tracked by job id). Out of the waiting count for those
+   * 100 ms only, one call per reserve slot; a call without a priority goes to the end of the
+   * plain list, behind a newcomer's.
+   */
+  async function handBack(job: Job<CallJob>, token: string | undefined): Promise<never> {
+    const hold = reserveHoldMs;
+    reserveHoldMs = Math.min(RESERVE_HOLD_MAX_MS, hold * 2);
+    await new Promise<void>((resolve) => {
+      const end = () => {
+        clearTimeout(timer);
+        holds.delete(end);
+        resolve();
+      };
+      const timer = setTimeout(end, hold);
+      holds.add(end);
+    });
+    await job.moveToDelayed(Date.now() + HAND_BACK_DELAY_MS, token);
+    throw new DelayedError();
+  }
+
+  async function run(job: Job<CallJob>, kind: QueueKind, deferrals: number): Promise<CallOutcome> {
     try {
       return await traced(job, kind, deferrals);
     } catch (err) {
       // Failed outside the tool: the call is over for BullMQ, so it is over for the limits too.
-      release(call, kind).catch(() => undefined);
+      release(job.data, kind).catch(() => undefined);
       throw err;
     }
   }
@@ -416,7 +480,9 @@ export function createWorker({
             connection: createRedis(config.redis, 'blocking'),
             prefix: keys.bullPrefix,
             concurrency:
-              kind === 'fast' ? config.worker.concurrency : config.worker.sandboxConcurrency,
+              kind === 'fast'
+                ? config.worker.concurrency
+                : config.worker.sandboxConcurrency + config.worker.sandboxReserve,
             // A stalled job (its worker died) is handed out once more, where `process` decides.
             maxStalledCount: 1,
             // A dead worker's lock lapses within 1/2 of lostCallTimeoutMs. BullMQ's check, every
@@ -447,6 +513,7 @@ export function createWorker({
           queues,
           concurrency: config.worker.concurrency,
           sandboxConcurrency: config.worker.sandboxConcurrency,
+          sandboxReserve: config.worker.sandboxReserve,
           tools: registry.size,
         },
         'worker started',

@@ -70,7 +70,7 @@ const driver = env.BENCH_SANDBOX_DRIVER ?? 'docker';
 const limitsWanted = env.BENCH_LIMITS ?? 'auto';
 const A_LIMITS = { queued: 16, sandboxInFlight: 2 };
 const A_RATE_PER_MINUTE = 600;
-/** Phase (d)'s client A: the default `limits` (sandboxInFlight 4 = the worker's 4 slots). */
+/** Phase (f)'s client A: the default `limits` (sandboxInFlight 4 = the worker's 4 slots). */
 const SHARE_CLIENT = 'a-defaults';
 const shareCallSeconds = Number(env.BENCH_SHARE_CALL_SECONDS ?? 12);
 const SHARE_CALLS = 16;
@@ -742,7 +742,7 @@ try {
   process.exit(2);
 }
 
-// (d), after the others: its client keeps the default limits whatever BENCH_LIMITS says.
+// (f), after the others: its client keeps the default limits whatever BENCH_LIMITS says.
 const shareOk = await defaultShareFlood();
 
 // --- teardown ----------------------------------------------------------------------------

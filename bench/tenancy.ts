@@ -107,7 +107,7 @@ const ALL_PHASES: PhaseSpec[] = [
     id: 'refusals',
     label: '(c) refusal flood',
     mode: 'refusals',
-    what: `${(bodyBytes / 1e6).toFixed(1)} MB bodies (${bodyShape === 'wide' ? 'many short fields' : 'one long string'}): unknown tool, forbidden tool, invalid JSON`,
+    what: `${(bodyBytes / 1e6).toFixed(1)} MB bodies (${bodyShape === 'wide' ? 'many short fields' : 'one long string'}): unknown tool, forbidden tool, invalid JSON, UTF-16`,
   },
   {
     id: 'listings',

@@ -104,10 +104,16 @@ function shots(): Shot[] {
           contentType: 'application/json',
         },
         {
-          // Cut short: the JSON parser reads the whole megabyte before refusing it.
+          // Cut short: invalid only at its last byte (unless a limit comes first).
           path: '/tools/calculator/execute',
           body: body(bodyBytes, { expression: '1+1' }).subarray(0, -1),
           contentType: 'application/json',
+        },
+        {
+          // The same megabyte in UTF-16 (issue 19): refused by its charset, before it is read.
+          path: '/tools/calculator/execute',
+          body: Buffer.from(body(bodyBytes / 2, { expression: '1+1' }).toString(), 'utf16le'),
+          contentType: 'application/json; charset=utf-16le',
         },
       ];
     case 'listings': {

@@ -12,6 +12,7 @@ export type ApiErrorCode =
   | 'invalid_request'
   | 'invalid_arguments'
   | 'payload_too_large'
+  | 'unsupported_media_type'
   | 'rate_limited'
   | 'loop_limit'
   | 'too_many_in_flight'
@@ -31,6 +32,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   invalid_request: 400,
   invalid_arguments: 400,
   payload_too_large: 413,
+  unsupported_media_type: 415,
   rate_limited: 429,
   loop_limit: 429,
   too_many_in_flight: 429,

@@ -24,7 +24,7 @@ import type { Logger } from '@toolgate/log';
 import type { ToolRegistry } from '@toolgate/registry';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
-import { checkBodyShape, verifyBodyKeys } from './body-limits.js';
+import { readJsonBody } from './body/read-json-body.js';
 import { ApiError } from './errors.js';
 import { authenticate, chargeRequests, errorHandler, notFound } from './http.js';
 import { approvalRule } from './policy/approval.js';
@@ -253,15 +253,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   );
   app.use(authenticate(clients, authFailures));
   app.use(chargeRequests(limits, redis, audit)); // before the body is read
-  app.use(
-    express.json({
-      limit: config.server.bodyLimitBytes,
-      strict: false,
-      type: () => true,
-      verify: verifyBodyKeys,
-    }),
-  );
-  app.use(checkBodyShape);
+  app.use(readJsonBody({ limitBytes: config.server.bodyLimitBytes }));
   app.use(executeRoutes(pipeline)); // the hot route first
   app.use(toolRoutes(registry, requiresApproval));
   app.use(toolCallRoutes(pipeline, { cancelOnDisconnect: config.calls.cancelOnDisconnect }));

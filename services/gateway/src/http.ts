@@ -95,7 +95,7 @@ export function objectBody(req: Request): Record<string, unknown> {
   return body as Record<string, unknown>;
 }
 
-/** Maps body-parser failures and anything unexpected onto the API's error shape. */
+/** Maps anything unexpected onto the API's error shape (the body reader raises ApiErrors). */
 export function errorHandler(log: { error: (obj: object, msg: string) => void }) {
   return (err: unknown, _req: Request, res: Response, _next: NextFunction): void => {
     const apiError = toApiError(err);
@@ -112,40 +112,12 @@ function toApiError(err: unknown): ApiError {
   if (err instanceof URIError) {
     return new ApiError('invalid_request', 'the URL path is not valid percent-encoded UTF-8');
   }
-  const type = (err as { type?: string } | null)?.type;
-  switch (type) {
-    case 'entity.too.large':
-      return new ApiError(
-        'payload_too_large',
-        `the request body is larger than the limit (${(err as { limit?: number }).limit} bytes)`,
-      );
-    case 'entity.parse.failed':
-      return new ApiError(
-        'invalid_json',
-        `the request body is not valid JSON: ${(err as Error).message}`,
-      );
-    case 'encoding.unsupported':
-    case 'charset.unsupported':
-    case 'request.aborted':
-    case 'request.size.invalid':
-    case 'stream.encoding.set':
-      return new ApiError('invalid_request', (err as Error).message);
-    default: {
-      const e = err as { code?: unknown; status?: unknown; expose?: unknown; message?: unknown };
-      // zlib: a Content-Encoding body that does not decompress.
-      if (typeof e.code === 'string' && e.code.startsWith('Z_')) {
-        return new ApiError(
-          'invalid_request',
-          `the request body could not be decompressed: ${String(e.message)}`,
-        );
-      }
-      // Other client errors raised by body-parser (http-errors with expose: true).
-      if (typeof e.status === 'number' && e.status >= 400 && e.status < 500 && e.expose === true) {
-        return new ApiError('invalid_request', String(e.message));
-      }
-      return new ApiError('internal', 'internal error', { cause: err });
-    }
+  // Other client errors raised by express (http-errors with expose: true).
+  const e = err as { status?: unknown; expose?: unknown; message?: unknown } | null;
+  if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500 && e.expose === true) {
+    return new ApiError('invalid_request', String(e.message));
   }
+  return new ApiError('internal', 'internal error', { cause: err });
 }
 
 export function notFound(req: Request, _res: Response, next: NextFunction): void {

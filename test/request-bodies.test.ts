@@ -1,0 +1,255 @@
+/**
+ * Request bodies (issue 19, item 5): JSON in UTF-8 only, on every route that takes a body, and
+ * a body that is refused is answered without being read whole or parsed.
+ */
+import { connect } from 'node:net';
+import { gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KEYS, startStack, type Stack } from './support/stack.js';
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack();
+});
+afterAll(async () => {
+  await stack?.close();
+});
+
+/** The issue's body: 44,000 keys, 968 KB in UTF-16 (under the 1 MiB limit), 484 KB in UTF-8. */
+function manyKeys(count = 44_000): string {
+  const keys = Array.from({ length: count }, (_, i) => `"k${i.toString(36).padStart(4, '0')}":0`);
+  return `{"expression":"1+1",${keys.join(',')}}`;
+}
+
+// Every route that takes a body, with the key allowed to use it.
+const BODY_ROUTES: [method: string, path: string, key: string][] = [
+  ['POST', '/tools/calculator/execute', KEYS.alice],
+  ['POST', '/v1/tool-calls', KEYS.alice],
+  ['POST', '/mcp', KEYS.alice],
+  ['POST', '/v1/calls/c_00000000000000000000000000/cancel', KEYS.alice],
+  ['POST', '/v1/approvals/a_00000000000000000000000000/approve', KEYS.admin],
+  ['POST', '/v1/approvals/a_00000000000000000000000000/reject', KEYS.admin],
+  ['DELETE', '/v1/workspaces/alice', KEYS.admin],
+];
+
+interface RawAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+  /** The server closed the connection after the answer. */
+  closed: boolean;
+}
+
+/**
+ * Sends `head` and then only `sent` of the body it announces, and reads one answer: a server
+ * that waited for the whole body would never answer (the test then times out).
+ */
+function rawRequest(head: string, sent: Buffer = Buffer.alloc(0)): Promise<RawAnswer> {
+  const { hostname, port } = new URL(stack.url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname);
+    const chunks: Buffer[] = [];
+    let answer: Omit<RawAnswer, 'closed'> | undefined;
+    const parse = () => {
+      const all = Buffer.concat(chunks);
+      const end = all.indexOf('\r\n\r\n');
+      if (end < 0) return undefined;
+      const [statusLine, ...lines] = all.subarray(0, end).toString('latin1').split('\r\n');
+      const headers = Object.fromEntries(
+        lines.map((l) => [
+          l.slice(0, l.indexOf(':')).toLowerCase(),
+          l.slice(l.indexOf(':') + 1).trim(),
+        ]),
+      );
+      const length = Number(headers['content-length']);
+      if (all.length < end + 4 + length) return undefined;
+      return {
+        status: Number(statusLine!.split(' ')[1]),
+        headers,
+        body: all.subarray(end + 4, end + 4 + length).toString('utf8'),
+      };
+    };
+    socket.on('data', (chunk) => {
+      chunks.push(chunk);
+      answer ??= parse();
+      // A connection kept open: the answer is complete, stop here.
+      if (answer && answer.headers.connection !== 'close') {
+        socket.destroy();
+        resolve({ ...answer, closed: false });
+      }
+    });
+    socket.on('end', () => {
+      if (answer) resolve({ ...answer, closed: true });
+      else reject(new Error(`closed without an answer: ${Buffer.concat(chunks).toString()}`));
+    });
+    socket.on('error', reject);
+    socket.write(head);
+    socket.write(sent);
+  });
+}
+
+function head(path: string, headers: Record<string, string | number>): string {
+  const lines = Object.entries({
+    host: 'localhost',
+    authorization: `Bearer ${KEYS.alice}`,
+    ...headers,
+  });
+  return `POST ${path} HTTP/1.1\r\n${lines.map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n`;
+}
+
+describe('bodies are JSON in UTF-8', () => {
+  it.each(BODY_ROUTES)(
+    '%s %s: a UTF-16 body (44,000 keys) is 415 unsupported_media_type, never parsed',
+    async (method, path, key) => {
+      const body = Buffer.from(manyKeys(), 'utf16le');
+      expect(body.length).toBeLessThan(stack.config.server.bodyLimitBytes);
+      for (const charset of ['utf-16le', 'UTF-16', 'utf-32', 'latin1', '"iso-8859-1"']) {
+        const res = await stack.call(path, {
+          method,
+          key,
+          headers: { 'content-type': `application/json; charset=${charset}` },
+          body,
+        });
+        expect(res.status, charset).toBe(415);
+        expect((await res.json()).error, charset).toMatchObject({
+          code: 'unsupported_media_type',
+          message: expect.stringContaining('UTF-8'),
+        });
+      }
+    },
+  );
+
+  it('UTF-8 in any spelling, or no charset at all, is read as before', async () => {
+    for (const type of [
+      'application/json',
+      'application/json; charset=utf-8',
+      'application/json;charset=UTF8',
+      'application/json; charset="UTF-8"',
+      'text/plain',
+    ]) {
+      const res = await stack.call('/tools/calculator/execute', {
+        headers: { 'content-type': type },
+        method: 'POST',
+        body: JSON.stringify({ expression: '6*7' }),
+      });
+      expect(await res.json(), type).toMatchObject({ status: 'ok', result: 42 });
+    }
+    // A UTF-8 byte order mark is dropped; compressed bodies are read once inflated.
+    const bom = Buffer.concat([
+      Buffer.from([0xef, 0xbb, 0xbf]),
+      Buffer.from('{"expression":"2+2"}'),
+    ]);
+    expect(
+      await (await stack.call('/tools/calculator/execute', { body: bom, method: 'POST' })).json(),
+    ).toMatchObject({
+      result: 4,
+    });
+    const gzipped = await stack.call('/tools/calculator/execute', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      body: gzipSync('{"expression":"3+3"}'),
+    });
+    expect(await gzipped.json()).toMatchObject({ result: 6 });
+  });
+
+  it('an unknown Content-Encoding is 415; a body that inflates past the limit is 413', async () => {
+    const res = await stack.call('/tools/calculator/execute', {
+      json: { expression: '1' },
+      headers: { 'content-encoding': 'compress' },
+    });
+    expect(res.status).toBe(415);
+    expect((await res.json()).error.code).toBe('unsupported_media_type');
+
+    // 20 KB on the wire, 20 MB once inflated.
+    const bomb = gzipSync(`{"expression":"1","pad":"${' '.repeat(20 * 1024 * 1024)}"}`);
+    expect(bomb.length).toBeLessThan(64 * 1024);
+    const inflated = await stack.call('/tools/calculator/execute', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      body: bomb,
+    });
+    expect(inflated.status).toBe(413);
+    expect((await inflated.json()).error.code).toBe('payload_too_large');
+  });
+});
+
+describe('a refused body is answered before it is read whole', () => {
+  const limit = () => stack.config.server.bodyLimitBytes;
+
+  it('415 for a foreign charset and 413 for a declared length over the limit, with no body sent', async () => {
+    const charset = await rawRequest(
+      head('/tools/calculator/execute', {
+        'content-type': 'application/json; charset=utf-16le',
+        'content-length': 946_000,
+      }),
+    );
+    expect(charset).toMatchObject({ status: 415, closed: true });
+    expect(JSON.parse(charset.body).error.code).toBe('unsupported_media_type');
+
+    const big = await rawRequest(
+      head('/tools/calculator/execute', {
+        'content-type': 'application/json',
+        'content-length': 50 * limit(),
+      }),
+    );
+    expect(big).toMatchObject({ status: 413, closed: true });
+    expect(JSON.parse(big.body).error.code).toBe('payload_too_large');
+  });
+
+  it('400 at the first fault of a 1 MB body, while the rest is still to come', async () => {
+    const body = Buffer.from(manyKeys());
+    const keys = await rawRequest(
+      head('/tools/calculator/execute', {
+        'content-type': 'application/json',
+        'content-length': body.length,
+      }),
+      body.subarray(0, 200_000),
+    );
+    expect(keys).toMatchObject({ status: 400, closed: true });
+    expect(JSON.parse(keys.body).error).toMatchObject({
+      code: 'invalid_json',
+      message: 'the request body has more than 4096 object keys',
+    });
+
+    const broken = `{"expression":"1",,${' '.repeat(900_000)}}`;
+    const syntax = await rawRequest(
+      head('/v1/tool-calls', {
+        'content-type': 'application/json',
+        'content-length': broken.length,
+      }),
+      Buffer.from(broken.slice(0, 100)),
+    );
+    expect(syntax).toMatchObject({ status: 400, closed: true });
+    expect(JSON.parse(syntax.body).error.message).toBe(
+      'the request body is not valid JSON: unexpected "," at byte 18 (a key must be a string)',
+    );
+
+    // Sent whole, the same bodies get the same answers (the client reads them, no reset).
+    const whole = await stack.call('/tools/calculator/execute', { json: broken });
+    expect(whole.status).toBe(400);
+    expect((await whole.json()).error.code).toBe('invalid_json');
+  });
+
+  it('a small refused body is read to its end: the next request on the connection is answered', async () => {
+    const bad = `{"expression":}${' '.repeat(10_000)}`;
+    const good = '{"expression":"1+2"}';
+    const request = (body: string) =>
+      head('/tools/calculator/execute', {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+      }) + body;
+    const { hostname, port } = new URL(stack.url);
+    const socket = connect(Number(port), hostname);
+    const received: Buffer[] = [];
+    socket.on('data', (c) => received.push(c));
+    socket.write(request(bad) + request(good));
+    await expect
+      .poll(() => Buffer.concat(received).toString(), { timeout: 10_000 })
+      .toMatch(/"result":3/);
+    const text = Buffer.concat(received).toString();
+    socket.destroy();
+    expect(text).toMatch(/^HTTP\/1\.1 400 /);
+    expect(text).toContain('"invalid_json"');
+    expect(text.match(/HTTP\/1\.1 /g)).toHaveLength(2);
+  });
+});

@@ -253,3 +253,117 @@ describe('a refused body is answered before it is read whole', () => {
     expect(text.match(/HTTP\/1\.1 /g)).toHaveLength(2);
   });
 });
+
+describe('Expect: 100-continue', () => {
+  interface ContinueAnswer {
+    /** Everything the server sent, 100 Continue included. */
+    text: string;
+    status: number;
+    body: string;
+    /** Whether the body was sent (only after a 100 Continue). */
+    bodySent: boolean;
+  }
+
+  /**
+   * Sends `head` (which carries `Expect: 100-continue`) and, only once 100 Continue has come,
+   * `body`; resolves with the final answer.
+   */
+  function withExpect(head: string, body: Buffer): Promise<ContinueAnswer> {
+    const { hostname, port } = new URL(stack.url);
+    return new Promise((resolve, reject) => {
+      const socket = connect(Number(port), hostname);
+      let received = Buffer.alloc(0);
+      let bodySent = false;
+      socket.on('data', (chunk) => {
+        received = Buffer.concat([received, chunk]);
+        let rest = received;
+        if (rest.toString('latin1').startsWith('HTTP/1.1 100 Continue\r\n\r\n')) {
+          if (!bodySent) socket.write(body);
+          bodySent = true;
+          rest = rest.subarray('HTTP/1.1 100 Continue\r\n\r\n'.length);
+        }
+        const end = rest.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const headText = rest.subarray(0, end).toString('latin1');
+        const length = Number(/\r\ncontent-length: *(\d+)/i.exec(headText)?.[1]);
+        if (rest.length < end + 4 + length) return;
+        socket.destroy();
+        resolve({
+          text: received.toString('latin1'),
+          status: Number(headText.split(' ')[1]),
+          body: rest.subarray(end + 4, end + 4 + length).toString('utf8'),
+          bodySent,
+        });
+      });
+      socket.on('error', reject);
+      socket.on('end', () => reject(new Error(`closed early: ${received.toString('latin1')}`)));
+      socket.write(head);
+    });
+  }
+
+  const megabyte = Buffer.from(`{"expression":"1","pad":"${' '.repeat(1_000_000)}"}`);
+
+  it.each([
+    ['a foreign charset', { 'content-type': 'application/json; charset=utf-16le' }, 415],
+    ['an unknown Content-Encoding', { 'content-encoding': 'compress' }, 415],
+    ['a Content-Length over the limit', { 'content-length': 2 * 1024 * 1024 + 1 }, 413],
+  ])(
+    '%s is refused from the headers: no 100 Continue, the body is never sent',
+    async (_name, headers, status) => {
+      expect(2 * 1024 * 1024).toBeGreaterThan(stack.config.server.bodyLimitBytes);
+      const answer = await withExpect(
+        head('/tools/calculator/execute', {
+          'content-type': 'application/json',
+          'content-length': megabyte.length,
+          expect: '100-continue',
+          ...headers,
+        }),
+        megabyte,
+      );
+      expect(answer.status).toBe(status);
+      expect(answer.text).not.toContain('100 Continue');
+      expect(answer.bodySent).toBe(false);
+      // The same error body as the refusal of a request without the expectation.
+      const plain = await rawRequest(
+        head('/tools/calculator/execute', {
+          'content-type': 'application/json',
+          'content-length': megabyte.length,
+          ...headers,
+        }),
+      );
+      expect(plain.status).toBe(status);
+      expect(JSON.parse(answer.body)).toEqual(JSON.parse(plain.body));
+    },
+  );
+
+  it('a request refused before its body is read (401) gets no 100 Continue either', async () => {
+    const answer = await withExpect(
+      head('/tools/calculator/execute', {
+        authorization: 'Bearer not-a-key',
+        'content-type': 'application/json',
+        'content-length': megabyte.length,
+        expect: '100-continue',
+      }),
+      megabyte,
+    );
+    expect(answer.status).toBe(401);
+    expect(answer.text).not.toContain('100 Continue');
+    expect(answer.bodySent).toBe(false);
+  });
+
+  it('an acceptable request gets 100 Continue, then its normal answer', async () => {
+    const body = Buffer.from('{"expression":"6*7"}');
+    const answer = await withExpect(
+      head('/tools/calculator/execute', {
+        'content-type': 'application/json; charset=utf-8',
+        'content-length': body.length,
+        expect: '100-continue',
+      }),
+      body,
+    );
+    expect(answer.text).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
+    expect(answer.bodySent).toBe(true);
+    expect(answer.status).toBe(200);
+    expect(JSON.parse(answer.body)).toMatchObject({ status: 'ok', result: 42 });
+  });
+});

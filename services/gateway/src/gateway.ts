@@ -24,7 +24,7 @@ import type { Logger } from '@toolgate/log';
 import type { ToolRegistry } from '@toolgate/registry';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
-import { readJsonBody } from './body/read-json-body.js';
+import { deferContinue, readJsonBody } from './body/read-json-body.js';
 import { ApiError } from './errors.js';
 import { authenticate, chargeRequests, errorHandler, notFound } from './http.js';
 import { approvalRule } from './policy/approval.js';
@@ -303,7 +303,13 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     dev,
     async listen(port = config.server.port, host = dev ? '127.0.0.1' : config.server.host) {
       server = await new Promise<Server>((resolve, reject) => {
-        const s = app.listen(port, host, (err?: Error) => (err ? reject(err) : resolve(s)));
+        const s = createServer(app);
+        deferContinue(s); // before the first connection
+        s.once('error', reject);
+        s.listen(port, host, () => {
+          s.off('error', reject);
+          resolve(s);
+        });
       });
       server.keepAliveTimeout = 65_000;
       server.on('connection', (socket) => {

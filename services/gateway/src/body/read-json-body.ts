@@ -7,8 +7,11 @@
  * - each chunk goes through the JsonScanner as it arrives; its first fault (syntax, depth,
  *   keys, array length, values) or the limit passed is answered at once, mid-body.
  * Only a body the scanner accepted whole reaches JSON.parse.
+ * A client that sent `Expect: 100-continue` gets its 100 Continue only once those checks passed
+ * (deferContinue), so a refused body is not even sent.
  */
 import { Buffer } from 'node:buffer';
+import type { IncomingMessage, Server } from 'node:http';
 import type { Transform } from 'node:stream';
 import zlib from 'node:zlib';
 import type { NextFunction, Request, Response } from 'express';
@@ -36,6 +39,24 @@ const DECOMPRESSORS: Record<string, () => Transform> = {
   br: () => zlib.createBrotliDecompress(),
   zstd: () => zlib.createZstdDecompress(),
 };
+
+/** Requests whose client waits for 100 Continue before it sends the body; see deferContinue. */
+const awaitingContinue = new WeakSet<IncomingMessage>();
+
+/**
+ * Node answers `Expect: 100-continue` with 100 Continue as soon as the headers are in, before
+ * any middleware ran: a client told to go on sends its megabyte even when the answer is a 401,
+ * a 429 or a 415 it could have had from the headers. With this listener the request runs
+ * through the app as usual and readJsonBody sends 100 Continue when it starts reading; an answer
+ * given before that goes out without it, and Node then closes the connection (the client may or
+ * may not send the body, so the next bytes could not be told apart from a new request).
+ */
+export function deferContinue(server: Server): void {
+  server.on('checkContinue', (req: IncomingMessage, res) => {
+    awaitingContinue.add(req);
+    server.emit('request', req, res);
+  });
+}
 
 export interface JsonBodyOptions {
   /** `server.bodyLimitBytes`: the body's size once decompressed. */
@@ -102,6 +123,7 @@ export function readJsonBody({ limitBytes }: JsonBodyOptions) {
       }
       inflate = req.pipe(decompressor());
     }
+    if (awaitingContinue.delete(req)) res.writeContinue(); // every check on the headers passed
 
     const scanner = new JsonScanner();
     const chunks: Buffer[] = [];

@@ -5,7 +5,14 @@
  * Parked calls count against `limits.pendingApprovals`, and the approvals list reads briefs.
  */
 import { randomUUID } from 'node:crypto';
-import { CallIndex, CallStore, Keys, finishedRecord, type CallRecord } from '@toolgate/calls';
+import {
+  AuditLog,
+  CallIndex,
+  CallStore,
+  Keys,
+  finishedRecord,
+  type CallRecord,
+} from '@toolgate/calls';
 import type { ApprovalEvent, CallList, PendingApproval } from '@toolgate/gateway';
 import { Type, defineTool } from '@toolgate/registry';
 import { Redis } from 'ioredis';
@@ -28,6 +35,8 @@ const BACKGROUND = 64 * 1024;
 
 const CAROL = 'carol-key-0123456789abcdef';
 const DAVE = 'dave-key-0123456789abcdef0';
+const ERIN = 'erin-key-0123456789abcdef0';
+const FRANK = 'frank-key-0123456789abcdef';
 
 let server: RedisServer;
 let redis: Redis;
@@ -78,6 +87,8 @@ beforeAll(async () => {
         { id: 'bob', key: KEYS.bob, tools: ['*'], rateLimit: { perMinute: 10_000 } },
         { id: 'carol', key: CAROL, tools: ['*'], rateLimit: { perMinute: 15 } },
         { id: 'dave', key: DAVE, tools: ['*'], rateLimit: { perMinute: 10_000 } },
+        { id: 'erin', key: ERIN, tools: ['*'], rateLimit: { perMinute: 10_000 } },
+        { id: 'frank', key: FRANK, tools: ['*'], rateLimit: { perMinute: 10_000 } },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true, rateLimit: { perMinute: 10_000 } },
       ],
     },
@@ -319,6 +330,121 @@ describe('calls parked for approval', () => {
     const cancel = await stack.call(`/v1/calls/${parked[1]}/cancel`, { method: 'POST' });
     expect(cancel.status).toBe(200);
     expect((await execute('wipe_disk', { disk: 'sdw' })).status).toBe(202);
+  });
+});
+
+/** Finished calls of `clientId`, written as the worker writes them (record, brief, index). */
+async function writeFinished(clientId: string, tool: string, count: number, at = Date.now()) {
+  const store = new CallStore(redis, keys, 3600, MAX_RESULT);
+  const index = new CallIndex(redis, keys, 3600);
+  for (let i = 0; i < count; i += 100) {
+    const multi = redis.multi();
+    const ids = Array.from({ length: Math.min(100, count - i) }, () => randomUUID());
+    for (const id of ids) {
+      const outcome = { id, tool, status: 'ok' as const, result: 2, durationMs: 1, cached: false };
+      store.addTo(multi, finishedRecord({ id, tool, clientId, acceptedAt: at }, 'fast', outcome));
+    }
+    index.addTo(multi, clientId, ids, at);
+    await multi.exec();
+  }
+}
+
+describe('a listing stops at its budget and says so', () => {
+  it('1000 calls scanned: an admin’s filtered listing answers "partial": true', async () => {
+    // frank's calls are older than the 1000 newest of all clients (erin's): out of reach.
+    await writeFinished('frank', 'lookup', 3, Date.now() - 60_000);
+    await writeFinished('erin', 'calculator', 1000);
+    const all = await measured<CallList>('/v1/calls?tool=lookup&limit=10', KEYS.admin);
+    expect(all.status).toBe(200);
+    expect(all.body).toEqual({ calls: [], partial: true });
+    expect(all.redisBytes).toBeLessThan(1000 * BRIEF_BYTES + BACKGROUND);
+    // Narrowed to the one client, the scan reaches them and is whole.
+    const frank = await measured<CallList>(
+      '/v1/calls?tool=lookup&limit=10&client=frank',
+      KEYS.admin,
+    );
+    expect(frank.body.calls).toHaveLength(3);
+    expect(frank.body.partial).toBeUndefined();
+    // A listing that read every call it could says nothing more.
+    const whole = await measured<CallList>('/v1/calls?tool=lookup&limit=10', FRANK);
+    expect(whole.body).toEqual({ calls: frank.body.calls });
+  });
+
+  it('1 MiB of briefs read: "partial": true, Redis sent ≤ 1 MiB + one chunk', async () => {
+    // 800 parked calls whose briefs carry ~9 KB argument previews (3-byte characters), newer
+    // than erin's 1000 finished ones: a status=ok listing meets the parked briefs first.
+    const store = new CallStore(redis, keys, 3600, MAX_RESULT);
+    const index = new CallIndex(redis, keys, 3600);
+    const wide = '語'.repeat(500);
+    const args = Object.fromEntries(['a', 'b', 'c', 'd', 'e', 'f'].map((k) => [k, wide]));
+    const parked: string[] = [];
+    for (let i = 0; i < 800; i += 100) {
+      const multi = redis.multi();
+      const ids = Array.from({ length: 100 }, () => randomUUID());
+      for (const id of ids) {
+        const acceptedAt = Date.now();
+        store.addTo(multi, {
+          id,
+          tool: 'wipe_disk',
+          clientId: 'erin',
+          status: 'pending_approval',
+          queue: 'fast',
+          createdAt: acceptedAt,
+          expiresAt: acceptedAt + 3_600_000,
+          job: { id, tool: 'wipe_disk', clientId: 'erin', args, acceptedAt },
+        });
+      }
+      index.addTo(multi, 'erin', ids);
+      await multi.exec();
+      parked.push(...ids);
+    }
+    const briefBytes = await redis.strlen(keys.callBrief(parked[0]!));
+    expect(briefBytes).toBeGreaterThan(8 * 1024);
+    const budget = 1024 * 1024 + 100 * 16 * 1024; // LIST_BYTES + one chunk of BRIEF_MAX_BYTES
+    expect(800 * briefBytes).toBeGreaterThan(2 * budget);
+
+    const listed = await measured<CallList>('/v1/calls?status=ok&limit=5', ERIN);
+    expect(listed.status).toBe(200);
+    expect(listed.body).toEqual({ calls: [], partial: true });
+    expect(listed.redisBytes).toBeLessThan(budget + BACKGROUND);
+  });
+
+  it('the audit view reads at most 8 MiB, and says it stopped (Toolgate-Partial: true)', async () => {
+    // 3500 entries at audit.maxEntryBytes (4096 bytes; their arguments in 3-byte characters).
+    const audit = new AuditLog(redis, keys, stack.config.audit);
+    const args = { text: '語'.repeat(400), more: '語'.repeat(400), rest: '語'.repeat(400) };
+    for (let i = 0; i < 3500; i += 500) {
+      const multi = redis.multi();
+      for (let j = 0; j < 500; j++) {
+        audit.addTo(
+          multi,
+          audit.entry({ event: 'call', client: 'erin', tool: 'echo', status: 'ok', args }),
+        );
+      }
+      await multi.exec();
+    }
+    const [[, fields] = ['', []]] = await redis.xrevrange(keys.audit('erin'), '+', '-', 'COUNT', 1);
+    const entryBytes = Buffer.byteLength(fields[1] ?? '');
+    expect(entryBytes).toBeGreaterThan(3500);
+    expect(entryBytes).toBeLessThanOrEqual(stack.config.audit.maxEntryBytes);
+    // MAX_SCANNED_BYTES, one more page of 256 KiB, and Redis's framing of each entry read
+    // (its stream id, the field name: ~50 bytes).
+    const budget = 8 * 1024 * 1024 + 256 * 1024 + 2500 * 64;
+    expect(3500 * entryBytes).toBeGreaterThan(budget + 2 * 1024 * 1024);
+
+    const before = await sentBytes();
+    const res = await stack.call('/v1/audit?client=erin&tool=nothing&limit=10', {
+      key: KEYS.admin,
+    });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual([]);
+    expect(res.headers.get('toolgate-partial')).toBe('true');
+    expect((await sentBytes()) - before).toBeLessThan(budget + BACKGROUND);
+
+    // A query that found what it asked for is whole.
+    const found = await stack.call('/v1/audit?client=erin&limit=10', { key: KEYS.admin });
+    expect(await found.json()).toHaveLength(10);
+    expect(found.headers.get('toolgate-partial')).toBeNull();
   });
 });
 

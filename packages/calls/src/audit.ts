@@ -30,6 +30,16 @@ export interface AuditQuery {
   callId?: string;
 }
 
+/** One answer of `AuditLog.recent`. */
+export interface AuditPage {
+  entries: AuditEntry[];
+  /**
+   * The scan stopped at its budget (MAX_SCANNED entries or MAX_SCANNED_BYTES) with fewer than
+   * `limit` matches and entries left unread: older matches may exist.
+   */
+  partial: boolean;
+}
+
 export interface AuditLimits {
   /** Entries kept in each client's stream (approximately: RedisClient trims whole nodes). */
   maxEntriesPerClient: number;
@@ -100,7 +110,7 @@ export class AuditLog {
     return truncate(entry, max);
   }
 
-  async recent(query: AuditQuery = {}): Promise<AuditEntry[]> {
+  async recent(query: AuditQuery = {}): Promise<AuditPage> {
     const limit = query.limit ?? 100;
     const clients = query.client
       ? [query.client]
@@ -138,7 +148,8 @@ export class AuditLog {
       if (query.callId && entry.callId !== query.callId) continue;
       out.push(entry);
     }
-    return out;
+    const unread = cursors.some((c) => c.more || c.next < c.rows.length);
+    return { entries: out, partial: out.length < limit && unread };
   }
 
   /** Reads the next page of every stream whose rows ran out, in one round trip. */
@@ -155,7 +166,8 @@ export class AuditLog {
       c.rows = rows as [string, string[]][];
       c.next = 0;
       c.more = c.rows.length === page;
-      for (const [, fields] of c.rows) read.bytes += fields[1]?.length ?? 0;
+      // Bytes, not string length: an entry of 3-byte characters would count a third.
+      for (const [, fields] of c.rows) read.bytes += Buffer.byteLength(fields[1] ?? '');
       if (c.rows.length > 0) c.end = `(${c.rows.at(-1)![0]}`;
     });
   }

@@ -552,12 +552,14 @@ export class CallPipeline {
       // Filters apply after reading: read a generous page, bounded whatever the filters.
       const scan = q.tool || q.status ? LIST_SCAN : q.limit;
       const [finished, ...inFlight] = await Promise.all([
-        this.o.index.recent(clients, q.since, scan),
+        // One id more than the scan reads, to know whether it left calls unread (`partial`).
+        this.o.index.recent(clients, q.since, scan + 1),
         ...clients.map((c) => this.o.admission.inFlightIds(c, q.since, q.limit)),
       ]);
       const owner = new Map<string, string>();
       inFlight.forEach((ids, i) => ids.forEach((id) => owner.set(id, clients[i]!)));
-      const ids = [...new Set([...inFlight.flat(), ...finished])].slice(0, LIST_SCAN);
+      const found = [...new Set([...inFlight.flat(), ...finished])];
+      const ids = found.slice(0, LIST_SCAN);
       const calls: CallBrief[] = [];
       const legacy = { bytes: LIST_LEGACY_BYTES };
       let bytes = 0;
@@ -585,7 +587,7 @@ export class CallPipeline {
       }
       return {
         calls: calls.sort((a, b) => b.createdAt - a.createdAt),
-        partial: calls.length < q.limit && read < ids.length,
+        partial: calls.length < q.limit && read < found.length,
       };
     }, this.o.redis);
   }

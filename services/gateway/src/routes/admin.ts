@@ -172,7 +172,10 @@ export function adminRoutes(deps: {
       ...(event ? { event: event as AuditQuery['event'] } : {}),
       ...(callId ? { callId } : {}),
     };
-    res.json(await guardRedis(() => audit.recent(query), redis));
+    const { entries, partial } = await guardRedis(() => audit.recent(query), redis);
+    // The answer is an array (AuditList); that the scan stopped early goes in a header.
+    if (partial) res.set('Toolgate-Partial', 'true');
+    res.json(entries);
   });
   return router;
 }

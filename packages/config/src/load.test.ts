@@ -128,6 +128,23 @@ server:
     ]);
   });
 
+  it("keeps the egress filter's per-client share within its total", () => {
+    expect(parseConfig({}).sandbox.egress).toEqual({
+      maxConnections: 256,
+      maxConnectionsPerClient: 64,
+    });
+    const doc = { sandbox: { egress: { maxConnections: 32, maxConnectionsPerClient: 40 } } };
+    expect(() => parseConfig(doc)).toThrow(
+      '/sandbox/egress/maxConnectionsPerClient: must be at most egress.maxConnections (32), got 40',
+    );
+    expect(checkConfig(doc).problems).toEqual([
+      {
+        path: '/sandbox/egress/maxConnectionsPerClient',
+        message: 'must be at most egress.maxConnections (32), got 40',
+      },
+    ]);
+  });
+
   it('names a missing environment variable and a bad override', () => {
     expect(() => parseConfig({ clients: [{ id: 'a', key: '${NOPE_NOT_SET}' }] })).toThrow(
       /\/clients\/0\/key: environment variable NOPE_NOT_SET is not set/,

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
+import { sandboxConfigProblems } from '@toolgate/sandbox';
 import { ConfigSchema, type Config } from './schema.js';
 
 /** A bad configuration: `field` names where (a JSON-pointer-like path, or an env var). */
@@ -80,7 +81,7 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
   if (!validate(doc))
     throw new ConfigError(fieldOf(validate.errors?.[0]), messageOf(validate.errors));
   checkClients(doc);
-  const redisProblem = redisProblems(doc)[0];
+  const redisProblem = redisProblems(doc)[0] ?? sandboxProblems(doc)[0];
   if (redisProblem) throw new ConfigError(redisProblem.path, redisProblem.message);
   for (const client of doc.clients) {
     if (client.key !== undefined) {
@@ -146,6 +147,7 @@ export function checkConfig(
     problems.push(...clientProblems(doc as Config));
   if (typeof doc.redis === 'object' && doc.redis !== null)
     problems.push(...redisProblems(doc as Config));
+  if (schemaProblems.length === 0) problems.push(...sandboxProblems(doc as Config));
   if (problems.length > 0) return { problems };
   return { config: parseConfig(raw, env), problems };
 }
@@ -221,6 +223,11 @@ function redisProblems(config: Config): ConfigProblem[] {
       message: `set only one of redis.url (REDIS_URL), redis.sentinel and redis.cluster; got ${given.join(' and ')}`,
     },
   ];
+}
+
+/** The sandbox section's checks across fields (egress share ≤ its total). */
+function sandboxProblems(config: Config): ConfigProblem[] {
+  return sandboxConfigProblems(config.sandbox).map((p) => ({ ...p, path: `/sandbox${p.path}` }));
 }
 
 function checkClients(config: Config): void {

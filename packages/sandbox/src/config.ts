@@ -172,6 +172,23 @@ export const SandboxConfigSchema = Type.Object(
       default: false,
       description: 'Whether a call may ask for network access at all (tools never do by default)',
     }),
+    egress: Type.Object(
+      {
+        maxConnections: Type.Integer({
+          minimum: 1,
+          default: 256,
+          description:
+            'Tunnels and requests open at once through the egress filter of one worker, all clients together',
+        }),
+        maxConnectionsPerClient: Type.Integer({
+          minimum: 1,
+          default: 64,
+          description:
+            "One client's share of maxConnections (at most maxConnections): the client at its share is refused while the others get theirs",
+        }),
+      },
+      { default: {} },
+    ),
   },
   { default: {} },
 );
@@ -191,9 +208,22 @@ type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]>
 export function parseSandboxConfig(input: SandboxConfigInput = {}): SandboxConfig {
   const value = Value.Default(SandboxConfigSchema, structuredClone(input));
   const errors = [...Value.Errors(SandboxConfigSchema, value)];
-  if (errors.length > 0) {
-    const first = errors[0]!;
-    throw new Error(`invalid sandbox config at ${first.path || '/'}: ${first.message}`);
-  }
+  const first = errors[0] ?? sandboxConfigProblems(value as SandboxConfig)[0];
+  if (first) throw new Error(`invalid sandbox config at ${first.path || '/'}: ${first.message}`);
   return value as SandboxConfig;
+}
+
+/**
+ * What the schema cannot say: checks across fields of a schema-valid section, with paths
+ * inside the section (the config package prefixes `/sandbox`).
+ */
+export function sandboxConfigProblems(config: SandboxConfig): { path: string; message: string }[] {
+  const { maxConnections, maxConnectionsPerClient } = config.egress;
+  if (maxConnectionsPerClient <= maxConnections) return [];
+  return [
+    {
+      path: '/egress/maxConnectionsPerClient',
+      message: `must be at most egress.maxConnections (${maxConnections}), got ${maxConnectionsPerClient}`,
+    },
+  ];
 }

@@ -91,6 +91,7 @@ export {
   SandboxLimitsSchema,
   SandboxImageSchema,
   parseSandboxConfig,
+  sandboxConfigProblems,
 } from './config.js';
 export { SandboxError } from './errors.js';
 export { mountTable } from './mounts.js';

@@ -105,6 +105,8 @@ export async function startSandbox(
             host,
             identify,
             policy: config.policy.http,
+            maxConnections: config.sandbox.egress.maxConnections,
+            maxConnectionsPerClient: config.sandbox.egress.maxConnectionsPerClient,
             log: log.child({ component: 'egress' }),
           }),
       }),

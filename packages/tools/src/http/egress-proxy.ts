@@ -22,11 +22,15 @@ export interface EgressProxyOptions {
   host: string;
   port?: number;
   policy: AddressPolicy;
-  /** Tunnels and requests open at once on this worker; more are answered 503. Default 256. */
+  /**
+   * Tunnels and requests open at once on this worker; more are answered 503. Default 256
+   * (`sandbox.egress.maxConnections`).
+   */
   maxConnections?: number;
   /**
    * Tunnels and requests one client may hold at once: its share of maxConnections, so a
-   * client at its share leaves the rest to the others. Default maxConnections / 4 (64).
+   * client at its share leaves the rest to the others. Default maxConnections / 4 (64;
+   * `sandbox.egress.maxConnectionsPerClient`).
    */
   maxConnectionsPerClient?: number;
   /**

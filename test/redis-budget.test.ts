@@ -181,7 +181,7 @@ const show = (m: Measurement, top = 16) =>
     .join(', ');
 
 function expectWithinBudget(kind: Kind, m: Measurement): void {
-  console.log(
+  console.warn(
     `redis-budget ${kind}: ${m.perCall.toFixed(1)} commands per call (budget ${BUDGET[kind]}; idle traffic of ${m.idlePerCall.toFixed(1)} per call taken out): ${show(m)}`,
   );
   expect(
@@ -233,7 +233,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (measured.size > 0) {
-    console.log(
+    console.warn(
       `redis-budget: commands per call — ${[...measured].map(([k, m]) => `${k} ${m.perCall.toFixed(1)}`).join(', ')}`,
     );
   }

@@ -11,14 +11,27 @@ import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { Queue, QueueEvents } from 'bullmq';
 import { Redis } from 'ioredis';
-import { benchRedis, benchRedisPid, cpuMs, freePort, percentile, startTs, stop } from './lib.js';
+import {
+  benchRedis,
+  benchRedisPid,
+  cpuMs,
+  freePort,
+  percentile,
+  redisCommandsPerCall,
+  startTs,
+  stop,
+  topFamilies,
+} from './lib.js';
 
 const seconds = Number(process.env.BENCH_SECONDS ?? 4);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const sequential = Number(process.env.BENCH_SEQUENTIAL ?? 1500);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const warmUpSeconds = Number(process.env.BENCH_WARMUP_SECONDS ?? 3);
+const counted = Number(process.env.BENCH_COUNTED_CALLS ?? 2000);
 const EXPRESSION = '2*(3+4)';
+/** Issue 20's ceilings on Redis commands per call (run_python's is counted by bench:sandbox). */
+const COMMANDS_TARGET = { calculator: 25, run_python: 45 } as const;
 
 interface Side {
   label: string;
@@ -165,6 +178,13 @@ for (let round = 1; round <= rounds; round++) {
   console.log(`  round ${round}/${rounds}  ${line.join('  |  ')}`);
 }
 
+// Redis commands per calculator call, by family: the gateway's and worker's work per call is
+// what bounds a deployment (one Redis master each). Counted apart from the timed rounds, at
+// concurrency 16, with both sides idle but for these calls.
+const commands = await redisCommandsPerCall(redisUrl, () =>
+  http({ connections: 16, amount: counted }),
+);
+
 await stop(gateway);
 await stop(worker);
 await stop(rawWorker);
@@ -200,4 +220,12 @@ console.log(
 );
 console.log(`p50 ratio        (toolgate / raw): ${(t.p50 / r.p50).toFixed(2)}   target ≤ 2`);
 console.log(`p99 ratio        (toolgate / raw): ${(t.p99 / r.p99).toFixed(2)}`);
+console.log('');
+console.log(
+  `Redis commands per calculator call (${counted} calls at concurrency 16, idle traffic of ${commands.idlePerCall.toFixed(1)} per call taken out): ${commands.total.toFixed(1)}   target ≤ ${COMMANDS_TARGET.calculator}  ${commands.total <= COMMANDS_TARGET.calculator ? 'PASS' : 'FAIL'}`,
+);
+console.log(`  by family: ${topFamilies(commands)}`);
+console.log(
+  `Redis commands per run_python call: counted by pnpm bench:sandbox   target ≤ ${COMMANDS_TARGET.run_python}`,
+);
 process.exit(0);

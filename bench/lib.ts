@@ -3,9 +3,11 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseSandboxConfig } from '@toolgate/sandbox';
 import { DockerDriver, LABEL_DEPLOYMENT } from '@toolgate/sandbox/docker';
+import { Redis } from 'ioredis';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -177,4 +179,79 @@ export async function deploymentContainers(stateDir: string): Promise<string[]> 
 /** Force-removes containers (gone already is fine). */
 export async function removeContainers(ids: string[]): Promise<void> {
   await Promise.all(ids.map((id) => dockerApi('DELETE', `/containers/${id}?force=1`)));
+}
+
+/** Redis commands per call, by command family (lowercase name), the most frequent first. */
+export interface CommandsPerCall {
+  total: number;
+  families: [string, number][];
+  /** Idle traffic taken out, per call. */
+  idlePerCall: number;
+}
+
+/** INFO commandstats as calls per command; INFO itself left out (that is the bench asking). */
+async function commandCounts(redis: Redis): Promise<Map<string, number>> {
+  const counts = new Map<string, number>();
+  for (const m of (await redis.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+    if (m[1] !== 'info') counts.set(m[1]!, Number(m[2]));
+  }
+  return counts;
+}
+
+/**
+ * Redis commands per call around `run` (which returns how many calls it made), from INFO
+ * commandstats: Lua scripts' own commands included, and the traffic the same processes send
+ * with no calls (blocking pops timing out, heartbeats, sweeps) taken out. That idle rate is the
+ * lower of two windows per family, so a periodic job caught in one window is not charged to
+ * the calls.
+ */
+export async function redisCommandsPerCall(
+  redisUrl: string,
+  run: () => Promise<number>,
+  idleMs = 2000,
+): Promise<CommandsPerCall> {
+  const redis = new Redis(redisUrl);
+  try {
+    const windows: Map<string, number>[] = [];
+    for (let i = 0; i < 2; i++) {
+      const before = await commandCounts(redis);
+      const t = performance.now();
+      await sleep(idleMs);
+      const after = await commandCounts(redis);
+      const ms = performance.now() - t;
+      windows.push(new Map([...after].map(([k, n]) => [k, (n - (before.get(k) ?? 0)) / ms])));
+    }
+    const idle = (name: string) => Math.min(...windows.map((w) => w.get(name) ?? 0));
+    const before = await commandCounts(redis);
+    const t = performance.now();
+    const calls = await run();
+    const ms = performance.now() - t;
+    const after = await commandCounts(redis);
+    const families = [...after]
+      .map(([name, n]): [string, number] => [
+        name,
+        Math.max(0, n - (before.get(name) ?? 0) - idle(name) * ms) / calls,
+      ])
+      .filter(([, perCall]) => perCall >= 0.05)
+      .sort((a, b) => b[1] - a[1]);
+    const idleTotal = [...new Set(windows.flatMap((w) => [...w.keys()]))].reduce(
+      (sum, name) => sum + idle(name),
+      0,
+    );
+    return {
+      total: families.reduce((sum, [, v]) => sum + v, 0),
+      families,
+      idlePerCall: (idleTotal * ms) / calls,
+    };
+  } finally {
+    redis.disconnect();
+  }
+}
+
+/** The top families of a count, e.g. `HMGET 11.0, HINCRBY 10.0, …`. */
+export function topFamilies(counts: CommandsPerCall, top = 16): string {
+  return counts.families
+    .slice(0, top)
+    .map(([name, v]) => `${name.toUpperCase()} ${v.toFixed(1)}`)
+    .join(', ');
 }

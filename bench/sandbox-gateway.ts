@@ -6,13 +6,23 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { benchRedis, freePort, startTs, stop, unmountUnder } from './lib.js';
+import {
+  benchRedis,
+  freePort,
+  redisCommandsPerCall,
+  startTs,
+  stop,
+  topFamilies,
+  unmountUnder,
+} from './lib.js';
 import { HELLO, plainDockerRun, sampleLatency, sustain } from './sandbox/sandbox-bench.js';
 
 const exec = promisify(execFile);
 const samples = Number(process.env.BENCH_SAMPLES ?? 15);
 const seconds = Number(process.env.BENCH_SECONDS ?? 30);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 8);
+/** Issue 20's ceiling on Redis commands per run_python call. */
+const COMMANDS_TARGET = 45;
 
 const redisUrl = await benchRedis();
 const dir = mkdtempSync(join(tmpdir(), 'toolgate-bench-'));
@@ -77,7 +87,12 @@ const viaGateway = await sampleLatency(call, samples, poolFull);
 await plainDockerRun();
 const plain = await sampleLatency(plainDockerRun, samples);
 await poolFull();
-const sustained = await sustain(call, seconds, concurrency);
+// Redis commands per run_python call, by family, counted around the sustained run.
+let sustained: Awaited<ReturnType<typeof sustain>> | undefined;
+const commands = await redisCommandsPerCall(redisUrl, async () => {
+  sustained = await sustain(call, seconds, concurrency);
+  return sustained.calls;
+});
 await stop(gateway);
 await stop(worker); // SIGTERM: the worker removes its warm containers on the way out
 unmountUnder(dir); // the workspace image stays mounted after the worker, by design
@@ -89,6 +104,7 @@ const left = (await exec('docker', ['ps', '-aq', '--filter', 'label=toolgate.san
 
 console.log(`  run_python via gateway   p50 ${viaGateway.p50Ms} ms   p95 ${viaGateway.p95Ms} ms`);
 console.log(`  docker run --rm          p50 ${plain.p50Ms} ms   p95 ${plain.p95Ms} ms`);
+if (!sustained) throw new Error('the sustained run did not finish');
 console.log(
   `  sustained                ${sustained.callsPerSecond} calls/s at concurrency ${concurrency} (${sustained.calls} calls, ${sustained.errors} errors, p50 ${sustained.p50Ms} ms)`,
 );
@@ -97,4 +113,8 @@ console.log(
   `p50 ratio (gateway run_python / docker run --rm): ${(viaGateway.p50Ms / plain.p50Ms).toFixed(2)}   target ≤ 0.2`,
 );
 console.log(`containers left after the run: ${left}   target 0`);
+console.log(
+  `Redis commands per run_python call (the sustained run, idle traffic of ${commands.idlePerCall.toFixed(1)} per call taken out): ${commands.total.toFixed(1)}   target ≤ ${COMMANDS_TARGET}  ${commands.total <= COMMANDS_TARGET ? 'PASS' : 'FAIL'}`,
+);
+console.log(`  by family: ${topFamilies(commands)}`);
 process.exit(left === 0 ? 0 : 1);

@@ -82,33 +82,7 @@ export class Admission {
     await this.redis.zrem(this.keys.inFlight(clientId, kind), id);
   }
 
-  /** A client's calls in flight (both queues), newest first, accepted since `since` (epoch ms). */
-  async inFlightIds(clientId: string, since: number, limit: number): Promise<string[]> {
-    const multi = this.redis.multi();
-    for (const kind of ['fast', 'sandbox'] as const) {
-      multi.zrevrangebyscore(
-        this.keys.inFlight(clientId, kind),
-        '+inf',
-        since,
-        'WITHSCORES',
-        'LIMIT',
-        0,
-        limit,
-      );
-    }
-    const rows: [number, string][] = [];
-    for (const [err, reply] of (await multi.exec()) ?? []) {
-      if (err) throw err;
-      const flat = reply as string[];
-      for (let i = 0; i < flat.length; i += 2) rows.push([Number(flat[i + 1]), flat[i]!]);
-    }
-    return rows
-      .sort((a, b) => b[0] - a[0])
-      .slice(0, limit)
-      .map(([, id]) => id);
-  }
-
-  /** The same, inside a caller's pipeline or transaction (no extra round trip). */
+  /** Forgets a call inside a caller's pipeline or transaction (no extra round trip). */
   releaseIn(pipeline: ChainableCommander, clientId: string, kind: QueueKind, id: string): void {
     pipeline.zrem(this.keys.inFlight(clientId, kind), id);
   }

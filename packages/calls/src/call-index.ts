@@ -31,29 +31,56 @@ export class CallIndex {
       .expire(key, this.ttlSeconds);
   }
 
-  /** Ids of the clients' calls since `since` (epoch ms), newest first, at most `limit`. */
-  async recent(clientIds: readonly string[], since: number, limit: number): Promise<string[]> {
+  /**
+   * One call, as the worker ends it: in the same round trip that takes it out of its client's
+   * in-flight set and before that, so a listing (which reads both at once) never misses a call
+   * between its end and its batched record. Capped and given its expiry with the record's batch.
+   */
+  addOneIn(pipeline: ChainableCommander, clientId: string, id: string): void {
+    pipeline.zadd(this.keys.callIndex(clientId), Date.now(), id);
+  }
+
+  /**
+   * The clients' calls since `since` (epoch ms), newest first, at most `limit`, each with its
+   * client: finished ones from the index and, read in the same transaction so no call falls
+   * between the two, those in flight (both queues' admission sets).
+   */
+  async recent(
+    clientIds: readonly string[],
+    since: number,
+    limit: number,
+    inFlightLimit: number,
+  ): Promise<{ finished: string[]; inFlight: string[]; owner: Map<string, string> }> {
     const multi = this.redis.multi();
+    const read = (key: string, n: number) =>
+      multi.zrevrangebyscore(key, '+inf', since, 'WITHSCORES', 'LIMIT', 0, n);
     for (const client of clientIds) {
-      multi.zrevrangebyscore(
-        this.keys.callIndex(client),
-        '+inf',
-        since,
-        'WITHSCORES',
-        'LIMIT',
-        0,
-        limit,
-      );
+      read(this.keys.callIndex(client), limit);
+      read(this.keys.inFlight(client, 'fast'), inFlightLimit);
+      read(this.keys.inFlight(client, 'sandbox'), inFlightLimit);
     }
-    const rows: [number, string][] = [];
-    for (const [err, reply] of (await multi.exec()) ?? []) {
+    const replies = (await multi.exec()) ?? [];
+    const owner = new Map<string, string>();
+    const finished: [number, string][] = [];
+    const inFlight: [number, string][] = [];
+    replies.forEach(([err, reply], i) => {
       if (err) throw err;
       const flat = reply as string[];
-      for (let i = 0; i < flat.length; i += 2) rows.push([Number(flat[i + 1]), flat[i]!]);
-    }
-    return rows
-      .sort((a, b) => b[0] - a[0])
-      .slice(0, limit)
-      .map(([, id]) => id);
+      const rows = i % 3 === 0 ? finished : inFlight;
+      for (let j = 0; j < flat.length; j += 2) {
+        rows.push([Number(flat[j + 1]), flat[j]!]);
+        owner.set(flat[j]!, clientIds[Math.floor(i / 3)]!);
+      }
+    });
+    const newest = (rows: [number, string][], n: number) =>
+      rows
+        .sort((a, b) => b[0] - a[0])
+        .slice(0, n)
+        .map(([, id]) => id);
+    return {
+      finished: newest(finished, limit),
+      inFlight: newest(inFlight, inFlightLimit),
+      owner,
+    };
   }
 }

@@ -551,14 +551,14 @@ export class CallPipeline {
     return guardRedis(async () => {
       // Filters apply after reading: read a generous page, bounded whatever the filters.
       const scan = q.tool || q.status ? LIST_SCAN : q.limit;
-      const [finished, ...inFlight] = await Promise.all([
-        // One id more than the scan reads, to know whether it left calls unread (`partial`).
-        this.o.index.recent(clients, q.since, scan + 1),
-        ...clients.map((c) => this.o.admission.inFlightIds(c, q.since, q.limit)),
-      ]);
-      const owner = new Map<string, string>();
-      inFlight.forEach((ids, i) => ids.forEach((id) => owner.set(id, clients[i]!)));
-      const found = [...new Set([...inFlight.flat(), ...finished])];
+      // One id more than the scan reads, to know whether it left calls unread (`partial`).
+      const { finished, inFlight, owner } = await this.o.index.recent(
+        clients,
+        q.since,
+        scan + 1,
+        q.limit,
+      );
+      const found = [...new Set([...inFlight, ...finished])];
       const ids = found.slice(0, LIST_SCAN);
       const calls: CallBrief[] = [];
       const legacy = { bytes: LIST_LEGACY_BYTES };

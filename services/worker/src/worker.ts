@@ -104,10 +104,8 @@ export function createWorker({
   const redis = createRedis(config.redis, 'blocking');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
   const audit = new AuditLog(redis, keys, config.audit);
-  const stats = new Stats(redis, keys, {
-    series: new Series(redis, keys),
-    index: new CallIndex(redis, keys, config.calls.ttlSeconds),
-  });
+  const index = new CallIndex(redis, keys, config.calls.ttlSeconds);
+  const stats = new Stats(redis, keys, { series: new Series(redis, keys), index });
   const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
   const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
   const heartbeat = new Heartbeat(
@@ -276,10 +274,14 @@ export function createWorker({
 
   /**
    * Ends a call's in-flight entry and lease, and tells the waiting gateway and the call's
-   * watchers: one round trip.
+   * watchers: one round trip. The call enters its client's index first, so listings see it
+   * in one place or the other until its record lands.
    */
   function release(call: CallJob, kind: QueueKind, end?: OutcomeEvent): Promise<unknown> {
+    // A pipeline, not a transaction: Redis runs it in order, so a listing in between sees the
+    // call in both places at worst.
     const done = redis.pipeline();
+    index.addOneIn(done, call.clientId, call.id);
     admission.releaseIn(done, call.clientId, kind, call.id);
     if (kind === 'sandbox') leases.releaseIn(done, call.clientId, kind, call.id);
     if (end && call.replyTo) done.publish(call.replyTo, JSON.stringify(end.outcome));

@@ -69,6 +69,15 @@ describe('Admission', () => {
     expect(await admission.inFlight('d')).toBe(1);
   });
 
+  it('gives a call its fair place even when a stale entry sits in its queue under the limit', async () => {
+    const admission = new Admission(redis, keys, 300);
+    await admission.admit('g', 'fast', 'lost', 10);
+    await sleep(400);
+    // Far from the limit, the stale entry would still have put the call second in line.
+    expect(await admission.admit('g', 'fast', 'g2', 10)).toEqual({ admitted: true, priority: 1 });
+    expect(await admission.inFlight('g')).toBe(1);
+  });
+
   it('leaves no key behind for an idle client', async () => {
     const admission = new Admission(redis, keys, 200);
     await admission.admit('e', 'fast', 'e1', 2);

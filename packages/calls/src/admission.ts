@@ -8,9 +8,12 @@ import type { QueueKind } from './types.js';
 export const MAX_PRIORITY = 2 ** 21 - 1;
 
 /**
- * Prunes a client's stale in-flight entries, refuses when its calls in flight (both queues)
- * reach the limit, else records the call. Returns {1, the client's calls in this queue} or
- * {0, its calls in flight}. Time is Redis's, so gateways with skewed clocks agree.
+ * Refuses when a client's calls in flight (both queues) reach the limit, else records the call.
+ * Returns {1, the client's calls in this queue} or {0, its calls in flight}. Stale entries
+ * (their worker vanished) are pruned where they would count: on the way to a refusal, and in
+ * this queue when its oldest entry is stale (its count is the call's fair priority). An
+ * admitted call costs two ZCARDs, a ZRANGE, a ZADD and a PEXPIRE. Time is Redis's, so
+ * gateways with skewed clocks agree.
  *   KEYS: this queue's set, the other queue's set
  *   ARGV: call id, limit (0 = never refuse), stale horizon ms
  */
@@ -18,16 +21,23 @@ const ADMIT = new LuaScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local horizon = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - horizon)
 local limit = tonumber(ARGV[2])
-if limit > 0 then
-  local total = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])
-  if total >= limit then return {0, total} end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+if oldest and tonumber(oldest) < now - horizon then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
 end
-redis.call('ZADD', KEYS[1], now, ARGV[1])
+local here = redis.call('ZCARD', KEYS[1])
+local there = redis.call('ZCARD', KEYS[2])
+if limit > 0 and here + there >= limit then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - horizon)
+  here = redis.call('ZCARD', KEYS[1])
+  there = redis.call('ZCARD', KEYS[2])
+  if here + there >= limit then return {0, here + there} end
+end
+here = here + redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], horizon)
-return {1, redis.call('ZCARD', KEYS[1])}
+return {1, here}
 `);
 
 export type AdmitResult =
@@ -87,7 +97,7 @@ export class Admission {
     pipeline.zrem(this.keys.inFlight(clientId, kind), id);
   }
 
-  /** A client's calls in flight in both queues (stale entries included until the next admit). */
+  /** A client's calls in flight in both queues (the other queue's stale entries included until a refusal prunes them). */
   async inFlight(clientId: string): Promise<number> {
     const [a, b] = await Promise.all([
       this.redis.zcard(this.keys.inFlight(clientId, 'fast')),

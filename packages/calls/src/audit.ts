@@ -2,6 +2,7 @@ import type { ChainableCommander } from 'ioredis';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { maskText, redact } from './redact.js';
+import { Upkeep } from './upkeep.js';
 
 export interface AuditEntry {
   at: string;
@@ -49,6 +50,8 @@ export interface AuditLimits {
 
 /** Rows read per stream per round trip when merging, and rows looked at per query at most. */
 const PAGE = 200;
+/** How often a process adds a client to the set of clients with an audit stream again. */
+const LIST_EVERY_MS = 60_000;
 /** Bytes of entries read per stream per round trip: fewer rows when entries may be large. */
 const PAGE_BYTES = 256 * 1024;
 /** Bytes of entries one query reads at most, whatever its filters match (with MAX_SCANNED). */
@@ -63,6 +66,8 @@ const MAX_SCANNED = 10_000;
  * merge the streams newest first by stream id (Redis's clock, so one order across writers).
  */
 export class AuditLog {
+  private readonly listed = new Upkeep(LIST_EVERY_MS);
+
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
@@ -91,7 +96,7 @@ export class AuditLog {
       'e',
       this.serialize(entry),
     );
-    multi.sadd(this.keys.auditClients, entry.client);
+    if (this.listed.due(entry.client)) multi.sadd(this.keys.auditClients, entry.client);
   }
 
   async append(entry: AuditEntry): Promise<void> {

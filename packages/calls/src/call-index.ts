@@ -1,9 +1,15 @@
 import type { ChainableCommander } from 'ioredis';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
+import { Upkeep } from './upkeep.js';
 
 /** Calls each client's index keeps, newest first; older ones drop out (their records stay). */
 export const CALL_INDEX_SIZE = 1000;
+/**
+ * The index is trimmed and its expiry renewed at most once a second per process, or sooner
+ * once CALL_INDEX_SIZE ids were added since: it holds at most twice CALL_INDEX_SIZE ids.
+ */
+const UPKEEP_EVERY_MS = 1000;
 
 /**
  * Each client's recent calls, as a sorted set of ids scored by time (`GET /v1/calls`): written
@@ -11,6 +17,8 @@ export const CALL_INDEX_SIZE = 1000;
  * the same round trip, capped at CALL_INDEX_SIZE per client, expiring with the records.
  */
 export class CallIndex {
+  private readonly upkeep = new Upkeep(UPKEEP_EVERY_MS);
+
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
@@ -25,10 +33,10 @@ export class CallIndex {
   ): void {
     if (ids.length === 0) return;
     const key = this.keys.callIndex(clientId);
-    multi
-      .zadd(key, ...ids.flatMap((id) => [at, id]))
-      .zremrangebyrank(key, 0, -(CALL_INDEX_SIZE + 1))
-      .expire(key, this.ttlSeconds);
+    multi.zadd(key, ...ids.flatMap((id) => [at, id]));
+    if (this.upkeep.due(key, ids.length, CALL_INDEX_SIZE)) {
+      multi.zremrangebyrank(key, 0, -(CALL_INDEX_SIZE + 1)).expire(key, this.ttlSeconds);
+    }
   }
 
   /**

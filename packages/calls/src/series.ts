@@ -2,6 +2,7 @@ import type { ChainableCommander } from 'ioredis';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallOutcome } from './types.js';
+import { Upkeep } from './upkeep.js';
 
 /** Upper bounds (ms) of the latency buckets; the last bucket is everything slower. */
 export const LATENCY_BUCKETS_MS = [
@@ -9,6 +10,8 @@ export const LATENCY_BUCKETS_MS = [
 ];
 /** Minutes a point is kept: the console shows the last hour. */
 const KEEP_SECONDS = 2 * 3600;
+/** How often a process sends a minute key's expiry again while it writes to it. */
+const EXPIRE_EVERY_MS = 30_000;
 
 export interface Gauges {
   queueFast: number;
@@ -35,6 +38,8 @@ const minuteOf = (ms: number) => Math.floor(ms / 60_000);
  * two hours kept. Prometheus stays the source for Grafana; this is the console's own view.
  */
 export class Series {
+  private readonly expiries = new Upkeep(EXPIRE_EVERY_MS);
+
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
@@ -66,7 +71,9 @@ export class Series {
     }
     for (const [key, fields] of counts) {
       for (const [field, n] of fields) multi.hincrby(key, field, n);
-      multi.expire(key, KEEP_SECONDS);
+      // A minute's key is written for a minute: its expiry once per process (and again after
+      // EXPIRE_EVERY_MS, should the key have been lost and written anew meanwhile).
+      if (this.expiries.due(key)) multi.expire(key, KEEP_SECONDS);
     }
   }
 

@@ -4,12 +4,20 @@ import type { CallIndex } from './call-index.js';
 import type { Keys } from './keys.js';
 import type { Series } from './series.js';
 import type { CallOutcome } from './types.js';
+import { Upkeep } from './upkeep.js';
 
 const SAMPLE_SIZE = 1000;
 const RECENT_SIZE = 100;
 const SLOWEST_SIZE = 50;
 /** Per-client duration samples are smaller: there is one per client and tool. */
 const CLIENT_SAMPLE_SIZE = 200;
+/**
+ * Lists and sorted sets are trimmed at most once a second per process, or sooner once their
+ * cap's worth was added since: each holds at most twice its cap.
+ */
+const TRIM_EVERY_MS = 1000;
+/** The sets that list tools with stats are re-added once a minute per process. */
+const LIST_EVERY_MS = 60_000;
 
 /** The keys one view of the stats lives under: everyone's (admins), or one client's. */
 interface StatKeys {
@@ -72,6 +80,9 @@ export interface StatsReport {
  * reads another client's calls; both are bounded (clients come from the config, lists capped).
  */
 export class Stats {
+  private readonly trims = new Upkeep(TRIM_EVERY_MS);
+  private readonly listed = new Upkeep(LIST_EVERY_MS);
+
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
@@ -184,7 +195,9 @@ export class Stats {
       recent.push(text);
       slowest.push(outcome.durationMs, text);
     }
-    multi.sadd(keys.tools, ...perTool.keys());
+    const unlisted = [...perTool.keys()].filter((tool) => this.listed.due(`${keys.tools} ${tool}`));
+    if (unlisted.length > 0) multi.sadd(keys.tools, ...unlisted);
+    const trim = (key: string, added: number, cap: number) => this.trims.due(key, added, cap);
     for (const [tool, t] of perTool) {
       const toolKey = keys.tool(tool);
       multi.hincrby(toolKey, 'calls', t.calls).hincrbyfloat(toolKey, 'totalMs', t.totalMs);
@@ -193,13 +206,16 @@ export class Stats {
       if (t.cancelled) multi.hincrby(toolKey, 'cancelled', t.cancelled);
       if (t.cached) multi.hincrby(toolKey, 'cached', t.cached);
       const durations = keys.durations(tool);
-      multi.lpush(durations, ...t.durations).ltrim(durations, 0, keys.sampleSize - 1);
+      multi.lpush(durations, ...t.durations);
+      if (trim(durations, t.durations.length, keys.sampleSize)) {
+        multi.ltrim(durations, 0, keys.sampleSize - 1);
+      }
     }
-    multi
-      .lpush(keys.recent, ...recent)
-      .ltrim(keys.recent, 0, RECENT_SIZE - 1)
-      .zadd(keys.slowest, ...slowest)
-      .zremrangebyrank(keys.slowest, 0, -(SLOWEST_SIZE + 1));
+    multi.lpush(keys.recent, ...recent).zadd(keys.slowest, ...slowest);
+    if (trim(keys.recent, recent.length, RECENT_SIZE)) multi.ltrim(keys.recent, 0, RECENT_SIZE - 1);
+    if (trim(keys.slowest, recent.length, SLOWEST_SIZE)) {
+      multi.zremrangebyrank(keys.slowest, 0, -(SLOWEST_SIZE + 1));
+    }
   }
 
   /** Counts a cache hit or miss (also in the client's own stats when given) or evictions. */
@@ -219,10 +235,10 @@ export class Stats {
     const names = (await this.redis.smembers(keys.tools)).filter(visible).sort();
     const multi = this.redis.multi();
     for (const name of names) {
-      multi.hgetall(keys.tool(name)).lrange(keys.durations(name), 0, -1);
+      multi.hgetall(keys.tool(name)).lrange(keys.durations(name), 0, keys.sampleSize - 1);
     }
     multi
-      .lrange(keys.recent, 0, -1)
+      .lrange(keys.recent, 0, RECENT_SIZE - 1)
       .zrevrange(keys.slowest, 0, SLOWEST_SIZE - 1)
       .hgetall(keys.cache);
     const replies = ((await multi.exec()) ?? []).map(([err, value]) => {

@@ -21,22 +21,24 @@ import { testTools } from './support/tools.js';
 
 /**
  * Redis commands per call, at most. Each is the value measured when it was set (2-core machine,
- * calls one at a time, Redis 7.0, the range of 9 runs, 5 of them beside two busy cores' worth
- * of other processes) rounded up by ~10 %: raise one only with the reason in review.
+ * calls one at a time, Redis 7.0, the range of 3 runs beside other busy processes) rounded up
+ * by ~10 %: raise one only with the reason in review. Of a synchronous calculator call's ~97,
+ * ~65 are BullMQ's own (its add, fetch and completion scripts, and the empty fetches of idle
+ * worker slots); docs/scaling.md has the split.
  */
 const BUDGET = {
-  /** POST /tools/calculator/execute, answered with the result. Measured 111.0–111.8. */
-  calculatorSync: 122,
-  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 111.2–111.9. */
-  calculatorAsync: 123,
-  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 112.0–113.2. */
-  idempotent: 123,
-  /** A call answered from the result cache (the tool never runs). Measured 40.1–40.4. */
-  cachedHit: 44,
-  /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 138.1–139.0. */
-  approved: 152,
-  /** run_python in the docker sandbox (only where the driver is available). Measured 128.2–131.5. */
-  runPython: 142,
+  /** POST /tools/calculator/execute, answered with the result. Measured 97.5 (was 111.0–111.8 before the trims and admission pruning were amortized). */
+  calculatorSync: 108,
+  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 96.2–96.8. */
+  calculatorAsync: 107,
+  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 98.5–98.6. */
+  idempotent: 109,
+  /** A call answered from the result cache (the tool never runs). Measured 27.6–28.1. */
+  cachedHit: 31,
+  /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 123.9–124.3. */
+  approved: 137,
+  /** run_python in the docker sandbox (only where the driver is available). Measured 116.5–117.9. */
+  runPython: 130,
 } as const;
 type Kind = keyof typeof BUDGET;
 

@@ -27,7 +27,7 @@ export { ConnectionBudget } from './connection-budget.js';
 export { Approvals, cancelledOutcome } from './approvals.js';
 export { AuditLog } from './audit.js';
 export { ResultCache, canonicalDigest } from './cache.js';
-export { Stats, percentile } from './stats.js';
+export { Stats, StatsBatch, percentile } from './stats.js';
 export { maskText, redact } from './redact.js';
 export { WorkspaceResets } from './workspace-resets.js';
 export type { ScheduledReset } from './workspace-resets.js';

@@ -102,6 +102,8 @@ export class Stats {
   addBatch(
     multi: ChainableCommander,
     calls: readonly { outcome: CallOutcome; clientId: string }[],
+    /** Also add the calls to their clients' index (false: the caller did already). */
+    { index = true }: { index?: boolean } = {},
   ): void {
     if (calls.length === 0) return;
     const at = new Date().toISOString();
@@ -115,11 +117,12 @@ export class Stats {
     }
     for (const [clientId, list] of byClient) {
       this.write(multi, this.statKeys(clientId), list, at);
-      this.also.index?.addTo(
-        multi,
-        clientId,
-        list.map((c) => c.outcome.id),
-      );
+      if (index)
+        this.also.index?.addTo(
+          multi,
+          clientId,
+          list.map((c) => c.outcome.id),
+        );
     }
   }
 
@@ -306,4 +309,75 @@ export function percentile(sorted: readonly number[], p: number): number {
 function round(n: number, digits: number): number {
   const f = 10 ** digits;
   return Math.round(n * f) / f;
+}
+
+/** How long a call's stats wait for others to share their batch, and the most one holds. */
+const BATCH_DELAY_MS = 10;
+const BATCH_MAX = 200;
+/** How long a batch that failed is tried again (a failover takes seconds) before it is dropped. */
+const BATCH_RETRY_FOR_MS = 10_000;
+
+/**
+ * The stats (and series) of calls a gateway answers itself — cache hits, refusals after
+ * acceptance — in batches: one transaction per BATCH_DELAY_MS or BATCH_MAX calls, as the
+ * worker's recorder does for the calls it runs. The call's record, brief, index entry and
+ * audit entry are written at once by the caller (a lookup right after the answer finds them);
+ * only the counters, which nobody reads per call, wait up to BATCH_DELAY_MS.
+ */
+export class StatsBatch {
+  private pending: { outcome: CallOutcome; clientId: string }[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private readonly writing = new Set<Promise<void>>();
+
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly stats: Stats,
+    private readonly onDropped: (err: unknown, calls: number) => void,
+  ) {}
+
+  add(outcome: CallOutcome, clientId: string): void {
+    this.pending.push({ outcome, clientId });
+    if (this.pending.length >= BATCH_MAX) this.flush();
+    else this.timer ??= setTimeout(() => this.flush(), BATCH_DELAY_MS);
+  }
+
+  /** Writes what is pending now; resolves once every write so far has landed or given up. */
+  async drain(): Promise<void> {
+    this.flush();
+    await Promise.all(this.writing);
+  }
+
+  private flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    const batch = this.pending;
+    if (batch.length === 0) return;
+    this.pending = [];
+    const write = this.write(batch)
+      .catch((err: unknown) => this.onDropped(err, batch.length))
+      .finally(() => this.writing.delete(write));
+    this.writing.add(write);
+  }
+
+  /** One transaction, so a batch tried again never counts a call twice. */
+  private async write(batch: { outcome: CallOutcome; clientId: string }[]): Promise<void> {
+    const hits = new Map<string, number>();
+    for (const { outcome, clientId } of batch) {
+      if (outcome.cached) hits.set(clientId, (hits.get(clientId) ?? 0) + 1);
+    }
+    const started = Date.now();
+    for (let attempt = 0; ; attempt++) {
+      const multi = this.redis.multi();
+      this.stats.addBatch(multi, batch, { index: false });
+      for (const [clientId, n] of hits) this.stats.countCache(multi, 'hits', n, clientId);
+      try {
+        const failed = ((await multi.exec()) ?? []).find(([err]) => err);
+        if (failed) throw failed[0];
+        return;
+      } catch (err) {
+        if (Date.now() - started > BATCH_RETRY_FOR_MS) throw err;
+        await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 2000)));
+      }
+    }
+  }
 }

@@ -12,6 +12,7 @@ import {
   ResultCache,
   Series,
   Stats,
+  StatsBatch,
   WorkspaceResets,
   createRedis,
   ReplicaWait,
@@ -94,6 +95,9 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const series = new Series(redis, keys);
   const callIndex = new CallIndex(redis, keys, config.calls.ttlSeconds);
   const stats = new Stats(redis, keys, { series, index: callIndex });
+  const statsBatch = new StatsBatch(redis, stats, (err, calls) =>
+    log.warn({ err, calls }, 'could not count the stats of calls answered here'),
+  );
   const limits = new CallLimits(redis, keys, config.policy.loopGuard, (kind, client) =>
     metrics.limited.inc({ kind, client: client.id }),
   );
@@ -117,6 +121,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     audit,
     cache,
     stats,
+    statsBatch,
     metrics,
     replicas,
     onUnreplicated(replication) {
@@ -368,6 +373,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         clearTimeout(force);
       }
       await connectionBudget.close();
+      await statsBatch.drain();
       await dispatcher.close();
       replicas.close();
       redis.disconnect();

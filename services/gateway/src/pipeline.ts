@@ -28,6 +28,7 @@ import {
   type QueueKind,
   type ResultCache,
   type Stats,
+  type StatsBatch,
 } from '@toolgate/calls';
 import { runPrecheck, type Tool, type ToolRegistry, type ToolServices } from '@toolgate/registry';
 import { injectContext, withSpan } from '@toolgate/telemetry';
@@ -104,6 +105,8 @@ export interface PipelineOptions {
   audit: AuditLog;
   cache: ResultCache;
   stats: Stats;
+  /** Stats of the calls this gateway answers itself, batched. */
+  statsBatch: StatsBatch;
   metrics: GatewayMetrics;
   /** `redis.durability`: an accepted call is on that many replicas before it is answered. */
   replicas: ReplicaWait;
@@ -711,12 +714,14 @@ export class CallPipeline {
       acceptedAt: Date.now(),
       redactedArgs: entry.args,
     };
+    // The record, its index entry and the audit entry before the answer (a lookup right after
+    // finds the call); its stats with the next batch.
     const multi = this.o.redis.multi();
     this.o.store.addTo(multi, finishedRecord(call, 'fast', outcome));
-    this.o.stats.addTo(multi, outcome, client.id);
-    if (outcome.cached) this.o.stats.countCache(multi, 'hits', 1, client.id);
+    this.o.index.addTo(multi, client.id, [outcome.id]);
     this.o.audit.addTo(multi, entry);
     await multi.exec();
+    this.o.statsBatch.add(outcome, client.id);
     return outcome;
   }
 

@@ -62,3 +62,5 @@ export type {
   CallStatus,
   QueueKind,
 } from './types.js';
+export { FastLane, LANE_ENDED_MS, LANE_FAILED_MS } from './fast-lane.js';
+export type { LaneAdmit, LaneCall, LaneState, LaneStub } from './fast-lane.js';

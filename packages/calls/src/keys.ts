@@ -56,9 +56,39 @@ export class Keys {
     return `${this.bullPrefix}:${this.queue(kind)}:${id}`;
   }
 
+  /** The fast queue (FastLane): waiting calls, by fair priority and arrival. */
+  get fastQueue(): string {
+    return `${this.prefix}:fast:queue`;
+  }
+
+  /** The fast queue's running calls, scored by the end of their worker's lease. */
+  get fastActive(): string {
+    return `${this.prefix}:fast:active`;
+  }
+
+  /** The fast queue's arrival counter (order within one priority). */
+  get fastSeq(): string {
+    return `${this.prefix}:fast:seq`;
+  }
+
+  /** One-member sorted set idle fast-queue workers block on (BZPOPMIN) until calls arrive. */
+  get fastWake(): string {
+    return `${this.prefix}:fast:wake`;
+  }
+
+  /** A fast call's job while it waits or runs, then a short-lived stub (FastLane). */
+  fastJob(id: string): string {
+    return `${this.prefix}:fast:job:${id}`;
+  }
+
+  /** What every in-flight set's name starts with (the client id and queue follow). */
+  get inFlightPrefix(): string {
+    return `${this.prefix}:inflight:`;
+  }
+
   /** Sorted set of a client's calls accepted and not yet finished in one queue, scored by accept time. */
   inFlight(clientId: string, kind: QueueKind): string {
-    return `${this.prefix}:inflight:${clientId}:${kind}`;
+    return `${this.inFlightPrefix}${clientId}:${kind}`;
   }
 
   /** Sorted set of a client's calls running now in one queue (worker leases), scored by lease expiry. */

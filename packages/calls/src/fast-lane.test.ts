@@ -1,0 +1,159 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { FastLane } from './fast-lane.js';
+import { Keys } from './keys.js';
+import { createRedis, type RedisClient } from './redis.js';
+import type { CallJob } from './types.js';
+
+let redis: RedisClient;
+let blocking: RedisClient;
+let keys: Keys;
+let lane: FastLane;
+beforeAll(() => {
+  redis = createRedis(inject('redisUrl'), 'command');
+  blocking = createRedis(inject('redisUrl'), 'blocking');
+  keys = new Keys(`t${randomUUID().slice(0, 8)}`);
+  lane = new FastLane(redis, keys);
+});
+afterAll(() => {
+  redis.disconnect();
+  blocking.disconnect();
+});
+
+const HORIZON = 60_000;
+const outcome = (id: string) => ({
+  json: JSON.stringify({ id, status: 'ok' }),
+  event: JSON.stringify({ type: 'outcome' }),
+});
+
+function job(clientId: string, args: Record<string, unknown> = {}): CallJob {
+  return { id: randomUUID(), tool: 'calculator', args, clientId, acceptedAt: Date.now() };
+}
+
+async function drain(): Promise<void> {
+  for (;;) {
+    const got = await lane.claim(100, 60_000);
+    if (got.length === 0) return;
+    for (const c of got)
+      await lane.finish(c.job, outcome(c.job.id), { claimNext: false, leaseMs: 1 });
+  }
+}
+
+describe('FastLane', () => {
+  it('serves every client’s first call before anyone’s second, then in arrival order', async () => {
+    await drain();
+    const a = [job('a'), job('a'), job('a')];
+    const b = [job('b'), job('b')];
+    for (const j of [...a, ...b]) {
+      expect(await lane.enqueue(j, 10, HORIZON, true)).toMatchObject({ admitted: true });
+    }
+    const order = (await lane.claim(10, 60_000)).map((c) => c.job.id);
+    expect(order).toEqual([a[0]!.id, b[0]!.id, a[1]!.id, b[1]!.id, a[2]!.id]);
+  });
+
+  it('refuses a client at its limit of calls in flight and admits again once one ended', async () => {
+    const [x1, x2, x3] = [job('x'), job('x'), job('x')];
+    expect(await lane.enqueue(x1!, 2, HORIZON, false)).toEqual({ admitted: true, priority: 1 });
+    expect(await lane.enqueue(x2!, 2, HORIZON, false)).toEqual({ admitted: true, priority: 2 });
+    expect(await lane.enqueue(x3!, 2, HORIZON, false)).toEqual({ admitted: false, inFlight: 2 });
+    // A call that must not be refused (approved by an admin) is counted all the same.
+    const approved = job('x');
+    expect(await lane.enqueue(approved, 0, HORIZON, false)).toMatchObject({ admitted: true });
+    const [first] = await lane.claim(1, 60_000);
+    expect(first!.job).toEqual(x1);
+    await lane.finish(first!.job, outcome(first!.job.id), { claimNext: false, leaseMs: 1 });
+    expect(await lane.enqueue(x3!, 2, HORIZON, false)).toMatchObject({ admitted: false });
+    await drain();
+    expect(await lane.enqueue(x3!, 2, HORIZON, false)).toMatchObject({ admitted: true });
+    await drain();
+  });
+
+  it('keeps the job exactly as sent (empty arrays, big numbers) through a restart', async () => {
+    const sent = job('r', { list: [], nested: { empty: {} }, n: 1234567890.123456, big: 2 ** 52 });
+    await lane.enqueue(sent, 10, HORIZON, false);
+    const [taken] = await lane.claim(1, 50);
+    expect(taken).toEqual({ job: sent, restarts: 0 });
+    // Its worker died: the lease lapses, a sweep hands the call out again, once.
+    await new Promise((r) => setTimeout(r, 80));
+    expect(await lane.sweep(HORIZON)).toEqual({ again: [sent.id], failed: [] });
+    expect(await lane.state(sent.id)).toEqual({ state: 'waiting', job: sent });
+    const [again] = await lane.claim(1, 50);
+    expect(again).toEqual({ job: sent, restarts: 1 });
+    // Lapsed twice: it fails, and its client's in-flight entry goes with it.
+    await new Promise((r) => setTimeout(r, 80));
+    expect(await lane.sweep(HORIZON)).toEqual({ again: [], failed: [sent.id] });
+    const state = await lane.state(sent.id);
+    expect(state).toMatchObject({ state: 'ended', stub: { tool: 'calculator', clientId: 'r' } });
+    expect(state?.state === 'ended' && state.stub.failed).toMatch(/stopped twice/);
+    expect(await redis.zscore(keys.inFlight('r', 'fast'), sent.id)).toBeNull();
+  });
+
+  it('a renewed lease is not swept', async () => {
+    const held = job('h');
+    await lane.enqueue(held, 10, HORIZON, false);
+    await lane.claim(1, 50);
+    await lane.renew([held.id], 60_000);
+    await new Promise((r) => setTimeout(r, 80));
+    expect((await lane.sweep(HORIZON)).again).not.toContain(held.id);
+    expect(await lane.state(held.id)).toMatchObject({ state: 'active' });
+    await lane.finish(held, outcome(held.id), { claimNext: false, leaseMs: 1 });
+  });
+
+  it('ends a call in one step: indexed, out of flight, stub left, reply published, next one taken', async () => {
+    await drain();
+    const sub = createRedis(inject('redisUrl'), 'blocking');
+    try {
+      const reply = keys.reply(randomUUID());
+      const heard = new Promise<string>((resolve) =>
+        sub.on('message', (_c, m: string) => resolve(m)),
+      );
+      await sub.subscribe(reply);
+      const first = { ...job('f'), replyTo: reply };
+      const second = job('f');
+      await lane.enqueue(first, 10, HORIZON, false);
+      await lane.enqueue(second, 10, HORIZON, false);
+      const [taken] = await lane.claim(1, 60_000);
+      const next = await lane.finish(taken!.job, outcome(first.id), {
+        claimNext: true,
+        leaseMs: 60_000,
+      });
+      expect(next).toEqual([{ job: second, restarts: 0 }]);
+      expect(JSON.parse(await heard)).toEqual({ id: first.id, status: 'ok' });
+      expect(await redis.zscore(keys.callIndex('f'), first.id)).not.toBeNull();
+      expect(await redis.zscore(keys.inFlight('f', 'fast'), first.id)).toBeNull();
+      expect(await lane.state(first.id)).toMatchObject({ state: 'ended', stub: { clientId: 'f' } });
+      expect(await lane.state(second.id)).toMatchObject({ state: 'active' });
+      const running = await redis.zrange(keys.fastActive, 0, -1);
+      expect(running).toContain(second.id);
+      expect(running).not.toContain(first.id);
+      expect((await lane.counts()).waiting).toBe(0);
+      await lane.finish(second, outcome(second.id), { claimNext: false, leaseMs: 1 });
+    } finally {
+      sub.disconnect();
+    }
+  });
+
+  it('a cancel takes a waiting call out, never a running one', async () => {
+    const waiting = job('c');
+    const running = job('c');
+    await lane.enqueue(running, 10, HORIZON, false);
+    await lane.claim(1, 60_000);
+    await lane.enqueue(waiting, 10, HORIZON, false);
+    expect(await lane.remove(waiting.id)).toEqual(waiting);
+    expect(await lane.remove(waiting.id)).toBeUndefined();
+    expect(await lane.remove(running.id)).toBeUndefined();
+    expect(await lane.state(waiting.id)).toBeUndefined();
+    await lane.finish(running, outcome(running.id), { claimNext: false, leaseMs: 1 });
+  });
+
+  it('wakes an idle worker when a call arrives', async () => {
+    await drain();
+    await blocking.del(keys.fastWake);
+    const woken = lane.waitForWork(blocking, 5).then(() => Date.now());
+    await new Promise((r) => setTimeout(r, 50));
+    const sent = Date.now();
+    await lane.enqueue(job('w'), 10, HORIZON, false);
+    expect((await woken) - sent).toBeLessThan(4000);
+    await drain();
+  });
+});

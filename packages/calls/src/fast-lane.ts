@@ -1,0 +1,376 @@
+import type { RedisClient } from './redis.js';
+import type { Keys } from './keys.js';
+import { LuaScript } from './script.js';
+import { MAX_PRIORITY } from './admission.js';
+import type { CallJob } from './types.js';
+
+/**
+ * The fast queue: in-process tools (calculator, http_get, …) go through a lean queue of
+ * toolgate's own rather than BullMQ, because a BullMQ job costs Redis ~49 commands of its own
+ * (its add, fetch and completion scripts, event stream and bookkeeping) and a call through
+ * toolgate must cost ≤ 25 in all (issue 20; docs/scaling.md). A call costs three scripts: the
+ * gateway's ENQUEUE (admission and the job in one), the worker's CLAIM (or the previous call's
+ * FINISH, which claims the next), and FINISH. The sandbox queue stays on BullMQ.
+ *
+ * Keys (docs/redis-keys.md), all under the one prefix (one Cluster slot):
+ * - `fast:queue`, sorted set: waiting calls, scored by fair priority × 2^32 + arrival number,
+ *   so the queue serves every client's first call before anyone's second (docs/scheduling.md);
+ * - `fast:active`, sorted set: calls a worker runs, scored by its lease's end;
+ * - `fast:job:{id}`, string: `J<restarts>|<job JSON>` while the call waits or runs; once it
+ *   ended, `E|<stub JSON>` for LANE_ENDED_MS (a lookup meanwhile, before the worker's batched
+ *   record lands, reads the call as running, not unknown). Scripts never re-encode the job
+ *   (Lua's JSON would turn `[]` into `{}` and round numbers): they edit the restarts prefix;
+ * - `fast:seq`, the arrival counter; `fast:wake`, a one-member sorted set idle workers block on.
+ *
+ * A worker that dies leaves its calls' leases to lapse: any worker's sweep hands such a call
+ * out again once (restarts: 1), where the worker decides as for a BullMQ stalled job (an
+ * idempotent tool runs again, a non-idempotent one ends `worker_lost`); a call stalled twice
+ * fails (`worker_error`).
+ */
+
+/** How long an ended call's stub outlives it: covers the worker's batched record write. */
+export const LANE_ENDED_MS = 10_000;
+/** How long a failed call's stub lasts: its only trace (no record is written). */
+export const LANE_FAILED_MS = 3_600_000;
+/** Calls one sweep looks at: a burst of lapsed leases is handled over a few sweeps. */
+const SWEEP_BATCH = 100;
+const SCORE_SPAN = 2 ** 32;
+
+/** What the job key holds once the call ended (or failed outside its tool). */
+export interface LaneStub {
+  ended: true;
+  tool: string;
+  clientId: string;
+  acceptedAt: number;
+  /** Set when the call failed outside its tool (no record is written then). */
+  failed?: string;
+}
+
+/**
+ * Admission and enqueue in one. Refuses when the client's calls in flight (both queues)
+ * reach the limit; else records the call in flight, stores its job and queues it at its fair
+ * place. Upkeep (prune stale in-flight entries, renew the set's expiry) only when ARGV[5] is
+ * 1 — the gateway asks for it once a second per client — or on the way to a refusal.
+ *   KEYS: in-flight set (fast), in-flight set (sandbox), queue, seq, job key, wake
+ *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job envelope JSON, upkeep
+ *   → {1, priority} or {0, calls in flight}
+ */
+const ENQUEUE = new LuaScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local horizon = tonumber(ARGV[3])
+local limit = tonumber(ARGV[2])
+local upkeep = ARGV[5] == '1'
+if upkeep then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+  if oldest and tonumber(oldest) < now - horizon then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
+  end
+end
+local here = redis.call('ZCARD', KEYS[1])
+local there = redis.call('ZCARD', KEYS[2])
+if limit > 0 and here + there >= limit then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - horizon)
+  here = redis.call('ZCARD', KEYS[1])
+  there = redis.call('ZCARD', KEYS[2])
+  if here + there >= limit then return {0, here + there} end
+end
+local added = redis.call('ZADD', KEYS[1], now, ARGV[1])
+if upkeep or (here == 0 and added == 1) then redis.call('PEXPIRE', KEYS[1], horizon) end
+local priority = math.min(math.max(1, here + added), ${MAX_PRIORITY})
+local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
+redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
+redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
+redis.call('ZADD', KEYS[6], 0, '0')
+return {1, priority}
+`);
+
+/**
+ * Takes up to n waiting calls: each leaves the queue for the active set with a lease.
+ * Another idle worker is woken when calls remain.
+ *   KEYS: queue, active, wake
+ *   ARGV: n, lease ms, job key prefix
+ *   → {id1, envelope1, id2, envelope2, …} (an envelope is false when its job expired)
+ */
+const CLAIM = new LuaScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
+if #popped == 0 then return {} end
+local leases, jobs, out = {}, {}, {}
+for i = 1, #popped, 2 do
+  leases[#leases + 1] = now + tonumber(ARGV[2])
+  leases[#leases + 1] = popped[i]
+  jobs[#jobs + 1] = ARGV[3] .. popped[i]
+end
+redis.call('ZADD', KEYS[2], unpack(leases))
+local values = redis.call('MGET', unpack(jobs))
+for i = 1, #jobs do
+  out[#out + 1] = popped[2 * i - 1]
+  out[#out + 1] = values[i]
+end
+if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('ZADD', KEYS[3], 0, '0') end
+return out
+`);
+
+/**
+ * Ends a call in one step: into its client's index before out of its in-flight set (a
+ * listing sees it in one or the other), out of the active set, its job replaced by a stub,
+ * the waiting gateway and the call's watchers told. Then, unless ARGV[8] is 0, takes the
+ * next waiting call for the same slot (as CLAIM, without waking others).
+ *   KEYS: queue, active, job key, in-flight set, call index
+ *   ARGV: id, stub JSON, stub ms, reply channel ('' = none), events channel, outcome JSON,
+ *         outcome event JSON, claim n, lease ms, job key prefix
+ *   → {} or {next id, next envelope}
+ */
+const FINISH = new LuaScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZADD', KEYS[5], now, ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[3], ARGV[2], 'PX', tonumber(ARGV[3]))
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
+redis.call('PUBLISH', ARGV[5], ARGV[7])
+if ARGV[8] == '0' then return {} end
+local popped = redis.call('ZPOPMIN', KEYS[1], 1)
+if #popped == 0 then return {} end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[9]), popped[1])
+return {popped[1], redis.call('GET', ARGV[10] .. popped[1])}
+`);
+
+/**
+ * Hands out again the calls whose lease lapsed (their worker died): at the head of the queue,
+ * restarts + 1; a call that lapsed twice fails instead (stub with the reason, its in-flight
+ * entry ended). Returns the ids handed out again and the ids failed.
+ *   KEYS: queue, active, seq, wake
+ *   ARGV: job key prefix, in-flight key prefix, batch, failed stub ms, stale horizon ms
+ */
+const SWEEP = new LuaScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local again, failed = {}, {}
+for _, id in ipairs(lapsed) do
+  redis.call('ZREM', KEYS[2], id)
+  local key = ARGV[1] .. id
+  local text = redis.call('GET', key)
+  local bar = text and string.find(text, '|', 1, true)
+  if bar and string.sub(text, 1, 1) == 'J' then
+    local restarts = (tonumber(string.sub(text, 2, bar - 1)) or 0) + 1
+    local rest = string.sub(text, bar + 1)
+    if restarts > 1 then
+      local ok, job = pcall(cjson.decode, rest)
+      if ok and type(job) == 'table' then
+        redis.call('SET', key, 'E|' .. cjson.encode({ended = true, tool = job.tool,
+          clientId = job.clientId, acceptedAt = job.acceptedAt,
+          failed = 'its workers stopped twice while running it'}), 'PX', tonumber(ARGV[4]))
+        redis.call('ZREM', ARGV[2] .. tostring(job.clientId) .. ':fast', id)
+      else
+        redis.call('DEL', key)
+      end
+      failed[#failed + 1] = id
+    else
+      redis.call('SET', key, 'J' .. restarts .. '|' .. rest, 'PX', tonumber(ARGV[5]))
+      redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[3]) % ${SCORE_SPAN}, id)
+      again[#again + 1] = id
+    end
+  end
+end
+if #again > 0 then redis.call('ZADD', KEYS[4], 0, '0') end
+return {again, failed}
+`);
+
+/** Takes a waiting call out of the queue (a cancel); its job text, or false if it was not waiting. */
+const REMOVE = new LuaScript(`
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return false end
+local text = redis.call('GET', KEYS[2])
+redis.call('DEL', KEYS[2])
+return text
+`);
+
+export type LaneAdmit =
+  { admitted: true; priority: number } | { admitted: false; inFlight: number };
+
+/** A call a worker took: its job, and how often a dead worker's lease handed it out again. */
+export interface LaneCall {
+  job: CallJob;
+  restarts: number;
+}
+
+export type LaneState =
+  { state: 'waiting' | 'active'; job: CallJob } | { state: 'ended'; stub: LaneStub } | undefined;
+
+export class FastLane {
+  private readonly jobPrefix: string;
+
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly keys: Keys,
+  ) {
+    this.jobPrefix = keys.fastJob('');
+  }
+
+  /**
+   * Admits the call against `limit` calls in flight (0: never refuse, for approved calls)
+   * and queues it: one round trip. `upkeep` asks for the in-flight set's pruning and expiry
+   * (once a second per client is enough; see Upkeep).
+   */
+  async enqueue(
+    job: CallJob,
+    limit: number,
+    staleAfterMs: number,
+    upkeep: boolean,
+  ): Promise<LaneAdmit> {
+    const k = this.keys;
+    const [ok, n] = (await ENQUEUE.run(
+      this.redis,
+      [
+        k.inFlight(job.clientId, 'fast'),
+        k.inFlight(job.clientId, 'sandbox'),
+        k.fastQueue,
+        k.fastSeq,
+        k.fastJob(job.id),
+        k.fastWake,
+      ],
+      [job.id, limit, staleAfterMs, `J0|${JSON.stringify(job)}`, upkeep ? 1 : 0],
+    )) as [number, number];
+    return ok === 1 ? { admitted: true, priority: n } : { admitted: false, inFlight: n };
+  }
+
+  /** Takes up to `n` waiting calls, each with a lease of `leaseMs`. */
+  async claim(n: number, leaseMs: number): Promise<LaneCall[]> {
+    const k = this.keys;
+    const flat = (await CLAIM.run(
+      this.redis,
+      [k.fastQueue, k.fastActive, k.fastWake],
+      [n, leaseMs, this.jobPrefix],
+    )) as (string | null)[];
+    return this.calls(flat);
+  }
+
+  /**
+   * Ends a call (see FINISH) and, with `claimNext`, takes the next waiting call for the slot.
+   * `reply` is the waiting gateway's channel and message, if one waits.
+   */
+  async finish(
+    call: CallJob,
+    outcome: { json: string; event: string },
+    options: { claimNext: boolean; leaseMs: number; failed?: string },
+  ): Promise<LaneCall[]> {
+    const k = this.keys;
+    const stub: LaneStub = {
+      ended: true,
+      tool: call.tool,
+      clientId: call.clientId,
+      acceptedAt: call.acceptedAt,
+      ...(options.failed ? { failed: options.failed } : {}),
+    };
+    const flat = (await FINISH.run(
+      this.redis,
+      [
+        k.fastQueue,
+        k.fastActive,
+        k.fastJob(call.id),
+        k.inFlight(call.clientId, 'fast'),
+        k.callIndex(call.clientId),
+      ],
+      [
+        call.id,
+        `E|${JSON.stringify(stub)}`,
+        options.failed ? LANE_FAILED_MS : LANE_ENDED_MS,
+        call.replyTo ?? '',
+        k.eventsChannel(call.id),
+        outcome.json,
+        outcome.event,
+        options.claimNext ? 1 : 0,
+        options.leaseMs,
+        this.jobPrefix,
+      ],
+    )) as (string | null)[];
+    return this.calls(flat);
+  }
+
+  /** Extends the leases of calls this worker runs (one command for all of them). */
+  async renew(ids: readonly string[], leaseMs: number): Promise<void> {
+    if (ids.length === 0) return;
+    const until = Date.now() + leaseMs;
+    await this.redis.zadd(this.keys.fastActive, 'XX', ...ids.flatMap((id) => [until, id]));
+  }
+
+  /** Hands lapsed calls out again, or fails those that lapsed twice (see SWEEP). */
+  async sweep(staleAfterMs: number): Promise<{ again: string[]; failed: string[] }> {
+    const k = this.keys;
+    const [again, failed] = (await SWEEP.run(
+      this.redis,
+      [k.fastQueue, k.fastActive, k.fastSeq, k.fastWake],
+      [this.jobPrefix, k.inFlightPrefix, SWEEP_BATCH, LANE_FAILED_MS, staleAfterMs],
+    )) as [string[], string[]];
+    return { again, failed };
+  }
+
+  /** Takes a call that has not started out of the queue; its job, or undefined. */
+  async remove(id: string): Promise<CallJob | undefined> {
+    const text = (await REMOVE.run(
+      this.redis,
+      [this.keys.fastQueue, this.keys.fastJob(id)],
+      [id],
+    )) as string | null;
+    const parsed = text ? parse(text) : undefined;
+    return parsed && 'job' in parsed ? parsed.job : undefined;
+  }
+
+  /** Where a call is: waiting, running, ended (record on its way), or unknown here. */
+  async state(id: string): Promise<LaneState> {
+    const k = this.keys;
+    const [[, text], [, active]] = (await this.redis
+      .multi()
+      .get(k.fastJob(id))
+      .zscore(k.fastActive, id)
+      .exec()) as [[unknown, string | null], [unknown, string | null]];
+    const value = text ? parse(text) : undefined;
+    if (!value) return undefined;
+    if ('stub' in value) return { state: 'ended', stub: value.stub };
+    return { state: active === null ? 'waiting' : 'active', job: value.job };
+  }
+
+  /** Calls waiting and running (the queue-depth gauges, KEDA's signal). */
+  async counts(): Promise<{ waiting: number; active: number }> {
+    const [[, waiting], [, active]] = (await this.redis
+      .multi()
+      .zcard(this.keys.fastQueue)
+      .zcard(this.keys.fastActive)
+      .exec()) as [[unknown, number], [unknown, number]];
+    return { waiting, active };
+  }
+
+  /**
+   * Blocks on `blocking` (a connection of its own) until a call may be waiting or `timeoutS`
+   * passed.
+   */
+  async waitForWork(blocking: RedisClient, timeoutS: number): Promise<void> {
+    await blocking.bzpopmin(this.keys.fastWake, timeoutS);
+  }
+
+  private calls(flat: (string | null)[]): LaneCall[] {
+    const out: LaneCall[] = [];
+    for (let i = 0; i < flat.length; i += 2) {
+      const text = flat[i + 1];
+      // Its job expired while it waited (past the stale horizon): nothing to run.
+      const value = text ? parse(text) : undefined;
+      if (value && 'job' in value) out.push(value);
+    }
+    return out;
+  }
+}
+
+/** A job key's value: a call waiting or running (with its restarts), or an ended call's stub. */
+function parse(text: string): LaneCall | { stub: LaneStub } | undefined {
+  const bar = text.indexOf('|');
+  if (bar < 1) return undefined;
+  const body = JSON.parse(text.slice(bar + 1)) as unknown;
+  if (text[0] === 'E') return { stub: body as LaneStub };
+  if (text[0] !== 'J') return undefined;
+  return { job: body as CallJob, restarts: Number(text.slice(1, bar)) || 0 };
+}

@@ -394,7 +394,7 @@ describe('Redis Sentinel', () => {
 
 /**
  * For a failure message: each call that did not settle, as its client and the gateway saw it,
- * and its BullMQ job on the master now (state lists, attempts, timestamps relative to the kill).
+ * and its fast-queue job on the master now (waiting, its lease, restarts or ended).
  */
 async function describeUnsettled(
   calls: Answer[],
@@ -410,23 +410,9 @@ async function describeUnsettled(
   try {
     return await Promise.all(
       calls.slice(0, 10).map(async (a) => {
-        const base = keys.bullJob('fast', a.id!).slice(0, -a.id!.length);
-        const job = await redis.hgetall(keys.bullJob('fast', a.id!));
-        const inList = async (list: string) =>
-          (await redis.lpos(base + list, a.id!)) !== null ? [list] : [];
-        const inSet = async (set: string) =>
-          (await redis.zscore(base + set, a.id!)) !== null ? [set] : [];
-        const where = [
-          ...(await inList('wait')),
-          ...(await inList('active')),
-          ...(await inSet('completed')),
-          ...(await inSet('failed')),
-          ...(await inSet('delayed')),
-          ...(await inSet('prioritized')),
-          ...((await redis.exists(base + a.id! + ':lock')) ? ['locked'] : []),
-        ];
-        const at = (field: string) =>
-          job[field] !== undefined ? Number(job[field]) - killedAt : undefined;
+        const job = await redis.get(keys.fastJob(a.id!));
+        const waiting = await redis.zscore(keys.fastQueue, a.id!);
+        const lease = await redis.zscore(keys.fastActive, a.id!);
         return {
           tool: a.tool,
           answered: `${a.status}${a.code ? ` ${a.code}` : ''}`,
@@ -434,13 +420,10 @@ async function describeUnsettled(
           endedMs: a.endedAt - killedAt,
           lastRead: lastRead.get(a.id!),
           job: {
-            where,
-            attemptsStarted: job.ats,
-            attemptsMade: job.atm,
-            stalled: job.stc,
-            processedMs: at('processedOn'),
-            finishedMs: at('finishedOn'),
-            failedReason: job.failedReason,
+            // J<restarts>|… while it waits or runs, E|… once it ended (FastLane).
+            state: job?.slice(0, job.indexOf('|')) ?? 'gone',
+            waiting: waiting !== null,
+            leaseLeftMs: lease === null ? undefined : Number(lease) - Date.now(),
           },
           gatewayLog: linesWith(services.gateway, a.id!),
           workerLog: linesWith(services.worker, a.id!),

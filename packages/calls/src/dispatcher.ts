@@ -4,9 +4,13 @@ import { Queue } from 'bullmq';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallStore } from './store.js';
+import { FastLane, type LaneAdmit } from './fast-lane.js';
+import { Upkeep } from './upkeep.js';
 import type { CallBrief, CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
 
-const KINDS: QueueKind[] = ['fast', 'sandbox'];
+/** The queues on BullMQ: sandbox calls. Fast calls go through the FastLane. */
+const BULL_KINDS = ['sandbox'] as const;
+type BullKind = (typeof BULL_KINDS)[number];
 /** Fallback checks of a waited-for call (a reply lost in a reconnect, a job BullMQ failed). */
 const POLL_FIRST_MS = 1000;
 const POLL_MAX_MS = 5000;
@@ -31,7 +35,10 @@ type Waiter = (outcome: CallOutcome | undefined) => void;
  * result travels in one hop; a slow poll of the job's state backs that up.
  */
 export class Dispatcher {
-  private readonly queues: Record<QueueKind, Queue>;
+  private readonly queues: Record<BullKind, Queue>;
+  readonly lane: FastLane;
+  /** When a client's in-flight set last got its pruning and expiry (once a second is enough). */
+  private readonly upkeep = new Upkeep(1000);
   private readonly waiters = new Map<string, Set<Waiter>>();
   private readonly readyWaiters = new Set<() => void>();
   /** Where workers publish the outcomes this gateway waits for. */
@@ -47,11 +54,12 @@ export class Dispatcher {
     private readonly store: CallStore,
   ) {
     this.queues = Object.fromEntries(
-      KINDS.map((kind) => [
+      BULL_KINDS.map((kind) => [
         kind,
         new Queue(keys.queue(kind), { connection, prefix: keys.bullPrefix }),
       ]),
-    ) as Record<QueueKind, Queue>;
+    ) as Record<BullKind, Queue>;
+    this.lane = new FastLane(connection, keys);
     for (const q of Object.values(this.queues)) q.on('error', () => undefined);
     this.replyChannel = keys.reply(randomUUID());
     this.replies = subscriber;
@@ -87,15 +95,51 @@ export class Dispatcher {
     });
   }
 
-  queue(kind: QueueKind): Queue {
+  /** The BullMQ queue of sandbox calls. */
+  queue(kind: BullKind): Queue {
     return this.queues[kind];
+  }
+
+  /** Calls waiting, put back for a moment (delayed), running and failed in one queue. */
+  async counts(
+    kind: QueueKind,
+  ): Promise<{ waiting: number; active: number; delayed: number; failed: number }> {
+    if (kind === 'fast') return { ...(await this.lane.counts()), delayed: 0, failed: 0 };
+    const c = await this.queues[kind].getJobCounts(
+      'waiting',
+      'active',
+      'delayed',
+      'failed',
+      'prioritized',
+    );
+    return {
+      waiting: (c.waiting ?? 0) + (c.prioritized ?? 0),
+      active: c.active ?? 0,
+      delayed: c.delayed ?? 0,
+      failed: c.failed ?? 0,
+    };
+  }
+
+  /**
+   * A fast call: admitted against the client's `limit` of calls in flight (0: never refused,
+   * for approved calls) and queued in one round trip (FastLane).
+   */
+  async enqueueFast(job: CallJob, limit: number, staleAfterMs: number): Promise<LaneAdmit> {
+    await this.subscribed;
+    try {
+      const upkeep = this.upkeep.due(job.clientId);
+      return await this.lane.enqueue(job, limit, staleAfterMs, upkeep);
+    } catch (err) {
+      this.cancel(job.id);
+      throw err;
+    }
   }
 
   /**
    * `priority` (1 = first) orders the queue fairly across clients: the gateway gives each call
    * its place in its client's backlog (see Admission).
    */
-  async enqueue(job: CallJob, kind: QueueKind, priority?: number): Promise<void> {
+  async enqueue(job: CallJob, kind: BullKind, priority?: number): Promise<void> {
     await this.subscribed;
     try {
       await this.queues[kind].add(job.tool, job, {
@@ -194,7 +238,34 @@ export class Dispatcher {
     const record = await this.store.get(id);
     // A record says everything, except for approved calls now back in the queue.
     if (record && record.status !== 'queued') return record;
-    for (const kind of KINDS) {
+    const fast = await this.lane.state(id);
+    if (fast) {
+      if (fast.state !== 'ended') {
+        const { job } = fast;
+        return {
+          id,
+          tool: job.tool,
+          clientId: job.clientId,
+          queue: 'fast',
+          createdAt: job.acceptedAt,
+          status: fast.state === 'active' ? 'running' : 'queued',
+        };
+      }
+      const { stub } = fast;
+      const base = {
+        id,
+        tool: stub.tool,
+        clientId: stub.clientId,
+        queue: 'fast' as const,
+        createdAt: stub.acceptedAt,
+      };
+      if (stub.failed !== undefined) {
+        return { ...base, status: 'error', outcome: failedOutcome(id, stub.tool, stub.failed) };
+      }
+      // Ended: its record lands within milliseconds (the worker's batch); until then, running.
+      return (await this.recordAfterGrace(id)) ?? { ...base, status: 'running' };
+    }
+    for (const kind of BULL_KINDS) {
       const job = await this.queues[kind].getJob(id);
       if (!job) continue;
       const data = job.data as CallJob;
@@ -238,7 +309,14 @@ export class Dispatcher {
    * Undefined when no queue holds the call.
    */
   async peek(id: string, clientId: string): Promise<CallBrief | undefined> {
-    for (const kind of KINDS) {
+    const fast = await this.lane.brief(id);
+    if (fast) {
+      const base = { id, tool: fast.tool, clientId, createdAt: fast.acceptedAt };
+      if (fast.state === 'failed') return { ...base, status: 'error', errorCode: 'worker_error' };
+      // Ended: its record lands within milliseconds; until then it reads as running.
+      return { ...base, status: fast.state === 'waiting' ? 'queued' : 'running' };
+    }
+    for (const kind of BULL_KINDS) {
       const [tool, timestamp] = await this.connection.hmget(
         this.keys.bullJob(kind, id),
         'name',
@@ -252,7 +330,6 @@ export class Dispatcher {
       if (state === 'completed') return { ...base, status: 'running' };
       if (state !== 'active') return { ...base, status: 'queued' };
       // Active sandbox calls run once they hold their client's lease (see lookup).
-      if (kind === 'fast') return { ...base, status: 'running' };
       const leased = await this.connection.zscore(this.keys.running(clientId, kind), id);
       return { ...base, status: leased === null ? 'queued' : 'running' };
     }
@@ -273,7 +350,9 @@ export class Dispatcher {
    * BullMQ refuse), finished, or not a queued call.
    */
   async removeWaiting(id: string): Promise<{ job: CallJob; kind: QueueKind } | undefined> {
-    for (const kind of KINDS) {
+    const fast = await this.lane.remove(id);
+    if (fast) return { job: fast, kind: 'fast' };
+    for (const kind of BULL_KINDS) {
       const job = await this.queues[kind].getJob(id);
       if (!job) continue;
       const state = await job.getState();

@@ -133,6 +133,23 @@ describe('FastLane', () => {
     }
   });
 
+  it('briefs a call from a bounded read, whatever its arguments weigh', async () => {
+    const heavy = job('b', { blob: 'x'.repeat(200_000), tool: 'not this one' });
+    await lane.enqueue(heavy, 10, HORIZON, false);
+    expect(await lane.brief(heavy.id)).toEqual({
+      tool: 'calculator',
+      acceptedAt: heavy.acceptedAt,
+      state: 'waiting',
+    });
+    await redis.zadd(keys.fastQueue, 0, heavy.id);
+    const [taken] = await lane.claim(1, 60_000);
+    expect(taken!.job).toEqual(heavy);
+    expect(await lane.brief(heavy.id)).toMatchObject({ state: 'active' });
+    await lane.finish(heavy, outcome(heavy.id), { claimNext: false, leaseMs: 1 });
+    expect(await lane.brief(heavy.id)).toMatchObject({ tool: 'calculator', state: 'ended' });
+    expect(await lane.brief(randomUUID())).toBeUndefined();
+  });
+
   it('a cancel takes a waiting call out, never a running one', async () => {
     const waiting = job('c');
     const running = job('c');

@@ -34,6 +34,13 @@ export const LANE_ENDED_MS = 10_000;
 export const LANE_FAILED_MS = 3_600_000;
 /** Calls one sweep looks at: a burst of lapsed leases is handled over a few sweeps. */
 const SWEEP_BATCH = 100;
+/**
+ * Bytes of a job key a brief reads: the job is stored with its short fields first and its
+ * arguments last, so a listing reads bounded bytes per call whatever the arguments' size.
+ */
+const BRIEF_BYTES = 1024;
+/** Characters kept of a failure's reason in an ended call's stub. */
+const REASON_CHARS = 500;
 const SCORE_SPAN = 2 ** 32;
 
 /** What the job key holds once the call ended (or failed outside its tool). */
@@ -234,7 +241,7 @@ export class FastLane {
         k.fastJob(job.id),
         k.fastWake,
       ],
-      [job.id, limit, staleAfterMs, `J0|${JSON.stringify(job)}`, upkeep ? 1 : 0],
+      [job.id, limit, staleAfterMs, `J0|${serialize(job)}`, upkeep ? 1 : 0],
     )) as [number, number];
     return ok === 1 ? { admitted: true, priority: n } : { admitted: false, inFlight: n };
   }
@@ -265,7 +272,7 @@ export class FastLane {
       tool: call.tool,
       clientId: call.clientId,
       acceptedAt: call.acceptedAt,
-      ...(options.failed ? { failed: options.failed } : {}),
+      ...(options.failed ? { failed: options.failed.slice(0, REASON_CHARS) } : {}),
     };
     const flat = (await FINISH.run(
       this.redis,
@@ -335,6 +342,39 @@ export class FastLane {
     return { state: active === null ? 'waiting' : 'active', job: value.job };
   }
 
+  /**
+   * What a listing shows of a call in the lane, from the first BRIEF_BYTES of its job key
+   * (never its arguments): tool, accept time and state. Undefined when the lane has no such call.
+   */
+  async brief(
+    id: string,
+  ): Promise<
+    | { tool: string; acceptedAt: number; state: 'waiting' | 'active' | 'ended' | 'failed' }
+    | undefined
+  > {
+    const k = this.keys;
+    const [[, head], [, active]] = (await this.redis
+      .multi()
+      .getrange(k.fastJob(id), 0, BRIEF_BYTES - 1)
+      .zscore(k.fastActive, id)
+      .exec()) as [[unknown, string], [unknown, string | null]];
+    if (!head) return undefined;
+    if (head.startsWith('E|')) {
+      const stub = parse(head);
+      if (!stub || !('stub' in stub)) return undefined;
+      const { tool, acceptedAt, failed } = stub.stub;
+      return { tool, acceptedAt, state: failed === undefined ? 'ended' : 'failed' };
+    }
+    const tool = /"tool":("(?:[^"\\]|\\.)*")/.exec(head)?.[1];
+    const acceptedAt = /"acceptedAt":(\d+)/.exec(head)?.[1];
+    if (tool === undefined || acceptedAt === undefined) return undefined;
+    return {
+      tool: JSON.parse(tool) as string,
+      acceptedAt: Number(acceptedAt),
+      state: active === null ? 'waiting' : 'active',
+    };
+  }
+
   /** Calls waiting and running (the queue-depth gauges, KEDA's signal). */
   async counts(): Promise<{ waiting: number; active: number }> {
     const [[, waiting], [, active]] = (await this.redis
@@ -363,6 +403,12 @@ export class FastLane {
     }
     return out;
   }
+}
+
+/** A job as stored: its short fields first, its arguments last (see BRIEF_BYTES). */
+function serialize(job: CallJob): string {
+  const { id, tool, clientId, acceptedAt, args, ...rest } = job;
+  return JSON.stringify({ id, tool, clientId, acceptedAt, ...rest, args });
 }
 
 /** A job key's value: a call waiting or running (with its restarts), or an ended call's stub. */

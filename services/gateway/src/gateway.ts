@@ -143,17 +143,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         string,
         { waiting: number; active: number; delayed: number; failed: number }
       > = {};
-      for (const kind of ['fast', 'sandbox'] as const) {
-        const c = await dispatcher
-          .queue(kind)
-          .getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
-        out[kind] = {
-          waiting: (c.waiting ?? 0) + (c.prioritized ?? 0),
-          active: c.active ?? 0,
-          delayed: c.delayed ?? 0,
-          failed: c.failed ?? 0,
-        };
-      }
+      for (const kind of ['fast', 'sandbox'] as const) out[kind] = await dispatcher.counts(kind);
       return out;
     },
     approvalsPending: () => approvals.count(),
@@ -166,8 +156,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   // count expired cache entries.
   let sampledMinute = 0;
   const queueDepth = async (kind: 'fast' | 'sandbox') => {
-    const c = await dispatcher.queue(kind).getJobCounts('waiting', 'delayed', 'prioritized');
-    return (c.waiting ?? 0) + (c.delayed ?? 0) + (c.prioritized ?? 0);
+    const c = await dispatcher.counts(kind);
+    return c.waiting + c.delayed;
   };
   const sweep = async () => {
     const expired = await approvals.expireOverdue();

@@ -8,6 +8,7 @@ import {
   CallEventWriter,
   CallIndex,
   CallStore,
+  FastLane,
   Heartbeat,
   Keys,
   ResultCache,
@@ -17,12 +18,15 @@ import {
   Stats,
   cancelledOutcome,
   createRedis,
+  failedOutcome,
+  outcomeEvent,
   publishOutcome,
   waitReady,
   FINAL_STATUSES,
   type CallDone,
   type CallJob,
   type CallOutcome,
+  type LaneCall,
   type LeaseResult,
   type OutcomeEvent,
   type QueueKind,
@@ -51,6 +55,20 @@ const RESERVE_HOLD_MIN_MS = 20;
 const RESERVE_HOLD_MAX_MS = 100;
 /** A call the reserve handed back is out of reach this long (see handBack). */
 const HAND_BACK_DELAY_MS = 100;
+/** How long an idle fast-queue consumer blocks for new calls before it looks again (seconds). */
+const FAST_WAIT_S = 2;
+/**
+ * How long a fast call handed out again (its worker died) may wait in the queue: a bound on
+ * its job key's life, far above any wait a live deployment sees.
+ */
+const FAST_REQUEUED_TTL_MS = 3_600_000;
+
+/** What running a call needs of its job (a BullMQ job, or a fast-lane call dressed as one). */
+type RunnableJob = Pick<Job<CallJob>, 'data' | 'attemptsStarted'>;
+
+/** Ends a fast-lane call (one script: records its end, publishes it, may take the next). */
+type LaneEnd = (end: OutcomeEvent) => Promise<void>;
+
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
 const CANCEL_MEMORY_MAX = 10_000;
@@ -147,6 +165,22 @@ export function createWorker({
     metrics,
     log,
   });
+  /**
+   * The fast queue (FastLane): `concurrency` slots; a slot's call ends in one script that
+   * takes the slot's next call, and an idle consumer blocks on the lane's wake key.
+   */
+  const lane = new FastLane(redis, keys);
+  const laneBlocking = queues.includes('fast') ? createRedis(config.redis, 'blocking') : undefined;
+  laneBlocking?.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
+  /** A fast call's lease: lapses like a BullMQ lock (see lockDuration below). */
+  const laneLeaseMs = Math.round(config.worker.lostCallTimeoutMs / 2);
+  const laneRunning = new Set<string>();
+  const laneSlots = new Set<Promise<void>>();
+  let laneFree = config.worker.concurrency;
+  let laneSlotFreed: (() => void) | undefined;
+  let laneStopping = false;
+  let laneLoopDone: Promise<void> | undefined;
+  const laneTimers: NodeJS.Timeout[] = [];
   let metricsServer: Server | undefined;
   /** Calls running here, by id: aborting one cancels it (reason: who cancelled). */
   const running = new Map<string, AbortController>();
@@ -262,12 +296,18 @@ export function createWorker({
     throw new DelayedError();
   }
 
-  async function run(job: Job<CallJob>, kind: QueueKind, deferrals: number): Promise<CallOutcome> {
+  async function run(
+    job: RunnableJob,
+    kind: QueueKind,
+    deferrals: number,
+    laneEnd?: LaneEnd,
+  ): Promise<CallOutcome> {
     try {
-      return await traced(job, kind, deferrals);
+      return await traced(job, kind, deferrals, laneEnd);
     } catch (err) {
       // Failed outside the tool: the call is over for BullMQ, so it is over for the limits too.
-      release(job.data, kind).catch(() => undefined);
+      // (A fast-lane call is ended by its slot, which knows whether its end was recorded.)
+      if (!laneEnd) release(job.data, kind).catch(() => undefined);
       throw err;
     }
   }
@@ -289,7 +329,133 @@ export function createWorker({
     return done.exec();
   }
 
-  function traced(job: Job<CallJob>, kind: QueueKind, deferrals: number): Promise<CallOutcome> {
+  /** Runs fast-lane calls in one slot, each call's end taking the next waiting one. */
+  async function laneSlot(first: LaneCall): Promise<void> {
+    let next: LaneCall | undefined = first;
+    while (next) {
+      const { job: call, restarts } = next;
+      next = undefined;
+      laneRunning.add(call.id);
+      let ended = false;
+      const laneEnd: LaneEnd = async (end) => {
+        ended = true;
+        [next] = await lane.finish(
+          call,
+          { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
+          { claimNext: !laneStopping, leaseMs: laneLeaseMs },
+        );
+      };
+      try {
+        // BullMQ counts a job's first start as 1; each restart after a dead worker adds one.
+        await run({ data: call, attemptsStarted: restarts + 1 }, 'fast', 0, laneEnd);
+      } catch (err) {
+        const reason = err instanceof Error ? err.message : String(err);
+        log.error({ callId: call.id, err: reason }, 'call failed outside the tool');
+        // Not ended: end it failed (no record is written, as for a failed BullMQ job). Ended
+        // but failed after: its end is in; a lost FINISH lets its lease lapse to the sweep.
+        if (!ended) {
+          const outcome = failedOutcome(call.id, call.tool, reason);
+          await lane
+            .finish(
+              call,
+              { json: JSON.stringify(outcome), event: JSON.stringify(outcomeEvent(outcome)) },
+              { claimNext: false, leaseMs: laneLeaseMs, failed: reason },
+            )
+            .catch(() => undefined);
+        }
+      } finally {
+        laneRunning.delete(call.id);
+      }
+    }
+  }
+
+  /** Claims fast calls for the free slots; blocks on the lane's wake key while there are none. */
+  async function laneLoop(): Promise<void> {
+    while (!laneStopping) {
+      if (laneFree === 0) {
+        await new Promise<void>((resolve) => (laneSlotFreed = resolve));
+        continue;
+      }
+      let claimed: LaneCall[];
+      try {
+        claimed = await lane.claim(laneFree, laneLeaseMs);
+      } catch (err) {
+        log.warn({ err: (err as Error).message }, 'could not take fast calls; trying again');
+        await new Promise((r) => setTimeout(r, 500));
+        continue;
+      }
+      if (claimed.length === 0) {
+        await lane.waitForWork(laneBlocking!, FAST_WAIT_S).catch(async () => {
+          if (!laneStopping) await new Promise((r) => setTimeout(r, 500));
+        });
+        continue;
+      }
+      for (const call of claimed) {
+        laneFree--;
+        const slot: Promise<void> = laneSlot(call).finally(() => {
+          laneSlots.delete(slot);
+          laneFree++;
+          const wake = laneSlotFreed;
+          laneSlotFreed = undefined;
+          wake?.();
+        });
+        laneSlots.add(slot);
+      }
+    }
+  }
+
+  /** Starts the fast queue's consumer, its lease renewal and its sweep for dead workers' calls. */
+  function startLane(): void {
+    laneLoopDone = laneLoop();
+    laneTimers.push(
+      setInterval(
+        () => {
+          lane
+            .renew([...laneRunning], laneLeaseMs)
+            .catch((err: unknown) =>
+              log.warn({ err: (err as Error).message }, 'could not renew fast calls’ leases'),
+            );
+        },
+        Math.max(100, Math.round(laneLeaseMs / 3)),
+      ),
+      setInterval(
+        () => {
+          lane.sweep(FAST_REQUEUED_TTL_MS).then(
+            ({ again, failed }) => {
+              for (const callId of again) {
+                log.warn({ callId, queue: 'fast' }, 'call of a dead worker moved on');
+              }
+              for (const callId of failed) {
+                log.error({ callId, queue: 'fast' }, 'call failed: its workers stopped twice');
+              }
+              if (again.length + failed.length > 0) onLostCalls?.();
+            },
+            (err: unknown) =>
+              log.warn({ err: (err as Error).message }, 'could not sweep the fast queue'),
+          );
+        },
+        Math.max(100, Math.round(config.worker.lostCallTimeoutMs / 4)),
+      ),
+    );
+  }
+
+  /** Stops claiming fast calls and waits for the ones running here. */
+  async function stopLane(): Promise<void> {
+    laneStopping = true;
+    for (const timer of laneTimers) clearInterval(timer);
+    laneSlotFreed?.();
+    // Ends a BZPOPMIN in progress; the loop sees laneStopping and returns.
+    laneBlocking?.disconnect();
+    await laneLoopDone;
+    await Promise.all(laneSlots);
+  }
+
+  function traced(
+    job: RunnableJob,
+    kind: QueueKind,
+    deferrals: number,
+    laneEnd?: LaneEnd,
+  ): Promise<CallOutcome> {
     const call = job.data;
     return withSpan(
       'toolgate.execute',
@@ -304,7 +470,7 @@ export function createWorker({
         },
       },
       async (span) => {
-        const outcome = await execute(job, kind, deferrals);
+        const outcome = await execute(job, kind, deferrals, laneEnd);
         span.setAttribute('toolgate.status', outcome.status);
         if (outcome.error) span.setAttribute('toolgate.error_code', outcome.error.code);
         return outcome;
@@ -313,9 +479,10 @@ export function createWorker({
   }
 
   async function execute(
-    job: Job<CallJob>,
+    job: RunnableJob,
     kind: QueueKind,
     deferrals: number,
+    laneEnd?: LaneEnd,
   ): Promise<CallOutcome> {
     const call = job.data;
     const tool = registry.get(call.tool);
@@ -385,9 +552,11 @@ export function createWorker({
       // the completed job as running. The waiting gateway gets the whole outcome now (a
       // message, not storage, bounded by the tools' own output limits), and the client's
       // in-flight entry and lease go in the same round trip, before the client can send its
-      // next call. Calls nobody waits for are released in the record batch.
+      // next call. Calls nobody waits for are released in the record batch. A fast-lane call
+      // ends in its lane's one script, whoever waits.
       const end = events.idle ? events.finish(outcome) : await events.finishWrites(outcome);
-      const releaseNow = recorded || call.replyTo !== undefined || kind === 'sandbox';
+      const releaseNow =
+        laneEnd !== undefined || recorded || call.replyTo !== undefined || kind === 'sandbox';
       const finished = {
         call,
         kind,
@@ -397,7 +566,8 @@ export function createWorker({
       };
       if (durable) await recordReplicated(finished);
       else if (!recorded) recorder.add(finished);
-      if (releaseNow) release(call, kind, end).catch(() => undefined);
+      if (laneEnd) await laneEnd(end);
+      else if (releaseNow) release(call, kind, end).catch(() => undefined);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(
@@ -474,6 +644,11 @@ export function createWorker({
       await waitReady(cancelSubscriber);
       await cancelSubscriber.subscribe(keys.cancels);
       for (const kind of queues) {
+        if (kind === 'fast') {
+          await waitReady(laneBlocking!);
+          startLane();
+          continue;
+        }
         const worker = new Worker<CallJob, CallDone>(
           keys.queue(kind),
           // The job's return value is a marker: the job hash keeps no copy of the result.
@@ -481,10 +656,7 @@ export function createWorker({
           {
             connection: createRedis(config.redis, 'blocking'),
             prefix: keys.bullPrefix,
-            concurrency:
-              kind === 'fast'
-                ? config.worker.concurrency
-                : config.worker.sandboxConcurrency + config.worker.sandboxReserve,
+            concurrency: config.worker.sandboxConcurrency + config.worker.sandboxReserve,
             // A stalled job (its worker died) is handed out once more, where `process` decides.
             maxStalledCount: 1,
             // A dead worker's lock lapses within 1/2 of lostCallTimeoutMs. BullMQ's check, every
@@ -547,7 +719,7 @@ export function createWorker({
     async close() {
       log.info('worker stopping: finishing in-flight calls');
       // BullMQ's close waits for the jobs in progress; tools see shutdown only if they outlive it.
-      await Promise.all(workers.map((w) => w.close()));
+      await Promise.all([stopLane(), ...workers.map((w) => w.close())]);
       await recorder.drain();
       shutdown.abort();
       await heartbeat.stop();

@@ -262,7 +262,8 @@ export class Dispatcher {
       if (stub.failed !== undefined) {
         return { ...base, status: 'error', outcome: failedOutcome(id, stub.tool, stub.failed) };
       }
-      // Ended: its record lands within milliseconds (the worker's batch); until then, running.
+      // Ended: its record lands within milliseconds (the worker's batch); until then, running
+      // (an approved call's record says `queued` until then).
       return (await this.recordAfterGrace(id)) ?? { ...base, status: 'running' };
     }
     for (const kind of BULL_KINDS) {
@@ -336,11 +337,16 @@ export class Dispatcher {
     return undefined;
   }
 
-  /** A call's record, read once more after RECORD_GRACE_MS if it is not there yet. */
+  /** A call's final record, read once more after RECORD_GRACE_MS if it is not there yet. */
   private async recordAfterGrace(id: string): Promise<CallRecord | undefined> {
+    // An approved call's record says `queued` until its end lands: not the one waited for.
+    const landed = (record: CallRecord | undefined) =>
+      record && record.status !== 'queued' ? record : undefined;
     return (
-      (await this.store.get(id)) ??
-      (await new Promise((r) => setTimeout(r, RECORD_GRACE_MS)).then(() => this.store.get(id)))
+      landed(await this.store.get(id)) ??
+      landed(
+        await new Promise((r) => setTimeout(r, RECORD_GRACE_MS)).then(() => this.store.get(id)),
+      )
     );
   }
 

@@ -127,7 +127,8 @@ return out
  * the waiting gateway and the call's watchers told. Then, unless ARGV[8] is 0, takes the
  * next waiting call for the same slot (as CLAIM, without waking others).
  *   KEYS: queue, active, job key, in-flight set, call index
- *   ARGV: id, stub JSON, stub ms, reply channel ('' = none), events channel, outcome JSON,
+ *   ARGV: id, stub JSON, stub ms, reply channel ('' = none), events channel ('' = none: the
+ *         worker's record batch publishes the outcome with the record), outcome JSON,
  *         outcome event JSON, claim n, lease ms, job key prefix
  *   → {} or {next id, next envelope}
  */
@@ -139,7 +140,7 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2], 'PX', tonumber(ARGV[3]))
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
-redis.call('PUBLISH', ARGV[5], ARGV[7])
+if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
 if ARGV[8] == '0' then return {} end
 local popped = redis.call('ZPOPMIN', KEYS[1], 1)
 if #popped == 0 then return {} end
@@ -264,7 +265,13 @@ export class FastLane {
   async finish(
     call: CallJob,
     outcome: { json: string; event: string },
-    options: { claimNext: boolean; leaseMs: number; failed?: string },
+    options: {
+      claimNext: boolean;
+      leaseMs: number;
+      failed?: string;
+      /** Publish the outcome to the call's watchers here (else the record batch does). */
+      publish?: boolean;
+    },
   ): Promise<LaneCall[]> {
     const k = this.keys;
     const stub: LaneStub = {
@@ -288,7 +295,7 @@ export class FastLane {
         `E|${JSON.stringify(stub)}`,
         options.failed ? LANE_FAILED_MS : LANE_ENDED_MS,
         call.replyTo ?? '',
-        k.eventsChannel(call.id),
+        options.publish === false ? '' : k.eventsChannel(call.id),
         outcome.json,
         outcome.event,
         options.claimNext ? 1 : 0,

@@ -66,8 +66,11 @@ const FAST_REQUEUED_TTL_MS = 3_600_000;
 /** What running a call needs of its job (a BullMQ job, or a fast-lane call dressed as one). */
 type RunnableJob = Pick<Job<CallJob>, 'data' | 'attemptsStarted'>;
 
-/** Ends a fast-lane call (one script: records its end, publishes it, may take the next). */
-type LaneEnd = (end: OutcomeEvent) => Promise<void>;
+/**
+ * Ends a fast-lane call (one script: records its end, may publish it, may take the next).
+ * `publish` false: the outcome goes out with the call's record instead (see execute).
+ */
+type LaneEnd = (end: OutcomeEvent, publish: boolean) => Promise<void>;
 
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
@@ -337,12 +340,12 @@ export function createWorker({
       next = undefined;
       laneRunning.add(call.id);
       let ended = false;
-      const laneEnd: LaneEnd = async (end) => {
+      const laneEnd: LaneEnd = async (end, publish) => {
         ended = true;
         [next] = await lane.finish(
           call,
           { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
-          { claimNext: !laneStopping, leaseMs: laneLeaseMs },
+          { claimNext: !laneStopping, leaseMs: laneLeaseMs, publish },
         );
       };
       try {
@@ -557,16 +560,19 @@ export function createWorker({
       const end = events.idle ? events.finish(outcome) : await events.finishWrites(outcome);
       const releaseNow =
         laneEnd !== undefined || recorded || call.replyTo !== undefined || kind === 'sandbox';
+      // A fast call nobody waits for ends in the lane at once, and its watchers hear of it
+      // with its record (as a sandbox call's do): who heard the outcome finds the record.
+      const withRecord = !recorded && (!releaseNow || (laneEnd && call.replyTo === undefined));
       const finished = {
         call,
         kind,
         outcome,
         release: !releaseNow,
-        ...(releaseNow ? {} : { end }),
+        ...(withRecord ? { end } : {}),
       };
       if (durable) await recordReplicated(finished);
       else if (!recorded) recorder.add(finished);
-      if (laneEnd) await laneEnd(end);
+      if (laneEnd) await laneEnd(end, !withRecord);
       else if (releaseNow) release(call, kind, end).catch(() => undefined);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);

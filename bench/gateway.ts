@@ -202,18 +202,22 @@ await events.close();
 await queue.close();
 
 console.log('');
-const summary = new Map<Side, { throughput: number; p50: number; p99: number }>();
+const summary = new Map<
+  Side,
+  { throughput: number; p50: number; p99: number; cpuPerCallUs: number | undefined }
+>();
 for (const side of sides) {
   const { calls, times, cpu } = totals.get(side)!;
   times.sort((a, b) => a - b);
+  const perCall = Object.entries(cpu).map(([k, ms]) => `${k} ${((ms * 1000) / calls).toFixed(0)}`);
+  const cpuTotal = Object.values(cpu).reduce((a, b) => a + b, 0);
   const s = {
     throughput: calls / (seconds * rounds),
     p50: percentile(times, 50),
     p99: percentile(times, 99),
+    cpuPerCallUs: perCall.length > 0 ? (cpuTotal * 1000) / calls : undefined,
   };
   summary.set(side, s);
-  const perCall = Object.entries(cpu).map(([k, ms]) => `${k} ${((ms * 1000) / calls).toFixed(0)}`);
-  const cpuTotal = Object.values(cpu).reduce((a, b) => a + b, 0);
   console.log(
     `  ${side.label.padEnd(28)} p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  ${s.throughput.toFixed(0)} calls/s @${concurrency}`,
   );
@@ -224,12 +228,23 @@ for (const side of sides) {
   }
 }
 const [r, t] = [summary.get(raw)!, summary.get(viaGateway)!];
+const verdict = (ok: boolean) => (ok ? 'PASS' : 'FAIL');
+const throughputRatio = t.throughput / r.throughput;
+const p50Ratio = t.p50 / r.p50;
 console.log('');
+// Issue 20's targets (the lean hot path); spec §9's older ones were ≥ 0.5 and ≤ 2.
 console.log(
-  `throughput ratio (toolgate / raw): ${(t.throughput / r.throughput).toFixed(2)}   target ≥ 0.5, aim 0.8`,
+  `throughput ratio (toolgate / raw): ${throughputRatio.toFixed(2)}   target ≥ 0.6  ${verdict(throughputRatio >= 0.6)}`,
 );
-console.log(`p50 ratio        (toolgate / raw): ${(t.p50 / r.p50).toFixed(2)}   target ≤ 2`);
+console.log(
+  `p50 ratio        (toolgate / raw): ${p50Ratio.toFixed(2)}   target ≤ 1.5  ${verdict(p50Ratio <= 1.5)}`,
+);
 console.log(`p99 ratio        (toolgate / raw): ${(t.p99 / r.p99).toFixed(2)}`);
+if (t.cpuPerCallUs !== undefined) {
+  console.log(
+    `CPU per call     (toolgate, all processes): ${t.cpuPerCallUs.toFixed(0)} µs   target ≤ 400  ${verdict(t.cpuPerCallUs <= 400)}`,
+  );
+}
 console.log('');
 console.log(
   `Redis commands per calculator call (${counted} calls at concurrency 16, idle traffic of ${commands.idlePerCall.toFixed(1)} per call taken out): ${commands.total.toFixed(1)}   target ≤ ${COMMANDS_TARGET.calculator}  ${commands.total <= COMMANDS_TARGET.calculator ? 'PASS' : 'FAIL'}`,

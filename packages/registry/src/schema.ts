@@ -12,15 +12,15 @@ export const DRAFT_2020_12 = 'https://json-schema.org/draft/2020-12/schema';
  * Strict argument validation: unknown properties rejected, no type coercion, every error
  * reported. One Ajv instance per registry; validators compiled once at registration.
  */
-export function createAjv(options: { allErrors?: boolean } = {}): Ajv {
+export function createAjv(options: { allErrors?: boolean; strict?: boolean } = {}): Ajv {
   const ajv = new Ajv(ajvOptions(options));
   addFormats(ajv);
   return ajv;
 }
 
-function ajvOptions(options: { allErrors?: boolean }) {
+function ajvOptions(options: { allErrors?: boolean; strict?: boolean }) {
   return {
-    strict: true,
+    strict: options.strict ?? true,
     allErrors: options.allErrors ?? true,
     coerceTypes: false,
     useDefaults: false,
@@ -37,7 +37,7 @@ export class SchemaCompiler {
   private readonly draft07: Ajv;
   private draft2020: Ajv2020 | undefined;
 
-  constructor(private readonly options: { allErrors?: boolean } = {}) {
+  constructor(private readonly options: { allErrors?: boolean; strict?: boolean } = {}) {
     this.draft07 = createAjv(options);
   }
 
@@ -48,6 +48,12 @@ export class SchemaCompiler {
       addFormats(this.draft2020);
     }
     return this.draft2020.compile(schema);
+  }
+
+  /** Drops a compiled schema from Ajv's cache (a tool replaced at run time must not pile up). */
+  forget(schema: Record<string, unknown>): void {
+    this.draft07.removeSchema(schema);
+    this.draft2020?.removeSchema(schema);
   }
 }
 

@@ -22,7 +22,7 @@ export const UpstreamSchema = Type.Object(
     command: Type.Optional(Type.Unknown()),
     npm: Type.Optional(Type.Unknown()),
     /** Sent on every request; values may be `${ENV}` references (resolved at load). */
-    headers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$' }), Type.String(), {
+    headers: Type.Record(Type.String({ pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$" }), Type.String(), {
       default: {},
     }),
     refreshSeconds: Type.Integer({ minimum: 1, maximum: 86_400, default: 60 }),

@@ -189,8 +189,9 @@ export class UpstreamCatalog {
     if (!meta) return;
     this.metas.set(upstream.id, meta);
     if (this.applied.get(upstream.id)?.hash === meta.hash) return;
-    const tools = JSON.parse((await this.redis.hget(catalog, 'tools')) ?? '[]') as
-      UpstreamToolDefinition[];
+    const tools = JSON.parse(
+      (await this.redis.hget(catalog, 'tools')) ?? '[]',
+    ) as UpstreamToolDefinition[];
     this.apply(upstream, meta.hash, tools);
   }
 
@@ -229,7 +230,8 @@ export class UpstreamCatalog {
       tools: read.tools.length,
       problems: read.problems,
     };
-    for (const problem of read.problems) this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
+    for (const problem of read.problems)
+      this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
     const write = this.redis.multi();
     if (previous?.hash !== hash) write.hset(catalog, 'tools', JSON.stringify(read.tools));
     await write.hset(catalog, 'meta', JSON.stringify(meta)).expire(catalog, ttlSeconds).exec();
@@ -271,11 +273,17 @@ export class UpstreamCatalog {
         const def = definitionOf(tool);
         const size = Buffer.byteLength(JSON.stringify(def));
         if (size > CATALOG_LIMITS.maxToolBytes) {
-          report(`"${tool.name.slice(0, 64)}": its definition has ${size} bytes (at most ${CATALOG_LIMITS.maxToolBytes})`);
+          report(
+            `"${tool.name.slice(0, 64)}": its definition has ${size} bytes (at most ${CATALOG_LIMITS.maxToolBytes})`,
+          );
         } else if (tools.length >= CATALOG_LIMITS.maxTools) {
-          report(`more than ${CATALOG_LIMITS.maxTools} tools: "${tool.name.slice(0, 64)}" and later ones are left out`);
+          report(
+            `more than ${CATALOG_LIMITS.maxTools} tools: "${tool.name.slice(0, 64)}" and later ones are left out`,
+          );
         } else if (bytes + size > CATALOG_LIMITS.maxCatalogBytes) {
-          report(`the catalog passed ${CATALOG_LIMITS.maxCatalogBytes} bytes at "${tool.name.slice(0, 64)}"`);
+          report(
+            `the catalog passed ${CATALOG_LIMITS.maxCatalogBytes} bytes at "${tool.name.slice(0, 64)}"`,
+          );
         } else {
           tools.push(def);
           bytes += size;

@@ -166,7 +166,11 @@ export class UpstreamConnection {
       {
         capabilities: {},
         ...(this.onToolsChanged
-          ? { listChanged: { tools: { autoRefresh: false, onChanged: () => this.onToolsChanged?.() } } }
+          ? {
+              listChanged: {
+                tools: { autoRefresh: false, onChanged: () => this.onToolsChanged?.() },
+              },
+            }
           : {}),
       },
     );
@@ -200,7 +204,9 @@ export class UpstreamConnection {
     const callId = callIdOf(init?.body);
     const onLog = callId === undefined ? undefined : this.logListeners.get(callId);
     const sse = response.headers.get('content-type')?.startsWith('text/event-stream') === true;
-    const body = response.body.pipeThrough(capped(MAX_RESPONSE_BYTES, sse && onLog ? onLog : undefined));
+    const body = response.body.pipeThrough(
+      capped(MAX_RESPONSE_BYTES, sse && onLog ? onLog : undefined),
+    );
     return new Response(body, {
       status: response.status,
       statusText: response.statusText,
@@ -252,7 +258,10 @@ function messageOf(err: unknown): string {
 function callIdOf(body: unknown): string | undefined {
   if (typeof body !== 'string' || !body.includes(CALL_META_KEY)) return undefined;
   try {
-    const message = JSON.parse(body) as { method?: string; params?: { _meta?: Record<string, unknown> } };
+    const message = JSON.parse(body) as {
+      method?: string;
+      params?: { _meta?: Record<string, unknown> };
+    };
     const id = message.method === 'tools/call' ? message.params?._meta?.[CALL_META_KEY] : undefined;
     return typeof id === 'string' ? id : undefined;
   } catch {

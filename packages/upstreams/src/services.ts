@@ -26,7 +26,8 @@ export class UpstreamCalls {
     let connection = this.connections.get(id);
     if (!connection) {
       const upstream = this.byId.get(id);
-      if (!upstream) throw new ToolError('upstream_unavailable', `no upstream "${id}" is configured`);
+      if (!upstream)
+        throw new ToolError('upstream_unavailable', `no upstream "${id}" is configured`);
       connection = new UpstreamConnection(upstream, this.fetchImpl);
       this.connections.set(id, connection);
     }
@@ -42,6 +43,7 @@ export class UpstreamCalls {
 
 export function upstreamCalls(ctx: ToolContext): UpstreamCalls {
   const { upstreams } = ctx.services as Partial<ToolContext['services']>;
-  if (!upstreams) throw new ToolError('upstream_unavailable', 'this worker has no upstreams configured');
+  if (!upstreams)
+    throw new ToolError('upstream_unavailable', 'this worker has no upstreams configured');
   return upstreams;
 }

@@ -47,7 +47,11 @@ export function upstreamToolSpec(
   const hints = def.annotations ?? {};
   // The upstream's hints say how careful to be; they never lift toolgate's own policy.
   const risk: Risk =
-    hints.destructiveHint === true ? 'destructive' : hints.readOnlyHint === true ? 'safe' : 'sensitive';
+    hints.destructiveHint === true
+      ? 'destructive'
+      : hints.readOnlyHint === true
+        ? 'safe'
+        : 'sensitive';
   return {
     name: upstreamToolName(upstream.id, def.name),
     description: def.description ?? def.title ?? '',

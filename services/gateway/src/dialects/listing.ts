@@ -61,8 +61,8 @@ export function toolSelection(
           : prefix !== undefined && TOOL_NAME.test(prefix)
             ? `no tool you may use starts with "${prefix}"`
             : TOOL_NAME.test(p)
-            ? `no tool you may use is named "${p}"`
-            : `"${p.slice(0, 64)}" is not a tool name, "category:<name>" or "*"`;
+              ? `no tool you may use is named "${p}"`
+              : `"${p.slice(0, 64)}" is not a tool name, "category:<name>" or "*"`;
       throw new ApiError('invalid_request', `"${name}": ${what}`);
     }
   }

@@ -262,6 +262,24 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     expect(seen.at(-1)?.event).toBe('outcome');
   });
 
+  it('answers upstream_unavailable within timeoutMs when the upstream does not answer', async () => {
+    const t0 = Date.now();
+    const res = await stack.call('/tools/leaving__slow/execute', {
+      json: { text: 'too-slow', ms: 20_000 },
+    });
+    const body = (await res.json()) as { status: string; error: { code: string; message: string } };
+    expect(body.error.code).toBe('upstream_unavailable');
+    expect(body.error.message).toContain('2000 ms');
+    expect(Date.now() - t0).toBeLessThan(2000 + 1000);
+    // the upstream is told to stop
+    await until(
+      () => leaving.cancelled,
+      (c) => c.includes('too-slow'),
+      3000,
+    );
+    expect(leaving.cancelled).toContain('too-slow');
+  });
+
   it('answers upstream_unavailable within timeoutMs when the upstream is gone, and stays ready', async () => {
     expect((await names('/tools')).filter((n) => n.startsWith('leaving__')).length).toBeGreaterThan(
       0,

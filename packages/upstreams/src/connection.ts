@@ -74,10 +74,14 @@ export class UpstreamConnection {
     callId: string,
     hooks: CallHooks,
   ): Promise<CallToolResult> {
+    // One deadline for the whole call, handshake included: answered within timeoutMs.
+    const deadline = AbortSignal.timeout(this.upstream.timeoutMs);
+    const signal = AbortSignal.any([hooks.signal, deadline]);
+    const started = Date.now();
     await this.slot(hooks.signal);
     if (hooks.onLog) this.logListeners.set(callId, hooks.onLog);
     try {
-      const client = await this.connect(hooks.signal);
+      const client = await this.connect(signal);
       return (await client.callTool(
         {
           name,
@@ -88,8 +92,8 @@ export class UpstreamConnection {
           },
         },
         {
-          signal: hooks.signal,
-          timeout: this.upstream.timeoutMs,
+          signal,
+          timeout: Math.max(1, this.upstream.timeoutMs - (Date.now() - started)),
           ...(hooks.onProgress
             ? {
                 onprogress: (p: { progress: number; total?: number; message?: string }) =>
@@ -100,6 +104,7 @@ export class UpstreamConnection {
         },
       )) as CallToolResult;
     } catch (err) {
+      if (deadline.aborted && !hooks.signal.aborted) throw this.timedOut(name, err);
       throw this.failure(err, hooks.signal, name);
     } finally {
       this.logListeners.delete(callId);
@@ -219,11 +224,7 @@ export class UpstreamConnection {
     if (err instanceof ToolError) return err;
     const message = messageOf(err);
     if (err instanceof SdkError && err.code === SdkErrorCode.RequestTimeout) {
-      return unavailable(
-        this.upstream,
-        `${what} had no answer within ${this.upstream.timeoutMs} ms (timeoutMs)`,
-        err,
-      );
+      return this.timedOut(what, err);
     }
     // A JSON-RPC error is the upstream's answer (unknown tool, invalid params): its words.
     if (err instanceof ProtocolError) {
@@ -236,6 +237,13 @@ export class UpstreamConnection {
     this.client = undefined;
     void client?.close().catch(() => undefined);
     return unavailable(this.upstream, message, err);
+  }
+  private timedOut(what: string, cause: unknown): ToolError {
+    return unavailable(
+      this.upstream,
+      `${what} had no answer within ${this.upstream.timeoutMs} ms (timeoutMs)`,
+      cause,
+    );
   }
 }
 

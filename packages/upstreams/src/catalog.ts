@@ -25,6 +25,11 @@ export const CATALOG_LIMITS = {
   maxPages: 32,
   /** Problems kept per upstream (the log has each). */
   maxProblems: 20,
+  /**
+   * Time one process spends compiling one upstream's schemas per change (synchronous, on the
+   * gateway's event loop): tools past it are left out, here only.
+   */
+  compileBudgetMs: 1000,
 } as const;
 
 /** How often every process looks for a new catalog. */
@@ -307,11 +312,14 @@ export class UpstreamCatalog {
     const names: string[] = [];
     const from = new Map<string, string>();
     let skipped = 0;
+    const started = performance.now();
     for (const def of defs) {
       const name = upstreamToolName(upstream.id, def.name);
       const other = from.get(name);
       let problem: string | undefined;
-      if (other !== undefined) {
+      if (performance.now() - started > CATALOG_LIMITS.compileBudgetMs) {
+        problem = `upstream "${upstream.id}": compiling its schemas took over ${CATALOG_LIMITS.compileBudgetMs} ms; "${def.name}" and later tools are left out`;
+      } else if (other !== undefined) {
         problem = `upstream "${upstream.id}" tools "${other}" and "${def.name}" both become "${name}"`;
       } else if (this.registry.get(name)) {
         problem = `upstream "${upstream.id}" tool "${def.name}" becomes "${name}", the name of a tool toolgate already has`;

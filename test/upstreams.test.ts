@@ -12,6 +12,8 @@ import { Client } from '@modelcontextprotocol/client';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { checkConfig, ConfigError, parseConfig, STDIO_NOT_SUPPORTED } from '@toolgate/config';
 import { Type, type AnyToolSpec } from '@toolgate/registry';
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
+import { startTelemetry } from '@toolgate/telemetry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { startTestUpstream, type TestUpstream } from './support/test-upstream.js';
@@ -20,6 +22,13 @@ const EVERYTHING = fileURLToPath(
   new URL('./node_modules/@modelcontextprotocol/server-everything/dist/index.js', import.meta.url),
 );
 const LOOPBACK = fileURLToPath(new URL('./fixtures/upstreams/loopback.mjs', import.meta.url));
+
+// Tracing on, as the services run it: the call's trace must continue into the upstream.
+const spans = new InMemorySpanExporter();
+const telemetry = startTelemetry({
+  serviceName: 'toolgate-test',
+  spanProcessors: [new SimpleSpanProcessor({ exporter: spans })],
+});
 
 async function freePort(): Promise<number> {
   const server = createServer();
@@ -118,6 +127,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     await stack?.close();
     everything?.child.kill();
     await Promise.all([upstream?.close(), leaving?.close(), huge?.close()]);
+    await telemetry.shutdown();
   });
 
   it('lists upstream tools in every dialect, in name order, within each client scope', async () => {
@@ -180,17 +190,31 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     expect(JSON.stringify(result.content)).toContain('Echo: via mcp');
     await mcp.close();
 
+    // the call's trace goes on in the upstream: traceparent in _meta, the worker span its parent
+    const traced = await stack.call('/tools/test__echo/execute', { json: { text: 'traced' } });
+    const { id } = (await traced.json()) as { id: string };
+    await new Promise((r) => setTimeout(r, 100));
+    const execute = spans
+      .getFinishedSpans()
+      .find((s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === id);
+    const { traceId, spanId } = execute!.spanContext();
+    expect(upstream.metas.at(-1)).toMatchObject({
+      traceparent: `00-${traceId}-${spanId}-01`,
+      'io.toolgate/call': id,
+    });
+
     // structuredContent is the result
     const sum = await stack.call('/tools/everything__get-sum/execute', { json: { a: 2, b: 3 } });
     expect((await sum.json()) as { status: string }).toMatchObject({ status: 'ok' });
   });
 
   it("refuses arguments that fail the upstream's schema before queueing them", async () => {
+    const before = upstream.metas.length;
     const res = await stack.call('/tools/test__echo/execute', { json: { text: 7 } });
     expect(res.status).toBe(400);
     const body = (await res.json()) as { error: { code: string; message: string } };
     expect(body.error.code).toBe('invalid_arguments');
-    expect(upstream.metas.length).toBe(0);
+    expect(upstream.metas.length).toBe(before);
   });
 
   it("turns the upstream's isError into upstream_error with its text", async () => {
@@ -258,6 +282,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
       5000,
     );
     expect(upstream.cancelled).toContain('cancel-me');
+    expect(upstream.notifications).toContain('notifications/cancelled');
     await reader;
     expect(seen.at(-1)?.event).toBe('outcome');
   });

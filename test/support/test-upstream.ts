@@ -15,6 +15,8 @@ export interface TestUpstream {
   cancelled: string[];
   /** `_meta` of every tools/call received. */
   metas: Record<string, unknown>[];
+  /** Methods of the notifications the client sent (`notifications/cancelled`, …). */
+  notifications: string[];
   /** Adds a tool named `name` and tells every session the list changed. */
   addTool(name: string): void;
   close(): Promise<void>;
@@ -38,6 +40,7 @@ const object = (properties: Record<string, unknown>, required: string[] = []) =>
 export async function startTestUpstream(options: TestUpstreamOptions = {}): Promise<TestUpstream> {
   const cancelled: string[] = [];
   const metas: Record<string, unknown>[] = [];
+  const notifications: string[] = [];
   const extra: string[] = [];
   const servers = new Set<Server>();
   const tools = (): Tool[] => [
@@ -172,7 +175,19 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
         await server.connect(created);
         transport = created;
       }
-      await transport.handleRequest(req, res);
+      // Read here to see the client's notifications; the transport takes the parsed body.
+      let body: unknown;
+      if (req.method === 'POST') {
+        const chunks: Buffer[] = [];
+        for await (const chunk of req) chunks.push(chunk as Buffer);
+        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+        for (const m of Array.isArray(body) ? body : [body]) {
+          const message = m as { method?: string; id?: unknown };
+          if (message.method?.startsWith('notifications/') && message.id === undefined)
+            notifications.push(message.method);
+        }
+      }
+      await transport.handleRequest(req, res, body);
     })().catch(() => {
       if (!res.headersSent) res.writeHead(500).end();
     });
@@ -183,6 +198,7 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
     url: `http://127.0.0.1:${port}/mcp`,
     cancelled,
     metas,
+    notifications,
     addTool(name) {
       extra.push(name);
       for (const server of servers) void server.sendToolListChanged().catch(() => undefined);

@@ -225,6 +225,18 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     expect(body.error.message).toContain('it went wrong upstream');
   });
 
+  it('cuts an upstream answer over 8 MiB: output_limit, and the next call works', async () => {
+    const t0 = Date.now();
+    const res = await stack.call('/tools/leaving__flood/execute', { json: {} });
+    const body = (await res.json()) as { status: string; error: { code: string; message: string } };
+    expect(body.error.code).toBe('output_limit');
+    expect(body.error.message).toContain('8388608 bytes');
+    // cut as it arrives, not after the timeout (2000 ms)
+    expect(Date.now() - t0).toBeLessThan(2000);
+    const next = await stack.call('/tools/leaving__echo/execute', { json: { text: 'after' } });
+    expect(await next.json()).toMatchObject({ status: 'ok', result: 'echo: after' });
+  });
+
   it('caps a hostile tools/list and leaves out an oversized definition', async () => {
     const hugeNames = (await names('/tools')).filter((n) => n.startsWith('huge__'));
     expect(hugeNames.length).toBe(500);

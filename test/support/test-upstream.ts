@@ -51,6 +51,7 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
     { name: 'fail', description: 'Always fails', inputSchema: object({}) },
+    { name: 'flood', description: 'Answers with 10 MB of text', inputSchema: object({}) },
     {
       name: 'slow',
       description: 'Reports progress and logs, then waits ms',
@@ -112,6 +113,8 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
       switch (request.params.name) {
         case 'echo':
           return { content: [{ type: 'text', text: `echo: ${args.text}` }] };
+        case 'flood':
+          return { content: [{ type: 'text', text: 'x'.repeat(10_000_000) }] };
         case 'fail':
           return { content: [{ type: 'text', text: 'it went wrong upstream' }], isError: true };
         case 'sum':

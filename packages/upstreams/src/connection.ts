@@ -21,6 +21,8 @@ import type { GuardedFetch } from '@toolgate/tools';
 export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
 /** The `_meta` key that marks a call's request, so its log notifications find their call. */
 export const CALL_META_KEY = 'io.toolgate/call';
+/** The `oversize` entry of the listing's request (calls use their ids). */
+const LIST_KEY = '';
 
 export interface CallHooks {
   signal: AbortSignal;
@@ -37,6 +39,12 @@ export class UpstreamConnection {
   private inFlight = 0;
   private readonly waiting: (() => void)[] = [];
   private readonly logListeners = new Map<string, NonNullable<CallHooks['onLog']>>();
+  /**
+   * Aborted when the response of a request (a call, by its id; the listing, by LIST_KEY) passes
+   * MAX_RESPONSE_BYTES: the SDK swallows a failed event stream, so the request would otherwise
+   * wait for its timeout.
+   */
+  private readonly oversize = new Map<string, AbortController>();
   private closed = false;
 
   constructor(
@@ -55,15 +63,22 @@ export class UpstreamConnection {
     cursor: string | undefined,
     signal: AbortSignal,
   ): Promise<{ tools: McpTool[]; nextCursor?: string }> {
-    const client = await this.connect(signal);
+    const tooLarge = new AbortController();
+    this.oversize.set(LIST_KEY, tooLarge);
+    const both = AbortSignal.any([signal, tooLarge.signal]);
     try {
+      const client = await this.connect(both);
       const page = await client.request(
         { method: 'tools/list', params: cursor === undefined ? {} : { cursor } },
-        { signal, timeout: this.upstream.timeoutMs },
+        { signal: both, timeout: this.upstream.timeoutMs },
       );
       return page as { tools: McpTool[]; nextCursor?: string };
     } catch (err) {
+      if (tooLarge.signal.aborted)
+        throw new Error(`a tools/list answer passed ${MAX_RESPONSE_BYTES} bytes`);
       throw this.failure(err, signal, 'tools/list');
+    } finally {
+      this.oversize.delete(LIST_KEY);
     }
   }
 
@@ -76,10 +91,12 @@ export class UpstreamConnection {
   ): Promise<CallToolResult> {
     // One deadline for the whole call, handshake included: answered within timeoutMs.
     const deadline = AbortSignal.timeout(this.upstream.timeoutMs);
-    const signal = AbortSignal.any([hooks.signal, deadline]);
+    const tooLarge = new AbortController();
+    const signal = AbortSignal.any([hooks.signal, deadline, tooLarge.signal]);
     const started = Date.now();
     await this.slot(hooks.signal);
     if (hooks.onLog) this.logListeners.set(callId, hooks.onLog);
+    this.oversize.set(callId, tooLarge);
     try {
       const client = await this.connect(signal);
       return (await client.callTool(
@@ -104,10 +121,17 @@ export class UpstreamConnection {
         },
       )) as CallToolResult;
     } catch (err) {
+      if (tooLarge.signal.aborted && !hooks.signal.aborted) {
+        throw new ToolError(
+          'output_limit',
+          `upstream "${this.upstream.id}": ${name} answered with more than ${MAX_RESPONSE_BYTES} bytes`,
+        );
+      }
       if (deadline.aborted && !hooks.signal.aborted) throw this.timedOut(name, err);
       throw this.failure(err, hooks.signal, name);
     } finally {
       this.logListeners.delete(callId);
+      this.oversize.delete(callId);
       this.release();
     }
   }
@@ -209,8 +233,13 @@ export class UpstreamConnection {
     const callId = callIdOf(init?.body);
     const onLog = callId === undefined ? undefined : this.logListeners.get(callId);
     const sse = response.headers.get('content-type')?.startsWith('text/event-stream') === true;
+    const key =
+      callId ??
+      (typeof init?.body === 'string' && init.body.includes('"tools/list"') ? LIST_KEY : undefined);
     const body = response.body.pipeThrough(
-      capped(MAX_RESPONSE_BYTES, sse && onLog ? onLog : undefined),
+      capped(MAX_RESPONSE_BYTES, sse && onLog ? onLog : undefined, () => {
+        if (key !== undefined) this.oversize.get(key)?.abort();
+      }),
     );
     return new Response(body, {
       status: response.status,
@@ -284,6 +313,7 @@ function callIdOf(body: unknown): string | undefined {
 function capped(
   max: number,
   onLog: ((level: string, text: string) => void) | undefined,
+  onOversize: () => void,
 ): TransformStream<Uint8Array, Uint8Array> {
   let bytes = 0;
   const decoder = new TextDecoder();
@@ -292,6 +322,7 @@ function capped(
     transform(chunk, controller) {
       bytes += chunk.byteLength;
       if (bytes > max) {
+        onOversize();
         controller.error(new Error(`the upstream's response is larger than ${max} bytes`));
         return;
       }

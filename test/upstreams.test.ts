@@ -341,6 +341,27 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
   });
 });
 
+describe('upstreams behind the SSRF guard', () => {
+  it('never reaches an upstream whose address policy.http does not allow', async () => {
+    const upstream = await startTestUpstream();
+    const stack = await startStack({
+      config: { upstreams: [{ id: 'local', url: upstream.url, timeoutMs: 1000 }] },
+    });
+    try {
+      const ready = (await (await fetch(`${stack.url}/readyz`)).json()) as Record<string, unknown>;
+      expect(ready).toMatchObject({ status: 'ready', upstreams: { local: 'down' } });
+      const names = ((await (await stack.call('/tools')).json()) as { name: string }[]).map(
+        (t) => t.name,
+      );
+      expect(names.some((n) => n.startsWith('local__'))).toBe(false);
+      expect(upstream.metas.length + upstream.notifications.length).toBe(0);
+    } finally {
+      await stack.close();
+      await upstream.close();
+    }
+  });
+});
+
 describe('upstreams: config errors', () => {
   const base = { upstreams: [] as unknown[] };
 

@@ -6,7 +6,8 @@ import { UpstreamConnection } from './connection.js';
 
 declare module '@toolgate/registry' {
   interface ToolServices {
-    upstreams: UpstreamCalls;
+    /** Only on workers of a config with `upstreams:`. */
+    upstreams?: UpstreamCalls;
   }
 }
 

@@ -88,6 +88,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
   let upstream: TestUpstream;
   let leaving: TestUpstream;
   let huge: TestUpstream;
+  let narrow: TestUpstream;
   let closedPort: number;
 
   const names = async (path: string, key: string = KEYS.alice): Promise<string[]> => {
@@ -103,6 +104,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
       startTestUpstream({ filler: 700, hugeDescription: 100_000, pageSize: 100 }),
       freePort(),
     ]);
+    narrow = await startTestUpstream();
     stack = await startStack({
       tools: [localTestFail],
       config: {
@@ -117,6 +119,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
           { id: 'test', url: upstream.url, approval: ['sum'] },
           { id: 'leaving', url: leaving.url, timeoutMs: 2000, refreshSeconds: 1 },
           { id: 'huge', url: huge.url },
+          { id: 'narrow', url: narrow.url, concurrency: 2 },
           { id: 'gone', url: `http://127.0.0.1:${closedPort}/mcp`, timeoutMs: 1000 },
         ],
       },
@@ -126,7 +129,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
   afterAll(async () => {
     await stack?.close();
     everything?.child.kill();
-    await Promise.all([upstream?.close(), leaving?.close(), huge?.close()]);
+    await Promise.all([upstream?.close(), leaving?.close(), huge?.close(), narrow?.close()]);
     await telemetry.shutdown();
   });
 
@@ -235,6 +238,18 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     expect(Date.now() - t0).toBeLessThan(2000);
     const next = await stack.call('/tools/leaving__echo/execute', { json: { text: 'after' } });
     expect(await next.json()).toMatchObject({ status: 'ok', result: 'echo: after' });
+  });
+
+  it('keeps at most `concurrency` calls in flight to an upstream; the rest wait their turn', async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        stack
+          .call('/tools/narrow__slow/execute', { json: { text: `n${i}`, ms: 300 } })
+          .then((r) => r.json() as Promise<{ status: string }>),
+      ),
+    );
+    expect(answers.every((a) => a.status === 'ok')).toBe(true);
+    expect(narrow.maxInFlight).toBe(2);
   });
 
   it('caps a hostile tools/list and leaves out an oversized definition', async () => {

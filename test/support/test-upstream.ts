@@ -17,6 +17,8 @@ export interface TestUpstream {
   metas: Record<string, unknown>[];
   /** Methods of the notifications the client sent (`notifications/cancelled`, …). */
   notifications: string[];
+  /** The most `slow` calls running at once so far. */
+  readonly maxInFlight: number;
   /** Adds a tool named `name` and tells every session the list changed. */
   addTool(name: string): void;
   close(): Promise<void>;
@@ -41,6 +43,8 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
   const cancelled: string[] = [];
   const metas: Record<string, unknown>[] = [];
   const notifications: string[] = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
   const extra: string[] = [];
   const servers = new Set<Server>();
   const tools = (): Tool[] => [
@@ -134,6 +138,7 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
             params: { level: 'info', data: `working on ${args.text}` },
           });
           const signal = ctx.mcpReq.signal;
+          maxInFlight = Math.max(maxInFlight, ++inFlight);
           await new Promise<void>((resolve) => {
             const timer = setTimeout(resolve, args.ms);
             signal.addEventListener(
@@ -146,6 +151,7 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
               { once: true },
             );
           });
+          inFlight--;
           return { content: [{ type: 'text', text: `done ${args.text}` }] };
         }
         default:
@@ -202,6 +208,9 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
     cancelled,
     metas,
     notifications,
+    get maxInFlight() {
+      return maxInFlight;
+    },
     addTool(name) {
       extra.push(name);
       for (const server of servers) void server.sendToolListChanged().catch(() => undefined);

@@ -5,7 +5,10 @@
  * going away). Listing in every dialect with scopes, calls through HTTP and MCP, the errors a
  * model reads, /readyz, and the config errors.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/client';
@@ -15,6 +18,7 @@ import { Type, type AnyToolSpec } from '@toolgate/registry';
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { startTelemetry } from '@toolgate/telemetry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, TOOLGATE_BIN } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { startTestUpstream, type TestUpstream } from './support/test-upstream.js';
 
@@ -430,6 +434,43 @@ describe('upstreams: config errors', () => {
     );
     expect(() => parseConfig(doc)).toThrow(/both become the tool name "gh__issue_create"/);
   });
+
+  it('toolgate config check lists every upstream problem', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'toolgate-upstreams-'));
+    try {
+      const file = path.join(dir, 'upstreams.json');
+      await writeFile(
+        file,
+        JSON.stringify({
+          upstreams: [
+            { id: 'fs', command: ['mcp-server-filesystem'] },
+            { id: 'gh', url: 'https://a.example/mcp', headers: { 'x-token': '${NO_SUCH_TOKEN}' } },
+            { id: 'dup', url: 'https://b.example/mcp', tools: ['a.b', 'a_b'] },
+          ],
+        }),
+      );
+      const run = await new Promise<{ code: number; stderr: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          [TOOLGATE_BIN, 'config', 'check', file],
+          { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: dir }, timeout: 60_000 },
+          (err, _stdout, stderr) =>
+            resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stderr }),
+        );
+      });
+      expect(run.code).toBe(1);
+      const lines = run.stderr.split('\n').map((l) => l.trim());
+      expect(lines).toEqual(
+        expect.arrayContaining([
+          `/upstreams/0/command: ${STDIO_NOT_SUPPORTED}`,
+          '/upstreams/1/headers/x-token: environment variable NO_SUCH_TOKEN is not set',
+          '/upstreams/2/tools: "dup" tool "a_b" and "dup" tool "a.b" both become the tool name "dup__a_b"',
+        ]),
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('takes the defaults', () => {
     const config = parseConfig({ upstreams: [{ id: 'a', url: 'http://127.0.0.1:1/mcp' }] });

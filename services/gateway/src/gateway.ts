@@ -371,6 +371,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     },
     async close() {
       clearInterval(sweeper);
+      await upstreams?.close();
       metricsServer?.close();
       closing.abort(); // event streams end; their clients reconnect to another gateway
       if (server) {
@@ -388,7 +389,6 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         clearTimeout(force);
       }
       await connectionBudget.close();
-      await upstreams?.close();
       await dispatcher.close();
       replicas.close();
       redis.disconnect();

@@ -273,4 +273,14 @@ export class Keys {
     const entries = `${this.base}:memory:{${clientId}}`;
     return { entries, version: `${entries}:v` };
   }
+
+  /**
+   * One upstream MCP server's catalog (a hash: its tool definitions as JSON, their hash, when
+   * read, the last error) and the lease of the process refreshing it (docs/upstreams.md). Used
+   * alone, never with other keys: on the base, not the hash-tagged root.
+   */
+  upstream(id: string): { catalog: string; lease: string } {
+    const catalog = `${this.base}:upstream:${id}`;
+    return { catalog, lease: `${catalog}:lease` };
+  }
 }

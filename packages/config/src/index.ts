@@ -2,3 +2,10 @@ export { loadConfig, parseConfig, checkConfig, ConfigError, sha256 } from './loa
 export { ConfigSchema, CLIENT_LIMIT_DEFAULTS } from './schema.js';
 export type { Config, ClientConfig, RedisConfig } from './schema.js';
 export type { ConfigProblem } from './load.js';
+export {
+  UpstreamSchema,
+  STDIO_NOT_SUPPORTED,
+  UPSTREAM_SEPARATOR,
+  upstreamToolName,
+} from './upstreams.js';
+export type { UpstreamConfig } from './upstreams.js';

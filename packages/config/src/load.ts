@@ -4,6 +4,7 @@ import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { sandboxConfigProblems } from '@toolgate/sandbox';
 import { ConfigSchema, type Config } from './schema.js';
+import { upstreamProblems } from './upstreams.js';
 
 /** A bad configuration: `field` names where (a JSON-pointer-like path, or an env var). */
 export class ConfigError extends Error {
@@ -81,7 +82,8 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
   if (!validate(doc))
     throw new ConfigError(fieldOf(validate.errors?.[0]), messageOf(validate.errors));
   checkClients(doc);
-  const redisProblem = redisProblems(doc)[0] ?? sandboxProblems(doc)[0];
+  const redisProblem =
+    redisProblems(doc)[0] ?? sandboxProblems(doc)[0] ?? upstreamProblems(doc.upstreams)[0];
   if (redisProblem) throw new ConfigError(redisProblem.path, redisProblem.message);
   for (const client of doc.clients) {
     if (client.key !== undefined) {
@@ -148,6 +150,7 @@ export function checkConfig(
   if (typeof doc.redis === 'object' && doc.redis !== null)
     problems.push(...redisProblems(doc as Config));
   if (schemaProblems.length === 0) problems.push(...sandboxProblems(doc as Config));
+  if (schemaProblems.length === 0) problems.push(...upstreamProblems((doc as Config).upstreams));
   if (problems.length > 0) return { problems };
   return { config: parseConfig(raw, env), problems };
 }

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { SandboxConfigSchema } from '@toolgate/sandbox';
+import { UpstreamSchema } from './upstreams.js';
 
 /** A string enum that validates with a readable "must be equal to one of the allowed values". */
 function StringEnum<const T extends readonly string[]>(values: T, defaultValue: T[number]) {
@@ -165,6 +166,8 @@ export const ConfigSchema = Type.Object(
       closed,
     ),
     clients: Type.Array(ClientSchema, { default: [] }),
+    /** MCP servers whose tools toolgate serves (docs/upstreams.md). */
+    upstreams: Type.Array(UpstreamSchema, { default: [] }),
     policy: Type.Object(
       {
         loopGuard: Type.Object(

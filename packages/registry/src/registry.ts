@@ -42,6 +42,8 @@ export class ToolRegistry {
    * search): stopping at the first error keeps a badly wrong result as cheap as a right one.
    */
   private readonly resultAjv = new SchemaCompiler({ allErrors: false });
+  /** For foreign schemas (upstream tools), made on first use. */
+  private foreign: { args: SchemaCompiler; result: SchemaCompiler } | undefined;
   private readonly tools = new Map<string, Tool>();
   private readonly validators = new Map<string, ValidateFunction>();
   private readonly resultValidators = new Map<string, ValidateFunction>();
@@ -59,13 +61,19 @@ export class ToolRegistry {
     if (parameters.type !== 'object') {
       throw new RegistryError(`tool "${spec.name}": parameters must be an object schema`);
     }
+    const compilers = spec.foreignSchemas
+      ? (this.foreign ??= {
+          args: new SchemaCompiler({ strict: false }),
+          result: new SchemaCompiler({ allErrors: false, strict: false }),
+        })
+      : { args: this.ajv, result: this.resultAjv };
     let validate: ValidateFunction;
     try {
-      validate = this.ajv.compile(parameters);
+      validate = compilers.args.compile(parameters);
     } catch (err) {
       throw new RegistryError(`tool "${spec.name}": invalid schema: ${(err as Error).message}`);
     }
-    const { result, validateResult } = this.compileResult(spec);
+    const { result, validateResult } = this.compileResult(spec, compilers.result);
     const strictForm = toStrictSchema(parameters);
     // The rewrite makes what it can; the check is what OpenAI takes (limits included).
     const strictIssue = strictForm.ok ? strictSchemaIssue(strictForm.schema) : strictForm.issue;
@@ -86,6 +94,7 @@ export class ToolRegistry {
       strict: strictIssue === undefined,
       strictParameters: strictForm.ok && strictIssue === undefined ? strictForm.schema : undefined,
       ...(strictIssue === undefined ? {} : { strictIssue }),
+      ...(spec.annotations ? { annotations: spec.annotations } : {}),
       precheck: spec.precheck as Tool['precheck'],
       handler: spec.handler as Tool['handler'],
     };
@@ -103,7 +112,10 @@ export class ToolRegistry {
    * fields may come. Any schema: MCP wants an object `outputSchema`, and the MCP server wraps
    * a result of any other shape as `{"result": …}` (docs/tool-results.md).
    */
-  private compileResult(spec: AnyToolSpec): {
+  private compileResult(
+    spec: AnyToolSpec,
+    compiler: SchemaCompiler,
+  ): {
     result: Record<string, unknown> | undefined;
     validateResult: ValidateFunction | undefined;
   } {
@@ -113,12 +125,30 @@ export class ToolRegistry {
     }
     const result = plainSchema(spec.result);
     try {
-      return { result, validateResult: this.resultAjv.compile(result) };
+      return { result, validateResult: compiler.compile(result) };
     } catch (err) {
       throw new RegistryError(
         `tool "${spec.name}": invalid result schema: ${(err as Error).message}`,
       );
     }
+  }
+
+  /**
+   * Removes a tool (an upstream's tool gone from its catalog): listings drop it at once, and a
+   * call already queued for it ends `unknown_tool`. False when there was none.
+   */
+  unregister(name: string): boolean {
+    const tool = this.tools.get(name);
+    if (!tool || !this.tools.delete(name)) return false;
+    if (this.foreign) {
+      this.foreign.args.forget(tool.parameters);
+      if (tool.result) this.foreign.result.forget(tool.result);
+    }
+    this.validators.delete(name);
+    this.resultValidators.delete(name);
+    this.index = undefined;
+    this.sorted = undefined;
+    return true;
   }
 
   registerAll(specs: readonly AnyToolSpec[]): void {

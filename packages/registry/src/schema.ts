@@ -12,15 +12,44 @@ export const DRAFT_2020_12 = 'https://json-schema.org/draft/2020-12/schema';
  * Strict argument validation: unknown properties rejected, no type coercion, every error
  * reported. One Ajv instance per registry; validators compiled once at registration.
  */
-export function createAjv(options: { allErrors?: boolean } = {}): Ajv {
+/**
+ * Regular expressions of a foreign schema (an upstream's) run here on a model's arguments, so
+ * one must not be able to hang the gateway: a pattern that can backtrack exponentially (a
+ * quantified group, a backreference), has more than 3 quantifiers or 512 characters is left to
+ * the upstream, which checks its own schema; one with 2–3 quantifiers is checked on strings of
+ * up to 256 characters only (cubic at worst: well under a millisecond per string).
+ */
+const FOREIGN_PATTERN_MAX = 512;
+const FOREIGN_SUBJECT_MAX = 256;
+const UNCHECKED = { test: () => true };
+
+function foreignRegExp(pattern: string, flags: string): { test(s: string): boolean } {
+  const plain = pattern.replace(/\\./g, '');
+  const quantifiers = (plain.match(/[*+?]|\{\d/g) ?? []).length;
+  if (
+    pattern.length > FOREIGN_PATTERN_MAX ||
+    /\\[1-9]|\\k</.test(pattern) ||
+    /\)[*+?{]/.test(plain) ||
+    quantifiers > 3
+  )
+    return UNCHECKED;
+  const rx = new RegExp(pattern, flags);
+  if (quantifiers < 2) return rx;
+  return { test: (s: string) => s.length > FOREIGN_SUBJECT_MAX || rx.test(s) };
+}
+foreignRegExp.code = 'toolgateForeignRegExp';
+
+export function createAjv(options: { allErrors?: boolean; strict?: boolean } = {}): Ajv {
   const ajv = new Ajv(ajvOptions(options));
   addFormats(ajv);
   return ajv;
 }
 
-function ajvOptions(options: { allErrors?: boolean }) {
+function ajvOptions(options: { allErrors?: boolean; strict?: boolean }) {
   return {
-    strict: true,
+    strict: options.strict ?? true,
+    // Not strict means foreign (an upstream's schema): its patterns are guarded.
+    ...(options.strict === false ? { code: { regExp: foreignRegExp } } : {}),
     allErrors: options.allErrors ?? true,
     coerceTypes: false,
     useDefaults: false,
@@ -37,7 +66,7 @@ export class SchemaCompiler {
   private readonly draft07: Ajv;
   private draft2020: Ajv2020 | undefined;
 
-  constructor(private readonly options: { allErrors?: boolean } = {}) {
+  constructor(private readonly options: { allErrors?: boolean; strict?: boolean } = {}) {
     this.draft07 = createAjv(options);
   }
 
@@ -48,6 +77,12 @@ export class SchemaCompiler {
       addFormats(this.draft2020);
     }
     return this.draft2020.compile(schema);
+  }
+
+  /** Drops a compiled schema from Ajv's cache (a tool replaced at run time must not pile up). */
+  forget(schema: Record<string, unknown>): void {
+    this.draft07.removeSchema(schema);
+    this.draft2020?.removeSchema(schema);
   }
 }
 

@@ -70,6 +70,13 @@ export interface ToolSpec<
   /** Safe to run again if a worker dies mid-call. */
   idempotent?: boolean;
   /**
+   * The schemas come from elsewhere (an upstream MCP server): keywords Ajv does not know are
+   * ignored rather than refused, as JSON Schema says, where our own tools are held to strict.
+   */
+  foreignSchemas?: boolean;
+  /** MCP annotations given by the tool's origin (an upstream), shown as they are. */
+  annotations?: Record<string, unknown>;
+  /**
    * JSON Schema of the handler's result (MCP `outputSchema`, `structuredContent`). An object
    * schema goes to MCP as it is; any other (a number, a string, an array) is wrapped as
    * `{"result": …}` there, as FastMCP does. With defineTool, the handler must return its
@@ -118,6 +125,8 @@ export interface Tool {
   strictParameters: Record<string, unknown> | undefined;
   /** Why the tool has no strict form (a plugin author's hint), when it has none. */
   strictIssue?: string;
+  /** MCP annotations from the tool's origin (upstream tools), when it gave some. */
+  annotations?: Record<string, unknown>;
   precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;
   handler: (args: unknown, ctx: ToolContext) => Promise<unknown> | unknown;
 }

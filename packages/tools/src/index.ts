@@ -25,7 +25,7 @@ export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegi
 }
 
 export { calculator, currentTime, evaluate, sandboxedTools, httpTools };
-export { createHttpServices, startEgressProxy } from './http/index.js';
+export { createHttpServices, createGuardedFetch, startEgressProxy } from './http/index.js';
 export { memoryTools, createMemoryStore, MemoryStore } from './memory/index.js';
 export { metaTools, findTools, createToolCatalog } from './meta/index.js';
 export type { ToolCatalog } from './meta/index.js';
@@ -43,6 +43,7 @@ export { checkShellCommand, shellPolicyError, POLICY_DENIED } from './policy/ind
 export type {
   EgressProxy,
   EgressProxyOptions,
+  GuardedFetch,
   HttpPolicy,
   HttpToolServices,
 } from './http/index.js';

@@ -23,6 +23,8 @@ import {
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry } from '@toolgate/registry';
+import { createGuardedFetch } from '@toolgate/tools';
+import { UpstreamCatalog } from '@toolgate/upstreams';
 import express from 'express';
 import { resolveClients, type DevMode } from './clients.js';
 import { deferContinue, readJsonBody } from './body/read-json-body.js';
@@ -101,7 +103,23 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const limits = new CallLimits(redis, keys, config.policy.loopGuard, (kind, client) =>
     metrics.limited.inc({ kind, client: client.id }),
   );
-  const longestTimeoutMs = Math.max(0, ...registry.list().map((t) => t.timeoutMs));
+  // Upstream tools come and go with their catalogs (docs/upstreams.md); this process reads
+  // them into the registry and keeps them current.
+  const upstreams =
+    config.upstreams.length === 0
+      ? undefined
+      : UpstreamCatalog.open({
+          upstreams: config.upstreams,
+          registry,
+          redis: config.redis,
+          fetch: createGuardedFetch(config.policy.http),
+          log: log.child({ component: 'upstreams' }),
+        });
+  const longestTimeoutMs = Math.max(
+    0,
+    ...registry.list().map((t) => t.timeoutMs),
+    ...config.upstreams.map((u) => u.timeoutMs + 2000),
+  );
   const admission = new Admission(redis, keys, STALE_QUEUE_WAIT_MS + longestTimeoutMs);
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
@@ -233,7 +251,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     });
     next();
   });
-  app.use(healthRoutes(redis, keys, log));
+  app.use(healthRoutes(redis, keys, log, upstreams && (() => upstreams.status())));
   app.use(consolePages(consoleDir(config.console.dir)));
   // The series name every client, tool and error code: any tenant could read the others'.
   // They are served on server.metricsPort only (serveMetrics), which stays off the public port.
@@ -297,6 +315,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     app,
     dev,
     async listen(port = config.server.port, host = dev ? '127.0.0.1' : config.server.host) {
+      // The first listing already has the upstreams' tools (or their first attempt failed).
+      await upstreams?.ready();
       server = await new Promise<Server>((resolve, reject) => {
         const s = createServer(app);
         deferContinue(s); // before the first connection
@@ -346,6 +366,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     },
     async close() {
       clearInterval(sweeper);
+      await upstreams?.close();
       metricsServer?.close();
       closing.abort(); // event streams end; their clients reconnect to another gateway
       if (server) {

@@ -36,6 +36,8 @@ import { CLIENT_LIMIT_DEFAULTS, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry, ToolServices } from '@toolgate/registry';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
+import { createGuardedFetch } from '@toolgate/tools';
+import { UpstreamCalls, UpstreamCatalog } from '@toolgate/upstreams';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
 import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
@@ -114,13 +116,21 @@ export function createWorker({
   config,
   registry,
   logger,
-  services,
+  services: given,
   queues = ['fast', 'sandbox'],
   metrics = createMetrics(),
   id = newWorkerId(),
   onLostCalls,
 }: WorkerOptions): ToolWorker {
   const log = logger.child({ component: 'worker', workerId: id });
+  // Upstream MCP servers: their tools in the registry (the catalog), one SDK client per
+  // upstream for the calls (docs/upstreams.md).
+  const upstreamCalls =
+    config.upstreams.length === 0
+      ? undefined
+      : new UpstreamCalls(config.upstreams, createGuardedFetch(config.policy.http));
+  const services: ToolServices = upstreamCalls ? { ...given, upstreams: upstreamCalls } : given;
+  let upstreamCatalog: UpstreamCatalog | undefined;
   const keys = Keys.for(config.redis);
   const redis = createRedis(config.redis, 'blocking');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
@@ -687,6 +697,16 @@ export function createWorker({
         workers.push(worker);
       }
       await Promise.all(workers.map((w) => w.waitUntilReady()));
+      if (config.upstreams.length > 0) {
+        upstreamCatalog = UpstreamCatalog.open({
+          upstreams: config.upstreams,
+          registry,
+          redis: config.redis,
+          fetch: createGuardedFetch(config.policy.http),
+          log: log.child({ component: 'upstreams' }),
+        });
+        await upstreamCatalog.ready();
+      }
       await heartbeat.start();
       log.info(
         {
@@ -728,6 +748,8 @@ export function createWorker({
       await Promise.all([stopLane(), ...workers.map((w) => w.close())]);
       await recorder.drain();
       shutdown.abort();
+      await upstreamCatalog?.close();
+      await upstreamCalls?.close();
       await heartbeat.stop();
       metricsServer?.close();
       cancelSubscriber.disconnect();

@@ -9,6 +9,8 @@ export { httpGet, httpPost, HTTP_TOOL_TIMEOUT_MS, MAX_POST_BODY_CHARS } from './
 export { createHttpServices, httpServices } from './services.js';
 export { startEgressProxy } from './egress-proxy.js';
 export { SafeHttpClient, DEFAULT_USER_AGENT } from './safe-http-client.js';
+export { createGuardedFetch } from './guarded-fetch.js';
+export type { GuardedFetch } from './guarded-fetch.js';
 export { AddressGuard, parseHttpUrl, pinnedLookup, systemLookup } from './address-guard.js';
 export { AllowHosts, InvalidAllowHostError } from './allow-hosts.js';
 export {

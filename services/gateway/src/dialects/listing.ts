@@ -30,7 +30,7 @@ const MAX_PATTERNS = 1000;
 
 /**
  * `?<name>=` a comma-separated selection of tools in the syntax of a client's `tools` scope:
- * `*`, tool names, `category:<name>`. Each name and category must be one the client can see,
+ * `*`, tool names, `<prefix>*`, `category:<name>`. Each name and category must be one the client can see,
  * so a typo is an error rather than a silent no-op. Undefined when absent.
  */
 export function toolSelection(
@@ -47,14 +47,22 @@ export function toolSelection(
   for (const p of patterns) {
     if (p === '*') continue;
     const category = p.startsWith('category:') ? p.slice('category:'.length) : undefined;
-    const known = category === undefined ? names.has(p) : categories.has(category);
+    const prefix = category === undefined && p.endsWith('*') ? p.slice(0, -1) : undefined;
+    const known =
+      category !== undefined
+        ? categories.has(category)
+        : prefix !== undefined
+          ? request.visible.some((t) => t.name.startsWith(prefix))
+          : names.has(p);
     if (!known) {
       const what =
         category !== undefined
           ? `no tool you may use is in category "${category.slice(0, 64)}"`
-          : TOOL_NAME.test(p)
-            ? `no tool you may use is named "${p}"`
-            : `"${p.slice(0, 64)}" is not a tool name, "category:<name>" or "*"`;
+          : prefix !== undefined && TOOL_NAME.test(prefix)
+            ? `no tool you may use starts with "${prefix}"`
+            : TOOL_NAME.test(p)
+              ? `no tool you may use is named "${p}"`
+              : `"${p.slice(0, 64)}" is not a tool name, "category:<name>" or "*"`;
       throw new ApiError('invalid_request', `"${name}": ${what}`);
     }
   }

@@ -22,14 +22,20 @@ export function toMcpTool(tool: Tool, requiresApproval: (tool: Tool) => boolean)
     inputSchema: tool.parameters as McpTool['inputSchema'],
     ...(tool.result ? { outputSchema: outputSchemaOf(tool.result) } : {}),
     annotations: {
+      // An upstream's own hints first (docs/upstreams.md); toolgate's word on approval last.
+      ...tool.annotations,
       title: titleOf(tool.name),
       // "safe" is the registry's word for a tool that changes nothing; one an operator makes
       // wait for approval is treated as a writer whatever its risk says.
       readOnlyHint: tool.risk === 'safe' && !needsApproval,
       destructiveHint: needsApproval || tool.risk === 'destructive',
-      idempotentHint: tool.idempotent,
-      // Reaches beyond toolgate: the HTTP tools, and sandboxed tools given network access.
-      openWorldHint: tool.category === 'web' || tool.sandbox?.network === true,
+      idempotentHint: tool.annotations?.idempotentHint === true || tool.idempotent,
+      // Reaches beyond toolgate: the HTTP tools, sandboxed tools given network access, and
+      // an upstream's tools unless it says otherwise.
+      openWorldHint:
+        tool.category === 'web' ||
+        tool.sandbox?.network === true ||
+        (tool.annotations !== undefined && tool.annotations.openWorldHint !== false),
     },
   };
 }

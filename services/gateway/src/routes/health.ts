@@ -10,7 +10,12 @@ const READY_TIMEOUT_MS = 2000;
  * the Redis error text can name Redis's address (a `MOVED` names a node), so it goes to the
  * log, not to whoever can reach the port.
  */
-export function healthRoutes(redis: RedisClient, keys: Keys, log: Logger): Router {
+export function healthRoutes(
+  redis: RedisClient,
+  keys: Keys,
+  log: Logger,
+  upstreams?: () => Record<string, { state: string }>,
+): Router {
   const router = Router();
   router.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
@@ -48,7 +53,16 @@ export function healthRoutes(redis: RedisClient, keys: Keys, log: Logger): Route
       res.status(503).json({ status: 'unavailable', reason: 'no worker is alive' });
       return;
     }
-    res.json({ status: 'ready', workers });
+    // An upstream that is down takes only its own tools down: named, never unready. Its state
+    // only (the error, which can name an address, is logged).
+    const states = upstreams?.();
+    res.json({
+      status: 'ready',
+      workers,
+      ...(states
+        ? { upstreams: Object.fromEntries(Object.entries(states).map(([id, s]) => [id, s.state])) }
+        : {}),
+    });
   });
   return router;
 }

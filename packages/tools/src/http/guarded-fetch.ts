@@ -1,0 +1,61 @@
+/**
+ * A `fetch` behind the SSRF guard, for clients that need a streaming Response (the MCP SDK's
+ * Streamable HTTP transport reads Server-Sent Events from it): every request's host is checked
+ * against policy.http like http_get's, and connections go only to the addresses checked.
+ */
+import { Agent, fetch as undiciFetch } from 'undici';
+import {
+  AddressGuard,
+  parseHttpUrl,
+  pinnedLookup,
+  systemLookup,
+  type AddressPolicy,
+  type CheckedTarget,
+  type LookupFunction,
+} from './address-guard.js';
+
+export type GuardedFetch = ((url: string | URL, init?: RequestInit) => Promise<Response>) & {
+  /** Closes the kept-alive connections. */
+  close(): Promise<void>;
+};
+
+/**
+ * Connections are kept alive per origin, on an Agent pinned to the addresses the guard
+ * checked; a host that later resolves elsewhere gets a new Agent, checked again. Redirects are
+ * never followed here (`redirect: 'manual'`): a caller that follows one calls again, and the
+ * new host is checked like the first.
+ */
+export function createGuardedFetch(
+  policy: AddressPolicy,
+  options: { lookup?: LookupFunction } = {},
+): GuardedFetch {
+  const guard = new AddressGuard(policy, options.lookup ?? systemLookup);
+  const agents = new Map<string, { agent: Agent; addresses: string }>();
+  const agentFor = (target: CheckedTarget): Agent => {
+    const origin = target.url.origin;
+    const addresses = target.addresses.map((a) => a.address).join(',');
+    const kept = agents.get(origin);
+    if (kept?.addresses === addresses) return kept.agent;
+    void kept?.agent.close().catch(() => undefined);
+    const agent = new Agent({ connect: { lookup: pinnedLookup(target) } });
+    agents.set(origin, { agent, addresses });
+    return agent;
+  };
+  const guarded = async (input: string | URL, init: RequestInit = {}): Promise<Response> => {
+    const url = parseHttpUrl(String(input));
+    const target = await guard.check(url, init.signal ?? new AbortController().signal);
+    const response = await undiciFetch(url, {
+      ...(init as Parameters<typeof undiciFetch>[1]),
+      redirect: 'manual',
+      dispatcher: agentFor(target),
+    });
+    return response as unknown as Response;
+  };
+  return Object.assign(guarded, {
+    async close() {
+      const all = [...agents.values()];
+      agents.clear();
+      await Promise.all(all.map(({ agent }) => agent.close().catch(() => undefined)));
+    },
+  });
+}

@@ -1,0 +1,351 @@
+/**
+ * The upstreams' tool catalogs, shared through Redis so gateways and workers agree: one
+ * process at a time (a lease) reads an upstream's `tools/list` every `refreshSeconds`, and at
+ * once on `notifications/tools/list_changed`, and writes it; every process reads it back each
+ * second (one HGET per upstream) and turns a changed catalog into registry tools.
+ */
+import { randomUUID } from 'node:crypto';
+import { canonicalDigest, createRedis, Keys, type RedisClient } from '@toolgate/calls';
+import type { RedisConfig } from '@toolgate/config';
+import { upstreamToolName, type UpstreamConfig } from '@toolgate/config';
+import type { ToolRegistry } from '@toolgate/registry';
+import type { GuardedFetch } from '@toolgate/tools';
+import { UpstreamConnection } from './connection.js';
+import { definitionOf, upstreamToolSpec, type UpstreamToolDefinition } from './tool.js';
+
+/** Budgets of one upstream's catalog: a hostile server is cut, never trusted to stop. */
+export const CATALOG_LIMITS = {
+  /** Tools kept per upstream; the rest are reported. */
+  maxTools: 500,
+  /** One tool's definition (name, description, schemas, annotations), bytes of JSON. */
+  maxToolBytes: 64 * 1024,
+  /** The whole catalog, bytes of JSON. */
+  maxCatalogBytes: 2 * 1024 * 1024,
+  /** `tools/list` pages read per refresh. */
+  maxPages: 32,
+  /** Problems kept per upstream (the log has each). */
+  maxProblems: 20,
+  /**
+   * Time one process spends compiling one upstream's schemas per change (synchronous, on the
+   * gateway's event loop): tools past it are left out, here only.
+   */
+  compileBudgetMs: 1000,
+} as const;
+
+/** How often every process looks for a new catalog. */
+const POLL_MS = 1000;
+
+export type UpstreamState = 'up' | 'down' | 'unknown';
+
+/** What the catalog hash's `meta` field holds. */
+interface CatalogMeta {
+  /** When the last refresh was tried (ms), whether or not it worked. */
+  checkedAt: number;
+  /** Digest of the tools field. */
+  hash: string;
+  tools: number;
+  problems: string[];
+  /** The last refresh failed (the tools are the last ones read). */
+  error?: string;
+}
+
+export interface CatalogLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  debug(obj: object, msg?: string): void;
+}
+
+export interface UpstreamStatus {
+  state: UpstreamState;
+  tools: number;
+  /** Tools left out: over a budget, colliding names, schemas that do not compile. */
+  skipped: number;
+}
+
+const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
+export class UpstreamCatalog {
+  private static readonly shared = new WeakMap<ToolRegistry, UpstreamCatalog>();
+  private readonly token = randomUUID();
+  private readonly listing = new Map<string, UpstreamConnection>();
+  /** Per upstream: the catalog hash applied, and the registry names it gave. */
+  private readonly applied = new Map<string, { hash: string; names: string[]; skipped: number }>();
+  private readonly metas = new Map<string, CatalogMeta>();
+  private readonly changed = new Set<string>();
+  private timer: NodeJS.Timeout | undefined;
+  private users = 0;
+  private ticking: Promise<void> | undefined;
+  private firstSync: Promise<void> | undefined;
+
+  private constructor(
+    private readonly upstreams: readonly UpstreamConfig[],
+    private readonly registry: ToolRegistry,
+    private readonly redis: RedisClient,
+    private readonly keys: Keys,
+    private readonly fetchImpl: GuardedFetch,
+    private readonly log: CatalogLogger,
+  ) {}
+
+  /**
+   * The catalog of `registry`: a gateway and a worker in one process (the tests) share one
+   * registry, so they share its catalog too. Each `open` takes a `close`.
+   */
+  static open(options: {
+    upstreams: readonly UpstreamConfig[];
+    registry: ToolRegistry;
+    /** The catalog keeps a connection of its own: it outlives whichever opener closes first. */
+    redis: RedisConfig;
+    fetch: GuardedFetch;
+    log: CatalogLogger;
+  }): UpstreamCatalog {
+    let catalog = UpstreamCatalog.shared.get(options.registry);
+    if (!catalog) {
+      const redis = createRedis(options.redis, 'command');
+      redis.on('error', (err: Error) => options.log.debug({ err: err.message }, 'redis error'));
+      catalog = new UpstreamCatalog(
+        options.upstreams,
+        options.registry,
+        redis,
+        Keys.for(options.redis),
+        options.fetch,
+        options.log,
+      );
+      UpstreamCatalog.shared.set(options.registry, catalog);
+    }
+    catalog.users++;
+    catalog.start();
+    return catalog;
+  }
+
+  /**
+   * Resolves once each upstream's catalog was read or refreshed once (or failed to be): at
+   * most about `timeoutMs` of the slowest upstream.
+   */
+  ready(): Promise<void> {
+    return this.firstSync ?? Promise.resolve();
+  }
+
+  status(): Record<string, UpstreamStatus> {
+    const out: Record<string, UpstreamStatus> = {};
+    for (const u of this.upstreams) {
+      const meta = this.metas.get(u.id);
+      const applied = this.applied.get(u.id);
+      out[u.id] = {
+        state: !meta ? 'unknown' : meta.error !== undefined ? 'down' : 'up',
+        tools: applied?.names.length ?? 0,
+        skipped: (applied?.skipped ?? 0) + (meta?.problems.length ?? 0),
+      };
+    }
+    return out;
+  }
+
+  async close(): Promise<void> {
+    if (--this.users > 0) return;
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.ticking;
+    UpstreamCatalog.shared.delete(this.registry);
+    await Promise.all([...this.listing.values()].map((c) => c.close()));
+    await this.fetchImpl.close();
+    this.redis.disconnect();
+  }
+
+  private start(): void {
+    if (this.timer) return;
+    this.firstSync = this.tick();
+    this.timer = setInterval(() => void this.tick(), POLL_MS);
+    this.timer.unref();
+  }
+
+  /** One look at every upstream; a tick still running skips the next. */
+  private tick(): Promise<void> {
+    if (this.ticking) return this.ticking;
+    this.ticking = Promise.all(
+      this.upstreams.map((u) =>
+        this.sync(u).catch((err: unknown) =>
+          this.log.debug({ upstream: u.id, err: (err as Error).message }, 'upstream sync failed'),
+        ),
+      ),
+    )
+      .then(() => undefined)
+      .finally(() => (this.ticking = undefined));
+    return this.ticking;
+  }
+
+  private async sync(upstream: UpstreamConfig): Promise<void> {
+    const { catalog, lease } = this.keys.upstream(upstream.id);
+    let meta = parseMeta(await this.redis.hget(catalog, 'meta'));
+    const due =
+      !meta ||
+      Date.now() - meta.checkedAt >= upstream.refreshSeconds * 1000 ||
+      this.changed.has(upstream.id);
+    if (due) {
+      const leaseMs = upstream.timeoutMs * 3 + 5000;
+      const got = await this.redis.set(lease, this.token, 'PX', leaseMs, 'NX');
+      if (got === 'OK') {
+        try {
+          this.changed.delete(upstream.id);
+          meta = await this.refresh(upstream, meta);
+        } finally {
+          await this.redis.eval(RELEASE, 1, lease, this.token).catch(() => undefined);
+        }
+      }
+    }
+    if (!meta) return;
+    this.metas.set(upstream.id, meta);
+    if (this.applied.get(upstream.id)?.hash === meta.hash) return;
+    const tools = JSON.parse(
+      (await this.redis.hget(catalog, 'tools')) ?? '[]',
+    ) as UpstreamToolDefinition[];
+    this.apply(upstream, meta.hash, tools);
+  }
+
+  /** Reads the upstream's tools within the budgets and writes the catalog; returns its meta. */
+  private async refresh(
+    upstream: UpstreamConfig,
+    previous: CatalogMeta | undefined,
+  ): Promise<CatalogMeta> {
+    const { catalog } = this.keys.upstream(upstream.id);
+    const ttlSeconds = upstream.refreshSeconds * 10 + 3600;
+    let read: { tools: UpstreamToolDefinition[]; problems: string[] };
+    try {
+      read = await this.read(upstream);
+    } catch (err) {
+      const error = (err as Error).message;
+      this.log.warn({ upstream: upstream.id, error }, 'upstream tools could not be read');
+      // The tools read before stay: calls to them answer upstream_unavailable while it is down.
+      const meta: CatalogMeta = {
+        checkedAt: Date.now(),
+        hash: previous?.hash ?? canonicalDigest([]),
+        tools: previous?.tools ?? 0,
+        problems: previous?.problems ?? [],
+        error: error.slice(0, 500),
+      };
+      await this.redis
+        .multi()
+        .hset(catalog, 'meta', JSON.stringify(meta))
+        .expire(catalog, ttlSeconds)
+        .exec();
+      return meta;
+    }
+    const hash = canonicalDigest(read.tools);
+    const meta: CatalogMeta = {
+      checkedAt: Date.now(),
+      hash,
+      tools: read.tools.length,
+      problems: read.problems,
+    };
+    for (const problem of read.problems)
+      this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
+    const write = this.redis.multi();
+    if (previous?.hash !== hash) write.hset(catalog, 'tools', JSON.stringify(read.tools));
+    await write.hset(catalog, 'meta', JSON.stringify(meta)).expire(catalog, ttlSeconds).exec();
+    if (previous?.hash !== hash)
+      this.log.info({ upstream: upstream.id, tools: read.tools.length }, 'upstream tools read');
+    return meta;
+  }
+
+  /** Every page of `tools/list`, cut at the budgets, filtered by the allow-list. */
+  private async read(
+    upstream: UpstreamConfig,
+  ): Promise<{ tools: UpstreamToolDefinition[]; problems: string[] }> {
+    let connection = this.listing.get(upstream.id);
+    if (!connection) {
+      connection = new UpstreamConnection(upstream, this.fetchImpl, () => {
+        // Another process may hold the lease now: it reads the list on its next tick.
+        this.changed.add(upstream.id);
+        void this.tick();
+      });
+      this.listing.set(upstream.id, connection);
+    }
+    const allowed = upstream.tools ? new Set(upstream.tools) : undefined;
+    const tools: UpstreamToolDefinition[] = [];
+    const problems: string[] = [];
+    const report = (problem: string) => {
+      if (problems.length < CATALOG_LIMITS.maxProblems) problems.push(problem);
+    };
+    let bytes = 0;
+    let cursor: string | undefined;
+    const signal = AbortSignal.timeout(upstream.timeoutMs * 2);
+    for (let page = 0; ; page++) {
+      if (page >= CATALOG_LIMITS.maxPages) {
+        report(`tools/list has more than ${CATALOG_LIMITS.maxPages} pages: the rest is left out`);
+        break;
+      }
+      const result = await connection.listPage(cursor, signal);
+      for (const tool of result.tools) {
+        if (allowed && !allowed.has(tool.name)) continue;
+        const def = definitionOf(tool);
+        const size = Buffer.byteLength(JSON.stringify(def));
+        if (size > CATALOG_LIMITS.maxToolBytes) {
+          report(
+            `"${tool.name.slice(0, 64)}": its definition has ${size} bytes (at most ${CATALOG_LIMITS.maxToolBytes})`,
+          );
+        } else if (tools.length >= CATALOG_LIMITS.maxTools) {
+          report(
+            `more than ${CATALOG_LIMITS.maxTools} tools: "${tool.name.slice(0, 64)}" and later ones are left out`,
+          );
+        } else if (bytes + size > CATALOG_LIMITS.maxCatalogBytes) {
+          report(
+            `the catalog passed ${CATALOG_LIMITS.maxCatalogBytes} bytes at "${tool.name.slice(0, 64)}"`,
+          );
+        } else {
+          tools.push(def);
+          bytes += size;
+        }
+      }
+      cursor = typeof result.nextCursor === 'string' ? result.nextCursor : undefined;
+      if (cursor === undefined) break;
+    }
+    tools.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return { tools, problems };
+  }
+
+  /**
+   * Replaces the upstream's tools in the registry with `defs` (synchronously: a listing never
+   * sees half of it). A name taken by another tool, two tools with one name, or a schema that
+   * does not compile leaves that tool out and is logged naming both.
+   */
+  private apply(upstream: UpstreamConfig, hash: string, defs: UpstreamToolDefinition[]): void {
+    const before = this.applied.get(upstream.id)?.names ?? [];
+    for (const name of before) this.registry.unregister(name);
+    const names: string[] = [];
+    const from = new Map<string, string>();
+    let skipped = 0;
+    const started = performance.now();
+    for (const def of defs) {
+      const name = upstreamToolName(upstream.id, def.name);
+      const other = from.get(name);
+      let problem: string | undefined;
+      if (performance.now() - started > CATALOG_LIMITS.compileBudgetMs) {
+        problem = `upstream "${upstream.id}": compiling its schemas took over ${CATALOG_LIMITS.compileBudgetMs} ms; "${def.name}" and later tools are left out`;
+      } else if (other !== undefined) {
+        problem = `upstream "${upstream.id}" tools "${other}" and "${def.name}" both become "${name}"`;
+      } else if (this.registry.get(name)) {
+        problem = `upstream "${upstream.id}" tool "${def.name}" becomes "${name}", the name of a tool toolgate already has`;
+      } else {
+        try {
+          this.registry.register(upstreamToolSpec(upstream, def));
+          names.push(name);
+          from.set(name, def.name);
+        } catch (err) {
+          problem = `upstream "${upstream.id}" tool "${def.name}": ${(err as Error).message}`;
+        }
+      }
+      if (problem) {
+        skipped++;
+        this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
+      }
+    }
+    this.applied.set(upstream.id, { hash, names, skipped });
+  }
+}
+
+function parseMeta(text: string | null): CatalogMeta | undefined {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text) as CatalogMeta;
+  } catch {
+    return undefined;
+  }
+}

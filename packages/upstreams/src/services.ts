@@ -1,0 +1,50 @@
+/** What an upstream tool's handler reaches through `ctx.services.upstreams`: the worker's connections. */
+import type { UpstreamConfig } from '@toolgate/config';
+import { ToolError, type ToolContext } from '@toolgate/registry';
+import type { GuardedFetch } from '@toolgate/tools';
+import { UpstreamConnection } from './connection.js';
+
+declare module '@toolgate/registry' {
+  interface ToolServices {
+    /** Only on workers of a config with `upstreams:`. */
+    upstreams?: UpstreamCalls;
+  }
+}
+
+/** One connection per upstream, made on first call and reused (per worker process). */
+export class UpstreamCalls {
+  private readonly connections = new Map<string, UpstreamConnection>();
+  private readonly byId: Map<string, UpstreamConfig>;
+
+  constructor(
+    upstreams: readonly UpstreamConfig[],
+    private readonly fetchImpl: GuardedFetch,
+  ) {
+    this.byId = new Map(upstreams.map((u) => [u.id, u]));
+  }
+
+  connection(id: string): UpstreamConnection {
+    let connection = this.connections.get(id);
+    if (!connection) {
+      const upstream = this.byId.get(id);
+      if (!upstream)
+        throw new ToolError('upstream_unavailable', `no upstream "${id}" is configured`);
+      connection = new UpstreamConnection(upstream, this.fetchImpl);
+      this.connections.set(id, connection);
+    }
+    return connection;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.connections.values()].map((c) => c.close()));
+    this.connections.clear();
+    await this.fetchImpl.close();
+  }
+}
+
+export function upstreamCalls(ctx: ToolContext): UpstreamCalls {
+  const { upstreams } = ctx.services as Partial<ToolContext['services']>;
+  if (!upstreams)
+    throw new ToolError('upstream_unavailable', 'this worker has no upstreams configured');
+  return upstreams;
+}

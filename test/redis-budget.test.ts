@@ -22,23 +22,27 @@ import { testTools } from './support/tools.js';
 /**
  * Redis commands per call, at most. Each is the value measured when it was set (2-core machine,
  * calls one at a time, Redis 7.0, the range of 3 runs beside other busy processes) rounded up
- * by ~10 %: raise one only with the reason in review. Of a synchronous calculator call's ~97,
- * ~65 are BullMQ's own (its add, fetch and completion scripts, and the empty fetches of idle
- * worker slots); docs/scaling.md has the split.
+ * by ~10 %: raise one only with the reason in review. Fast calls go through the FastLane
+ * (three scripts per call); before it, through BullMQ, a synchronous calculator call cost 97
+ * (111 before the trims were amortized), ~65 of them BullMQ's own. docs/scaling.md has the
+ * split.
  */
 const BUDGET = {
-  /** POST /tools/calculator/execute, answered with the result. Measured 97.5 (was 111.0–111.8 before the trims and admission pruning were amortized). */
-  calculatorSync: 108,
-  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 96.2–96.8. */
-  calculatorAsync: 107,
-  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 98.5–98.6. */
-  idempotent: 109,
-  /** A call answered from the result cache (the tool never runs). Measured 27.6–28.1. */
-  cachedHit: 31,
-  /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 123.9–124.3. */
-  approved: 137,
-  /** run_python in the docker sandbox (only where the driver is available). Measured 116.5–117.9. */
-  runPython: 130,
+  /** POST /tools/calculator/execute, answered with the result. Measured 51.3–51.7. */
+  calculatorSync: 57,
+  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 51.5. */
+  calculatorAsync: 57,
+  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 52.4–52.6. */
+  idempotent: 58,
+  /**
+   * A call answered from the result cache (the tool never runs): its stats in a batch of their
+   * own here (at concurrency 16 they share one: ~11 per hit). Measured 29.7.
+   */
+  cachedHit: 33,
+  /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 78.1. */
+  approved: 86,
+  /** run_python in the docker sandbox (BullMQ's queue). Measured 116.5–119.1. */
+  runPython: 131,
 } as const;
 type Kind = keyof typeof BUDGET;
 

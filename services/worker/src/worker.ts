@@ -384,6 +384,8 @@ export function createWorker({
 
   /** Claims fast calls for the free slots; blocks on the lane's wake key while there are none. */
   async function laneLoop(): Promise<void> {
+    /** Whether the last claim failed: one warning per outage, not one per retry. */
+    let failing = false;
     while (!laneStopping) {
       if (laneFree === 0) {
         await new Promise<void>((resolve) => (laneSlotFreed = resolve));
@@ -393,10 +395,15 @@ export function createWorker({
       try {
         claimed = await lane.claim(laneFree, laneLeaseMs);
       } catch (err) {
-        log.warn({ err: (err as Error).message }, 'could not take fast calls; trying again');
+        if (!failing) {
+          log.warn({ err: (err as Error).message }, 'could not take fast calls; trying again');
+        }
+        failing = true;
         await new Promise((r) => setTimeout(r, 500));
         continue;
       }
+      if (failing) log.info('taking fast calls again');
+      failing = false;
       if (claimed.length === 0) {
         await lane.waitForWork(laneBlocking!, FAST_WAIT_S).catch(async () => {
           if (!laneStopping) await new Promise((r) => setTimeout(r, 500));

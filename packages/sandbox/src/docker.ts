@@ -260,6 +260,7 @@ export class DockerDriver implements SandboxDriver {
   }
 
   async run(request: RunRequest): Promise<RunResult> {
+    const startedAt = performance.now();
     if (this.closed) throw new SandboxError('closed', 'sandbox driver is closed');
     const prepared = prepareRun(this.config, request);
     await this.start();
@@ -272,13 +273,13 @@ export class DockerDriver implements SandboxDriver {
     prepared.signal?.throwIfAborted?.();
     this.running++;
     try {
-      return await this.execute(prepared);
+      return await this.execute(prepared, startedAt);
     } finally {
       this.running--;
     }
   }
 
-  private async execute(req: PreparedRun): Promise<RunResult> {
+  private async execute(req: PreparedRun, startedAt: number): Promise<RunResult> {
     const t0 = performance.now();
     if (req.network && !this.egress) {
       throw new SandboxError(
@@ -304,6 +305,7 @@ export class DockerDriver implements SandboxDriver {
         clientId: req.clientId,
       });
     }
+    const checkedOut = performance.now();
 
     let killing: Promise<void> | undefined;
     const watch = new RunWatchdog(
@@ -322,8 +324,10 @@ export class DockerDriver implements SandboxDriver {
     const errScan = new ExitMarkerScanner(nonce, watch.onStderr);
     let reported: (r: ExitReport) => void = () => undefined;
     const exitReport = new Promise<ExitReport>((resolve) => (reported = resolve));
+    let firstReport = 0;
     const scan = (scanner: ExitMarkerScanner) => (b: Buffer) => {
       scanner.push(b);
+      if (!firstReport && (outScan.report || errScan.report)) firstReport = performance.now();
       if (outScan.report && errScan.report) reported(errScan.report);
     };
     armed.onStdout = scan(outScan);
@@ -333,6 +337,7 @@ export class DockerDriver implements SandboxDriver {
       if (armed.dead)
         throw new SandboxError('start_failed', 'sandbox container stopped before its call');
       if (armed.slot && req.workspace) await this.mounts.bind(req.workspace, armed.slot);
+      const mounted = performance.now();
       const ended = new Promise<void>((resolve) => {
         armed.stream.once('end', resolve);
         armed.stream.once('close', resolve);
@@ -360,7 +365,15 @@ export class DockerDriver implements SandboxDriver {
       }
       if (exitCode < 0) exitCode = 137;
       watch.throwIfAborted();
-      return watch.result('docker', { exitCode, oomKilled, warm }, this.options.hooks);
+      const collected = performance.now();
+      const reportedAt = firstReport || collected;
+      return watch.result('docker', { exitCode, oomKilled, warm }, this.options.hooks, {
+        startedAt,
+        checkoutMs: checkedOut - startedAt,
+        mountMs: mounted - checkedOut,
+        execMs: reportedAt - mounted,
+        collectMs: collected - reportedAt,
+      });
     } catch (err) {
       watch.kill();
       throw err;
@@ -518,6 +531,7 @@ export class DockerDriver implements SandboxDriver {
         image: key,
         driver: 'docker',
         durationMs: performance.now() - t0,
+        pooled: how.pooled ?? false,
       });
       return armed;
     } catch (err) {

@@ -379,6 +379,8 @@ export class DockerDriver implements SandboxDriver {
       throw err;
     } finally {
       watch.dispose();
+      // Output in: the replacement starts now, off this call's path (WarmPool.acquire).
+      if (poolable) pool.refill();
       void (killing ?? Promise.resolve()).then(() => this.dispose(armed));
     }
   }

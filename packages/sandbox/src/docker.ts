@@ -606,6 +606,7 @@ export class DockerDriver implements SandboxDriver {
     await this.egress?.close();
     await this.mounts.removeOwner(this.owner);
     if (this.propagation) await this.mounts.teardownIfUnused();
+    this.mounts.close();
     await this.reaper.removeHeartbeat();
   }
 }

@@ -65,7 +65,7 @@ export interface SandboxBenchReport {
     /** Where a warm call's time goes, in call order, then the refill (off the path). */
     phases: PhaseRow[];
     sustained: SustainedStats;
-    /** Raw `docker run --rm` loops at the same concurrency, right after `sustained`. */
+    /** Raw `docker run --rm` loops at the same concurrency and length, alternating with it. */
     plainSustained: SustainedStats;
     throughputRatio: number;
     containersLeft: number;
@@ -117,12 +117,27 @@ export async function sampleLatency(
   return stats(times);
 }
 
+/** One window of closed-loop load: its length, each completed call's time, the failures. */
+export interface LoadWindow {
+  elapsedS: number;
+  times: number[];
+  errors: number;
+}
+
 /** Runs `fn` from `concurrency` loops for `seconds`; counts completed calls and failures. */
 export async function sustain(
   fn: () => Promise<unknown>,
   seconds: number,
   concurrency: number,
 ): Promise<SustainedStats> {
+  return summarize([await loadWindow(fn, seconds, concurrency)], concurrency);
+}
+
+export async function loadWindow(
+  fn: () => Promise<unknown>,
+  seconds: number,
+  concurrency: number,
+): Promise<LoadWindow> {
   const deadline = performance.now() + seconds * 1000;
   const times: number[] = [];
   let errors = 0;
@@ -140,12 +155,18 @@ export async function sustain(
       }
     }),
   );
-  const elapsed = (performance.now() - t0) / 1000;
+  return { elapsedS: (performance.now() - t0) / 1000, times, errors };
+}
+
+/** Windows of the same load, as one: calls over their summed length. */
+export function summarize(windows: LoadWindow[], concurrency: number): SustainedStats {
+  const elapsed = windows.reduce((s, w) => s + w.elapsedS, 0);
+  const times = windows.flatMap((w) => w.times);
   return {
     seconds: round(elapsed),
     concurrency,
     calls: times.length,
-    errors,
+    errors: windows.reduce((s, w) => s + w.errors, 0),
     callsPerSecond: round(times.length / elapsed),
     p50Ms: round(percentile(times, 50)),
   };
@@ -294,15 +315,24 @@ export async function runSandboxBench(
       log(`docker: ${samples} plain docker run --rm…`);
       await plainDockerRun();
       const plain = await sampleLatency(plainDockerRun, samples);
-      await sandbox.warmUp();
-      log(`docker: sustained ${seconds}s at concurrency ${concurrency}…`);
-      const sustained = await sustain(call, seconds, concurrency);
+      // The driver's load and raw docker run --rm at the same concurrency, in halves ordered
+      // driver, raw, raw, driver: a background load that drifts during the run (a shared
+      // machine) weighs on both alike. Each half starts with the pool full, as the first did.
+      log(
+        `docker: sustained ${seconds}s at concurrency ${concurrency}, and raw docker run --rm as long, in alternating halves…`,
+      );
+      const windows: Record<'driver' | 'raw', LoadWindow[]> = { driver: [], raw: [] };
+      for (const which of ['driver', 'raw', 'raw', 'driver'] as const) {
+        await sandbox.warmUp();
+        windows[which].push(
+          await loadWindow(which === 'driver' ? call : plainDockerRun, seconds / 2, concurrency),
+        );
+      }
+      const sustained = summarize(windows.driver, concurrency);
+      const plainSustained = summarize(windows.raw, concurrency);
       const owner = (sandbox as unknown as { ownerId?: string }).ownerId;
       await sandbox.close();
       const containersLeft = await countContainers(owner);
-      // Same concurrency and length, right after: both loads see the same machine.
-      log(`docker: raw docker run --rm, ${seconds}s at concurrency ${concurrency}…`);
-      const plainSustained = await sustain(plainDockerRun, seconds, concurrency);
       report.docker = {
         warmPool: warm.latency,
         plainDockerRun: plain,

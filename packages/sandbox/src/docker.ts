@@ -65,8 +65,12 @@ interface Armed {
   key: string;
   container: Docker.Container;
   stream: Duplex;
-  /** Resolves with the exit status once the container stops. */
-  exited: Promise<number>;
+  /**
+   * Resolves once the attach stream has ended: the container's processes are gone and all their
+   * output is in. Watching the stream, not a wait request per container, saves one Docker API
+   * round trip per container; the exit status is asked for only when a call needs it.
+   */
+  ended: Promise<void>;
   onStdout: (b: Buffer) => void;
   onStderr: (b: Buffer) => void;
   /** Empty slot directory mounted at /workspace (pooled containers). */
@@ -338,15 +342,14 @@ export class DockerDriver implements SandboxDriver {
         throw new SandboxError('start_failed', 'sandbox container stopped before its call');
       if (armed.slot && req.workspace) await this.mounts.bind(req.workspace, armed.slot);
       const mounted = performance.now();
-      const ended = new Promise<void>((resolve) => {
-        armed.stream.once('end', resolve);
-        armed.stream.once('close', resolve);
-        armed.stream.once('error', () => resolve());
-      });
       armed.stream.end(encodeEnvelope(req.argv, req.stdin, nonce));
       const outcome = await Promise.race([
         exitReport.then((r) => ({ inBand: true as const, ...r })),
-        armed.exited.then((code) => ({ inBand: false as const, exitCode: code, oomKills: 0 })),
+        armed.ended.then(async () => ({
+          inBand: false as const,
+          exitCode: await exitStatus(armed.container),
+          oomKills: 0,
+        })),
       ]);
       // Cancelled: the container is dead, its output no longer wanted; removal runs below.
       watch.throwIfAborted();
@@ -354,8 +357,7 @@ export class DockerDriver implements SandboxDriver {
       let oomKilled = outcome.oomKills > 0 && exitCode === 137;
       if (!outcome.inBand) {
         // Killed (timeout, flood, abort) or the entrypoint itself died: Docker has the verdict,
-        // and the attach stream carries the last output after the exit is reported.
-        await Promise.race([ended, sleep(2000)]);
+        // and the stream, ended, has carried the last output.
         outScan.flush();
         errScan.flush();
         if (exitCode === 137 && !watch.killedByLimit && !watch.aborted) {
@@ -499,7 +501,13 @@ export class DockerDriver implements SandboxDriver {
         key,
         container,
         stream,
-        exited: Promise.resolve(-1),
+        ended: new Promise<void>((resolve) => {
+          stream.once('end', resolve);
+          stream.once('close', resolve);
+          stream.once('error', () => resolve());
+        }).then(() => {
+          armed.dead = true;
+        }),
         onStdout: () => undefined,
         onStderr: () => undefined,
         slot,
@@ -519,16 +527,6 @@ export class DockerDriver implements SandboxDriver {
         address = armed.address = await this.egressAddress(container, egressNetwork.info.name);
         egressNetwork.admit(address, how.clientId);
       }
-      armed.exited = (container.wait() as Promise<{ StatusCode: number }>).then(
-        (r) => {
-          armed.dead = true;
-          return r.StatusCode;
-        },
-        () => {
-          armed.dead = true;
-          return -1;
-        },
-      );
       this.options.hooks?.onStart?.({
         image: key,
         driver: 'docker',
@@ -625,6 +623,15 @@ function demux(stream: Duplex, out: (b: Buffer) => void, err: (b: Buffer) => voi
       pending = pending.subarray(8 + size);
     }
   });
+}
+
+/** A stopped container's exit status (wait returns at once); -1 when Docker has none (removed). */
+async function exitStatus(container: Docker.Container): Promise<number> {
+  try {
+    return ((await container.wait()) as { StatusCode: number }).StatusCode;
+  } catch {
+    return -1;
+  }
 }
 
 /** Both spellings: curl reads the lower-case ones, most other programs either. */

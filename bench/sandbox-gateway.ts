@@ -16,13 +16,7 @@ import {
   topFamilies,
   unmountUnder,
 } from './lib.js';
-import {
-  HELLO,
-  TARGETS,
-  plainDockerRun,
-  sampleLatency,
-  sustain,
-} from './sandbox/sandbox-bench.js';
+import { HELLO, TARGETS, plainDockerRun, sampleLatency, sustain } from './sandbox/sandbox-bench.js';
 
 const exec = promisify(execFile);
 const samples = Number(process.env.BENCH_SAMPLES ?? 15);

@@ -12,8 +12,7 @@ if (!root) console.warn('mount helper tests skipped: mounting needs root');
 describe.skipIf(!root)('MountHelper', () => {
   let dir: string;
   const helper = new MountHelper();
-  const mounted = async (target: string) =>
-    (await mountTable()).some((m) => m.target === target);
+  const mounted = async (target: string) => (await mountTable()).some((m) => m.target === target);
 
   beforeAll(async () => {
     dir = await mkdtemp(path.join(tmpdir(), 'tg-mount-helper-'));
@@ -53,7 +52,9 @@ describe.skipIf(!root)('MountHelper', () => {
     ]);
     expect(results[0]).toMatchObject({
       status: 'rejected',
-      reason: { message: expect.stringMatching(/^mount --bind .*missing.* failed \(status \d+\): \S/) },
+      reason: {
+        message: expect.stringMatching(/^mount --bind .*missing.* failed \(status \d+\): \S/),
+      },
     });
     expect(results.slice(1).map((r) => r.status)).toEqual(['fulfilled', 'fulfilled']);
     expect(await mounted(target)).toBe(false);

@@ -2,13 +2,12 @@
 // HTTP → gateway → sandbox queue → worker → warm container, against a plain `docker run --rm`
 // of the same image, in one run; then 30 s sustained at concurrency 8, raw `docker run --rm` at
 // the same concurrency as long, and the containers left.
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import {
   benchRedis,
+  deploymentContainers,
   freePort,
   redisCommandsPerCall,
   startTs,
@@ -18,7 +17,6 @@ import {
 } from './lib.js';
 import { HELLO, TARGETS, plainDockerRun, sampleLatency, sustain } from './sandbox/sandbox-bench.js';
 
-const exec = promisify(execFile);
 const samples = Number(process.env.BENCH_SAMPLES ?? 15);
 const seconds = Number(process.env.BENCH_SECONDS ?? 30);
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 8);
@@ -101,10 +99,8 @@ await stop(gateway);
 await stop(worker); // SIGTERM: the worker removes its warm containers on the way out
 unmountUnder(dir); // the workspace image stays mounted after the worker, by design
 rmSync(dir, { recursive: true, force: true });
-const left = (await exec('docker', ['ps', '-aq', '--filter', 'label=toolgate.sandbox'])).stdout
-  .trim()
-  .split('\n')
-  .filter(Boolean).length;
+// This deployment's only: containers of other toolgates on a shared engine are not ours to count.
+const left = (await deploymentContainers(join(dir, 'state'))).length;
 
 console.log(`  run_python via gateway   p50 ${viaGateway.p50Ms} ms   p95 ${viaGateway.p95Ms} ms`);
 console.log(`  docker run --rm          p50 ${plain.p50Ms} ms   p95 ${plain.p95Ms} ms`);

@@ -312,14 +312,18 @@ export class DockerDriver implements SandboxDriver {
     const checkedOut = performance.now();
 
     let killing: Promise<void> | undefined;
+    let killed: () => void = () => undefined;
+    const wasKilled = new Promise<void>((resolve) => (killed = resolve));
     const watch = new RunWatchdog(
       req,
-      (cancelled) =>
-        (killing = cancelled
+      (cancelled) => {
+        killing = cancelled
           ? // Cancelled: nothing of the container is wanted any more; a forced removal kills
             // and removes in one engine call (no OOM verdict or last output to read first).
             this.removeContainer(armed.container)
-          : armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined)),
+          : armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
+        void killing.then(killed);
+      },
       t0,
     );
     // The entrypoint reports the exit on both streams; once both lines are in, the call is over.
@@ -343,13 +347,16 @@ export class DockerDriver implements SandboxDriver {
       if (armed.slot && req.workspace) await this.mounts.bind(req.workspace, armed.slot);
       const mounted = performance.now();
       armed.stream.end(encodeEnvelope(req.argv, req.stdin, nonce));
+      const stopped = async () => ({
+        inBand: false as const,
+        exitCode: await exitStatus(armed.container),
+        oomKills: 0,
+      });
       const outcome = await Promise.race([
         exitReport.then((r) => ({ inBand: true as const, ...r })),
-        armed.ended.then(async () => ({
-          inBand: false as const,
-          exitCode: await exitStatus(armed.container),
-          oomKills: 0,
-        })),
+        armed.ended.then(stopped),
+        // Killed by the watchdog: Docker's verdict, even if the stream were slow to end.
+        wasKilled.then(stopped),
       ]);
       // Cancelled: the container is dead, its output no longer wanted; removal runs below.
       watch.throwIfAborted();
@@ -357,7 +364,8 @@ export class DockerDriver implements SandboxDriver {
       let oomKilled = outcome.oomKills > 0 && exitCode === 137;
       if (!outcome.inBand) {
         // Killed (timeout, flood, abort) or the entrypoint itself died: Docker has the verdict,
-        // and the stream, ended, has carried the last output.
+        // and the attach stream carries the last output until it ends.
+        await Promise.race([armed.ended, sleep(2000)]);
         outScan.flush();
         errScan.flush();
         if (exitCode === 137 && !watch.killedByLimit && !watch.aborted) {

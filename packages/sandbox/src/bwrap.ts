@@ -379,6 +379,7 @@ export class BwrapDriver implements SandboxDriver {
       image: req.key,
       driver: 'bwrap',
       durationMs: performance.now() - t0,
+      pooled: false,
     });
 
     try {

@@ -65,8 +65,12 @@ interface Armed {
   key: string;
   container: Docker.Container;
   stream: Duplex;
-  /** Resolves with the exit status once the container stops. */
-  exited: Promise<number>;
+  /**
+   * Resolves once the attach stream has ended: the container's processes are gone and all their
+   * output is in. Watching the stream, not a wait request per container, saves one Docker API
+   * round trip per container; the exit status is asked for only when a call needs it.
+   */
+  ended: Promise<void>;
   onStdout: (b: Buffer) => void;
   onStderr: (b: Buffer) => void;
   /** Empty slot directory mounted at /workspace (pooled containers). */
@@ -260,6 +264,7 @@ export class DockerDriver implements SandboxDriver {
   }
 
   async run(request: RunRequest): Promise<RunResult> {
+    const startedAt = performance.now();
     if (this.closed) throw new SandboxError('closed', 'sandbox driver is closed');
     const prepared = prepareRun(this.config, request);
     await this.start();
@@ -272,13 +277,13 @@ export class DockerDriver implements SandboxDriver {
     prepared.signal?.throwIfAborted?.();
     this.running++;
     try {
-      return await this.execute(prepared);
+      return await this.execute(prepared, startedAt);
     } finally {
       this.running--;
     }
   }
 
-  private async execute(req: PreparedRun): Promise<RunResult> {
+  private async execute(req: PreparedRun, startedAt: number): Promise<RunResult> {
     const t0 = performance.now();
     if (req.network && !this.egress) {
       throw new SandboxError(
@@ -304,16 +309,21 @@ export class DockerDriver implements SandboxDriver {
         clientId: req.clientId,
       });
     }
+    const checkedOut = performance.now();
 
     let killing: Promise<void> | undefined;
+    let killed: () => void = () => undefined;
+    const wasKilled = new Promise<void>((resolve) => (killed = resolve));
     const watch = new RunWatchdog(
       req,
-      (cancelled) =>
-        (killing = cancelled
+      (cancelled) => {
+        killing = cancelled
           ? // Cancelled: nothing of the container is wanted any more; a forced removal kills
             // and removes in one engine call (no OOM verdict or last output to read first).
             this.removeContainer(armed.container)
-          : armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined)),
+          : armed.container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
+        void killing.then(killed);
+      },
       t0,
     );
     // The entrypoint reports the exit on both streams; once both lines are in, the call is over.
@@ -322,8 +332,10 @@ export class DockerDriver implements SandboxDriver {
     const errScan = new ExitMarkerScanner(nonce, watch.onStderr);
     let reported: (r: ExitReport) => void = () => undefined;
     const exitReport = new Promise<ExitReport>((resolve) => (reported = resolve));
+    let firstReport = 0;
     const scan = (scanner: ExitMarkerScanner) => (b: Buffer) => {
       scanner.push(b);
+      if (!firstReport && (outScan.report || errScan.report)) firstReport = performance.now();
       if (outScan.report && errScan.report) reported(errScan.report);
     };
     armed.onStdout = scan(outScan);
@@ -333,15 +345,18 @@ export class DockerDriver implements SandboxDriver {
       if (armed.dead)
         throw new SandboxError('start_failed', 'sandbox container stopped before its call');
       if (armed.slot && req.workspace) await this.mounts.bind(req.workspace, armed.slot);
-      const ended = new Promise<void>((resolve) => {
-        armed.stream.once('end', resolve);
-        armed.stream.once('close', resolve);
-        armed.stream.once('error', () => resolve());
-      });
+      const mounted = performance.now();
       armed.stream.end(encodeEnvelope(req.argv, req.stdin, nonce));
+      const stopped = async () => ({
+        inBand: false as const,
+        exitCode: await exitStatus(armed.container),
+        oomKills: 0,
+      });
       const outcome = await Promise.race([
         exitReport.then((r) => ({ inBand: true as const, ...r })),
-        armed.exited.then((code) => ({ inBand: false as const, exitCode: code, oomKills: 0 })),
+        armed.ended.then(stopped),
+        // Killed by the watchdog: Docker's verdict, even if the stream were slow to end.
+        wasKilled.then(stopped),
       ]);
       // Cancelled: the container is dead, its output no longer wanted; removal runs below.
       watch.throwIfAborted();
@@ -349,8 +364,8 @@ export class DockerDriver implements SandboxDriver {
       let oomKilled = outcome.oomKills > 0 && exitCode === 137;
       if (!outcome.inBand) {
         // Killed (timeout, flood, abort) or the entrypoint itself died: Docker has the verdict,
-        // and the attach stream carries the last output after the exit is reported.
-        await Promise.race([ended, sleep(2000)]);
+        // and the attach stream carries the last output until it ends.
+        await Promise.race([armed.ended, sleep(2000)]);
         outScan.flush();
         errScan.flush();
         if (exitCode === 137 && !watch.killedByLimit && !watch.aborted) {
@@ -360,12 +375,22 @@ export class DockerDriver implements SandboxDriver {
       }
       if (exitCode < 0) exitCode = 137;
       watch.throwIfAborted();
-      return watch.result('docker', { exitCode, oomKilled, warm }, this.options.hooks);
+      const collected = performance.now();
+      const reportedAt = firstReport || collected;
+      return watch.result('docker', { exitCode, oomKilled, warm }, this.options.hooks, {
+        startedAt,
+        checkoutMs: checkedOut - startedAt,
+        mountMs: mounted - checkedOut,
+        execMs: reportedAt - mounted,
+        collectMs: collected - reportedAt,
+      });
     } catch (err) {
       watch.kill();
       throw err;
     } finally {
       watch.dispose();
+      // Output in: the replacement starts now, off this call's path (WarmPool.acquire).
+      if (poolable) pool.refill();
       void (killing ?? Promise.resolve()).then(() => this.dispose(armed));
     }
   }
@@ -484,7 +509,13 @@ export class DockerDriver implements SandboxDriver {
         key,
         container,
         stream,
-        exited: Promise.resolve(-1),
+        ended: new Promise<void>((resolve) => {
+          stream.once('end', resolve);
+          stream.once('close', resolve);
+          stream.once('error', () => resolve());
+        }).then(() => {
+          armed.dead = true;
+        }),
         onStdout: () => undefined,
         onStderr: () => undefined,
         slot,
@@ -504,20 +535,11 @@ export class DockerDriver implements SandboxDriver {
         address = armed.address = await this.egressAddress(container, egressNetwork.info.name);
         egressNetwork.admit(address, how.clientId);
       }
-      armed.exited = (container.wait() as Promise<{ StatusCode: number }>).then(
-        (r) => {
-          armed.dead = true;
-          return r.StatusCode;
-        },
-        () => {
-          armed.dead = true;
-          return -1;
-        },
-      );
       this.options.hooks?.onStart?.({
         image: key,
         driver: 'docker',
         durationMs: performance.now() - t0,
+        pooled: how.pooled ?? false,
       });
       return armed;
     } catch (err) {
@@ -590,6 +612,7 @@ export class DockerDriver implements SandboxDriver {
     await this.egress?.close();
     await this.mounts.removeOwner(this.owner);
     if (this.propagation) await this.mounts.teardownIfUnused();
+    this.mounts.close();
     await this.reaper.removeHeartbeat();
   }
 }
@@ -608,6 +631,15 @@ function demux(stream: Duplex, out: (b: Buffer) => void, err: (b: Buffer) => voi
       pending = pending.subarray(8 + size);
     }
   });
+}
+
+/** A stopped container's exit status (wait returns at once); -1 when Docker has none (removed). */
+async function exitStatus(container: Docker.Container): Promise<number> {
+  try {
+    return ((await container.wait()) as { StatusCode: number }).StatusCode;
+  } catch {
+    return -1;
+  }
 }
 
 /** Both spellings: curl reads the lower-case ones, most other programs either. */

@@ -113,6 +113,7 @@ export type {
   OutputStream,
   ResourceLimits,
   RunRequest,
+  RunPhases,
   RunResult,
   SandboxDriver,
   SandboxHooks,

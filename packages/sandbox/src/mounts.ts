@@ -10,6 +10,7 @@ import { mkdir, readFile, readdir, rmdir } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { HostLock } from './host-lock.js';
+import { MountHelper } from './mount-helper.js';
 
 const run = promisify(execFile);
 
@@ -40,6 +41,8 @@ export class SlotMounts {
   readonly slotsDir: string;
   /** Every worker of the host (same stateDir) sets up and tears down under this lock. */
   readonly lock: HostLock;
+  /** Runs the per-call mount and unmount (bind, unmountBelow): see mount-helper.ts. */
+  private readonly helper = new MountHelper();
 
   constructor(stateDir: string) {
     this.slotsDir = path.join(path.resolve(stateDir), 'slots');
@@ -102,7 +105,7 @@ export class SlotMounts {
   async bind(source: string, slot: string): Promise<void> {
     // No nosuid/nodev remount (a second exec on the call path): with no-new-privileges and no
     // capabilities, set-uid files and device nodes in the workspace give nothing.
-    await run('mount', ['--bind', source, slot]);
+    await this.helper.bind(source, slot);
   }
 
   /** Unmounts whatever is bound on the slot and removes it. */
@@ -118,7 +121,12 @@ export class SlotMounts {
       .map((m) => m.target)
       .filter((t) => t === dir || t.startsWith(dir + '/'))
       .sort((a, b) => b.length - a.length);
-    for (const t of targets) await run('umount', ['-l', t]).catch(() => undefined);
+    for (const t of targets) await this.helper.unmount(t).catch(() => undefined);
+  }
+
+  /** Ends the mount helper (the driver is closing); a later call starts it again. */
+  close(): void {
+    this.helper.close();
   }
 
   /** Owners that have a slot directory (for the reaper). */

@@ -110,6 +110,23 @@ export interface SandboxLogger {
   error(obj: object, msg?: string): void;
 }
 
+/**
+ * Where one docker run's time went, in ms of the monotonic clock, in call order. Refilling the
+ * warm pool is not a phase: it runs after the call, off its path (onStart, `pooled`).
+ */
+export interface RunPhases {
+  /** performance.now() as run() was entered, to place the phases on a caller's clock. */
+  startedAt: number;
+  /** Taking a warm container from the pool (or creating and starting one, for a cold call). */
+  checkoutMs: number;
+  /** Binding the client's workspace onto the warm container's slot (0 when none). */
+  mountMs: number;
+  /** Call written to the waiting entrypoint → the program's exit reported on stdout or stderr. */
+  execMs: number;
+  /** First exit report → the other stream's report (all output in), or the stream's end. */
+  collectMs: number;
+}
+
 /** Observations for metrics: called after every run and every container start. */
 export interface SandboxHooks {
   onRun?(info: {
@@ -118,8 +135,11 @@ export interface SandboxHooks {
     warm: boolean;
     durationMs: number;
     result: RunResult;
+    /** docker only. */
+    phases?: RunPhases;
   }): void;
-  onStart?(info: { image: string; driver: DriverName; durationMs: number }): void;
+  /** `pooled`: started for the warm pool (off any call's path), not for one call. */
+  onStart?(info: { image: string; driver: DriverName; durationMs: number; pooled: boolean }): void;
 }
 
 export interface DriverOptions {

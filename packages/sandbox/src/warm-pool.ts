@@ -8,6 +8,12 @@ import { SandboxError } from './errors.js';
 
 /** Sandboxes started at once per image while refilling; more only queue in the engine. */
 const MAX_PARALLEL_STARTS = 3;
+/**
+ * How long the replacement of a taken sandbox waits for its call's refill(): past a quick
+ * call's end (a warm hello world takes ~15–30 ms), short beside a start (~80–800 ms), so a long
+ * call does not keep the pool short for its whole run.
+ */
+export const REFILL_DELAY_MS = 100;
 
 export interface Pooled {
   createdAt: number;
@@ -25,6 +31,8 @@ export interface WarmPoolOptions<T extends Pooled> {
   /** False while the pool must not start anything (driver closed, image missing). */
   canStart: () => boolean;
   onStartFailed: (err: unknown) => void;
+  /** REFILL_DELAY_MS unless set (tests). */
+  refillDelayMs?: number;
 }
 
 interface Waiter<T> {
@@ -36,6 +44,8 @@ export class WarmPool<T extends Pooled> {
   private readonly ready: T[] = [];
   private readonly waiters: Waiter<T>[] = [];
   private starting = 0;
+  /** Replacements of taken sandboxes not started yet, each with its deadline (see take()). */
+  private readonly owed = new Set<NodeJS.Timeout>();
   /** Starts in flight: close() waits for them, or they would outlive the driver. */
   private readonly inFlight = new Set<Promise<unknown>>();
   private closed = false;
@@ -59,13 +69,19 @@ export class WarmPool<T extends Pooled> {
     return this.ready.length;
   }
 
-  /** A ready sandbox, or the next one started; aborting the signal stops waiting. */
+  /**
+   * A ready sandbox, or the next one started; aborting the signal stops waiting. A ready one's
+   * replacement is owed, not started: the caller calls refill() once its call's output is in.
+   */
   acquire(signal?: AbortSignal): Promise<T> {
     while (this.ready.length > 0) {
       const item = this.ready.shift()!;
-      this.topUp();
-      if (!item.dead) return Promise.resolve(item);
+      if (!item.dead) {
+        this.owe();
+        return Promise.resolve(item);
+      }
       void this.o.dispose(item);
+      this.topUp();
     }
     return new Promise<T>((resolve, reject) => {
       const onAbort = () => {
@@ -89,12 +105,44 @@ export class WarmPool<T extends Pooled> {
     });
   }
 
-  /** Starts sandboxes until ready + starting covers the target size plus the waiting calls. */
+  /**
+   * Starting a container is CPU (engine, runtime, kernel) that a call running beside it on the
+   * same cores waits for: the replacement of a taken sandbox starts once the call is over
+   * (refill()), or after refillDelayMs for a long call. Taking the last ready one starts them
+   * all at once: the next call would wait for one.
+   */
+  private owe(): void {
+    if (this.ready.length === 0) return this.topUp();
+    const timer = setTimeout(() => this.refill(timer), this.o.refillDelayMs ?? REFILL_DELAY_MS);
+    timer.unref();
+    this.owed.add(timer);
+  }
+
+  /** A call that took a sandbox is over (or past refillDelayMs): start its replacement. */
+  refill(timer?: NodeJS.Timeout): void {
+    const paid = timer ?? this.owed.values().next().value;
+    if (paid !== undefined) {
+      clearTimeout(paid);
+      this.owed.delete(paid);
+    }
+    this.topUp();
+  }
+
+  private forgive(): void {
+    for (const timer of this.owed) clearTimeout(timer);
+    this.owed.clear();
+  }
+
+  /**
+   * Starts sandboxes until ready + starting covers the target size plus the waiting calls,
+   * less the replacements owed to calls still running (all of them once none is ready).
+   */
   topUp(): void {
     if (this.closed || !this.o.canStart()) return;
+    if (this.ready.length === 0) this.forgive();
     while (
       this.starting < MAX_PARALLEL_STARTS &&
-      this.ready.length + this.starting < this.target + this.waiters.length
+      this.ready.length + this.starting + this.owed.size < this.target + this.waiters.length
     ) {
       this.starting++;
       const started = this.o.start();
@@ -147,6 +195,7 @@ export class WarmPool<T extends Pooled> {
    */
   async drain(): Promise<void> {
     this.target = 0;
+    this.forgive();
     await Promise.all(this.ready.splice(0).map((item) => this.o.dispose(item)));
     // Those still starting are disposed of as they come up, unless a call waits for them.
     await Promise.allSettled([...this.inFlight]);
@@ -155,6 +204,7 @@ export class WarmPool<T extends Pooled> {
   /** Fails the waiting calls, removes the ready sandboxes and those still starting. */
   async close(): Promise<void> {
     this.closed = true;
+    this.forgive();
     for (const w of this.waiters.splice(0))
       w.reject(new SandboxError('closed', 'sandbox driver is closed'));
     await Promise.all(this.ready.splice(0).map((item) => this.o.dispose(item)));

@@ -7,7 +7,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { SandboxError } from './errors.js';
 import { CappedOutput } from './output.js';
 import type { PreparedRun } from './run-request.js';
-import type { DriverName, OutputStream, RunResult, SandboxHooks } from './types.js';
+import type { DriverName, OutputStream, RunPhases, RunResult, SandboxHooks } from './types.js';
 
 export class RunWatchdog {
   readonly stdout: CappedOutput;
@@ -73,6 +73,7 @@ export class RunWatchdog {
     driver: DriverName,
     ended: { exitCode: number; oomKilled: boolean; warm: boolean },
     hooks: SandboxHooks | undefined,
+    phases?: RunPhases,
   ): RunResult {
     // A character cut at the end (or at the cap) goes out as U+FFFD, as text() decodes it.
     this.emit('stdout', this.decoders.stdout.end());
@@ -92,7 +93,14 @@ export class RunWatchdog {
       driver,
       warm: ended.warm,
     };
-    hooks?.onRun?.({ image: this.req.key, driver, warm: ended.warm, durationMs, result });
+    hooks?.onRun?.({
+      image: this.req.key,
+      driver,
+      warm: ended.warm,
+      durationMs,
+      result,
+      ...(phases ? { phases } : {}),
+    });
     return result;
   }
 

@@ -57,6 +57,13 @@ export function createMetrics() {
     buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
     registers: [registry],
   });
+  const sandboxPhases = new Histogram({
+    name: 'toolgate_sandbox_phase_seconds',
+    help: 'Where a docker sandbox run goes: checkout (from the warm pool), mount (the workspace), exec (call written to exit reported), collect (the rest of the output)',
+    labelNames: ['image', 'phase'] as const,
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30],
+    registers: [registry],
+  });
   const sandboxOutcomes = new Counter({
     name: 'toolgate_sandbox_runs_total',
     help: 'Sandboxed runs by image and result (ok, nonzero_exit, timeout, oom, output_limit)',
@@ -103,8 +110,14 @@ export function createMetrics() {
       return {
         onStart: ({ image, driver, durationMs }) =>
           sandboxStart.observe({ image, driver }, durationMs / 1000),
-        onRun: ({ image, driver, warm, durationMs, result }) => {
+        onRun: ({ image, driver, warm, durationMs, result, phases }) => {
           sandboxRun.observe({ image, driver, warm: String(warm) }, durationMs / 1000);
+          if (phases) {
+            sandboxPhases.observe({ image, phase: 'checkout' }, phases.checkoutMs / 1000);
+            sandboxPhases.observe({ image, phase: 'mount' }, phases.mountMs / 1000);
+            sandboxPhases.observe({ image, phase: 'exec' }, phases.execMs / 1000);
+            sandboxPhases.observe({ image, phase: 'collect' }, phases.collectMs / 1000);
+          }
           const outcome = result.timedOut
             ? 'timeout'
             : result.oomKilled

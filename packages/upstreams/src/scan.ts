@@ -77,13 +77,7 @@ export function scanDefinition(
   };
   let budget = SCAN_MAX_CHARS;
   for (const [at, text] of texts(def)) {
-    if (budget <= 0) {
-      add('scan_truncated', at, `more than ${SCAN_MAX_CHARS} characters of text`);
-      break;
-    }
     const part = text.length > budget ? text.slice(0, budget) : text;
-    if (part.length < text.length)
-      add('scan_truncated', at, `more than ${SCAN_MAX_CHARS} characters of text`);
     budget -= part.length;
     for (const re of INSTRUCTIONS) {
       const m = re.exec(part);
@@ -101,6 +95,11 @@ export function scanDefinition(
         const name = token.replace(/\.+$/, '');
         if (name !== def.name && otherNames.has(name)) add('other_tool_name', at, name);
       }
+    }
+    if (part.length < text.length) {
+      // The rest is not read: the flag says an admin must read it themselves.
+      add('scan_truncated', at, `more than ${SCAN_MAX_CHARS} characters of text`);
+      break;
     }
   }
   return flags;

@@ -133,7 +133,7 @@ function* strings(value: unknown, at: string, depth: number): Generator<[string,
 /** Invisible and control characters as `U+XXXX`, so the console shows what is there. */
 function visible(text: string): string {
   return text.replace(
-    /[\u0000-\u001F\u007F-\u009F\u00AD\u180E\u200B-\u200F\u202A-\u202E\u2060-\u2064\u2066-\u2069\uFEFF]|[\u{E0000}-\u{E007F}]/gu,
+    /[\p{Cc}\u00AD\u180E\u200B-\u200F\u202A-\u202E\u2060-\u2064\u2066-\u2069\uFEFF]|[\u{E0000}-\u{E007F}]/gu,
     (c) => `U+${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}`,
   );
 }

@@ -250,6 +250,13 @@ describe('upstream tool pinning', () => {
         'invalid_request',
       );
     }
+    // odd tool names reach the pins' script as data, never as field names of their own
+    for (const odd of ['__proto__', 'constructor', 'v', 't:echo', '..', 'x'.repeat(513)]) {
+      const res = await approve('pinned', odd, hash);
+      expect([400, 404]).toContain(res.status);
+      const { error } = (await res.json()) as { error: { code: string } };
+      expect(error.code).toBe(res.status === 400 ? 'invalid_request' : 'not_found');
+    }
     const notJson = await stack.call('/v1/upstreams/pinned/tools/sum/approve', {
       method: 'POST',
       key: KEYS.admin,

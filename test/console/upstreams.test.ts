@@ -9,6 +9,10 @@ import { startTestUpstream, type TestUpstream } from '../support/test-upstream.j
 // pinned MCP upstream: an operator sees a changed definition as a diff and approves it.
 const CHROMIUM = '/usr/bin/chromium';
 const DIST = join(import.meta.dirname, '../../console/dist/index.html');
+const SHOTS =
+  process.env.CONSOLE_SCREENSHOTS === '1'
+    ? join(import.meta.dirname, '../../docs/console')
+    : undefined;
 const reason = existsSync(CHROMIUM)
   ? undefined
   : `${CHROMIUM} is missing (apt-get install chromium; scripts/test.sh does)`;
@@ -97,6 +101,7 @@ describe.skipIf(reason !== undefined)('console: Upstreams page (chromium)', () =
       expect.stringContaining('forwards it elsewhere'),
     );
     expect(await listed()).not.toContain('gh__echo');
+    if (SHOTS) await page.screenshot({ path: join(SHOTS, 'upstreams.png'), fullPage: true });
     await page.getByRole('button', { name: 'Approve this definition' }).click();
     await page.getByText('Approved by ops.').waitFor();
     expect(await listed()).toContain('gh__echo');

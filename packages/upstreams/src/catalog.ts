@@ -132,7 +132,7 @@ export class UpstreamCatalog {
     { version: string; names: string[]; skipped: number; held: Map<string, HeldTool> }
   >();
   /** Per upstream: the last catalog read, with each definition's hash. */
-  private readonly read_ = new Map<
+  private readonly reads = new Map<
     string,
     { hash: string; tools: { def: UpstreamToolDefinition; hash: string }[] }
   >();
@@ -272,13 +272,13 @@ export class UpstreamCatalog {
     const pinsVersion = upstream.trust === 'pin' ? await this.pins.version(upstream.id) : '-';
     const version = `${meta.hash}/${pinsVersion}`;
     if (this.applied.get(upstream.id)?.version === version) return;
-    let read = this.read_.get(upstream.id);
+    let read = this.reads.get(upstream.id);
     if (read?.hash !== meta.hash) {
       const defs = JSON.parse(
         (await this.redis.hget(catalog, 'tools')) ?? '[]',
       ) as UpstreamToolDefinition[];
       read = { hash: meta.hash, tools: defs.map((def) => ({ def, hash: definitionHash(def) })) };
-      this.read_.set(upstream.id, read);
+      this.reads.set(upstream.id, read);
     }
     const entries =
       upstream.trust === 'pin' ? await this.pins.entries(upstream.id) : new Map<string, PinEntry>();
@@ -367,7 +367,7 @@ export class UpstreamCatalog {
   private otherNames(id: string): Set<string> {
     const names = new Set<string>();
     for (const t of this.registry.list()) if (t.category !== `upstream:${id}`) names.add(t.name);
-    for (const [other, read] of this.read_) {
+    for (const [other, read] of this.reads) {
       if (other === id) continue;
       for (const { def } of read.tools) {
         names.add(def.name);

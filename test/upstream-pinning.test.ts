@@ -291,6 +291,14 @@ describe('upstream tool pinning', () => {
     expect(entries).toContainEqual(
       expect.objectContaining({ tool: 'auto__sum', status: 'first_seen', hash: first.hash }),
     );
+    expect(entries).toContainEqual(
+      expect.objectContaining({
+        tool: 'auto__sum',
+        status: 'approved',
+        by: 'auto',
+        hash: after.hash,
+      }),
+    );
   });
 
   it('flags poisoned descriptions (and only those) without blocking them', async () => {

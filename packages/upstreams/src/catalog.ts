@@ -2,7 +2,9 @@
  * The upstreams' tool catalogs, shared through Redis so gateways and workers agree: one
  * process at a time (a lease) reads an upstream's `tools/list` every `refreshSeconds`, and at
  * once on `notifications/tools/list_changed`, and writes it; every process reads it back each
- * second (one HGET per upstream) and turns a changed catalog into registry tools.
+ * second (one HGET per upstream, and one more for its pins' counter under `trust: pin`) and
+ * turns a changed catalog, or a changed approval, into registry tools (pins.ts: only
+ * approved definitions are served under `pin`).
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -377,8 +379,10 @@ export class UpstreamCatalog {
     return names;
   }
 
-  private async recordEvents(id: string, events: PinEvent[], by: string): Promise<void> {
+  /** Audit entries of pin events: `by` the admin who approved, else `auto` or `system`. */
+  private async recordEvents(id: string, events: PinEvent[], admin?: string): Promise<void> {
     for (const event of events) {
+      const by = admin ?? (event.kind === 'approved' ? 'auto' : 'system');
       await this.audit
         .append(
           this.audit.entry({
@@ -438,7 +442,7 @@ export class UpstreamCatalog {
           { upstream: upstream.id, tool: e.tool },
           'upstream tool quarantined: its definition changed',
         );
-      await this.recordEvents(upstream.id, events, 'system');
+      await this.recordEvents(upstream.id, events);
     }
     const meta: CatalogMeta = {
       checkedAt: Date.now(),

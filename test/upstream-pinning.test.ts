@@ -5,7 +5,7 @@
  * audits them, and the scanner flags poisoned descriptions. Real Redis, real MCP upstreams.
  */
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { startTestUpstream, type TestUpstream } from './support/test-upstream.js';
 
@@ -299,6 +299,30 @@ describe('upstream tool pinning', () => {
         hash: after.hash,
       }),
     );
+  });
+
+  it('another gateway on the same Redis keeps the approvals and hears a new one within seconds', async () => {
+    const other = await startStack({
+      config: {
+        redis: { ...inject('redisTarget'), prefix: stack.config.redis.prefix },
+        policy: { http: { allowHosts: ['127.0.0.1'] } },
+        upstreams: [{ id: 'pinned', url: pinned.url }],
+      },
+    });
+    try {
+      const otherNames = async () =>
+        ((await (await other.call('/tools')).json()) as { name: string }[])
+          .map((t) => t.name)
+          .filter((n) => n.startsWith('pinned__'));
+      // started after the approvals: serves what was approved, nothing else
+      expect(await otherNames()).toEqual(['pinned__echo']);
+      const { hash } = await toolOf('pinned', 'slow');
+      expect((await approve('pinned', 'slow', hash)).status).toBe(200);
+      const after = await until(otherNames, (n) => n.includes('pinned__slow'), 5000);
+      expect(after).toEqual(['pinned__echo', 'pinned__slow']);
+    } finally {
+      await other.close();
+    }
   });
 
   it('flags poisoned descriptions (and only those) without blocking them', async () => {

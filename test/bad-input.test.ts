@@ -75,6 +75,8 @@ const ROUTES: [string, string][] = [
   ['POST', '/v1/approvals/x/approve'],
   ['POST', '/v1/approvals/x/reject'],
   ['GET', '/v1/audit'],
+  ['GET', '/v1/upstreams'],
+  ['POST', '/v1/upstreams/x/tools/y/approve'],
   ['GET', '/v1/stats'],
   ['DELETE', '/tools'],
   ['PUT', '/tools/calculator/execute'],
@@ -87,6 +89,7 @@ const ROUTES: [string, string][] = [
     ['POST', `/v1/approvals/${s}/approve`],
     ['POST', `/v1/approvals/${s}/reject`],
     ['POST', `/v1/approvals/00000000-0000-4000-8000-000000000000/${s}`],
+    ['POST', `/v1/upstreams/${s}/tools/${s}/approve`],
   ]),
 ];
 

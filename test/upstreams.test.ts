@@ -118,13 +118,20 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
           { id: 'bob', key: KEYS.bob, tools: ['current_time', 'everything__*'] },
           { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true },
         ],
+        // trust: auto — these tests are about listing and calling; pinning has its own file
+        // (test/upstream-pinning.test.ts).
         upstreams: [
-          { id: 'everything', url: everything.url },
-          { id: 'test', url: upstream.url, approval: ['sum'] },
-          { id: 'leaving', url: leaving.url, timeoutMs: 2000, refreshSeconds: 1 },
-          { id: 'huge', url: huge.url },
-          { id: 'narrow', url: narrow.url, concurrency: 2 },
-          { id: 'gone', url: `http://127.0.0.1:${closedPort}/mcp`, timeoutMs: 1000 },
+          { id: 'everything', url: everything.url, trust: 'auto' },
+          { id: 'test', url: upstream.url, approval: ['sum'], trust: 'auto' },
+          { id: 'leaving', url: leaving.url, timeoutMs: 2000, refreshSeconds: 1, trust: 'auto' },
+          { id: 'huge', url: huge.url, trust: 'auto' },
+          { id: 'narrow', url: narrow.url, concurrency: 2, trust: 'auto' },
+          {
+            id: 'gone',
+            url: `http://127.0.0.1:${closedPort}/mcp`,
+            timeoutMs: 1000,
+            trust: 'auto',
+          },
         ],
       },
     });
@@ -364,7 +371,7 @@ describe('upstreams behind the SSRF guard', () => {
   it('never reaches an upstream whose address policy.http does not allow', async () => {
     const upstream = await startTestUpstream();
     const stack = await startStack({
-      config: { upstreams: [{ id: 'local', url: upstream.url, timeoutMs: 1000 }] },
+      config: { upstreams: [{ id: 'local', url: upstream.url, timeoutMs: 1000, trust: 'auto' }] },
     });
     try {
       const ready = (await (await fetch(`${stack.url}/readyz`)).json()) as Record<string, unknown>;
@@ -479,6 +486,7 @@ describe('upstreams: config errors', () => {
       timeoutMs: 30_000,
       concurrency: 16,
       cacheTtlSeconds: 0,
+      trust: 'pin',
       approval: [],
       headers: {},
     });

@@ -10,6 +10,7 @@ import { Calls } from './pages/calls.js';
 import { Overview } from './pages/overview.js';
 import { SignIn } from './pages/sign-in.js';
 import { Tools } from './pages/tools.js';
+import { Upstreams } from './pages/upstreams.js';
 
 export function App() {
   const [who, setWho] = useState<WhoAmI | undefined>(undefined);
@@ -54,6 +55,7 @@ export function App() {
     ...(who.admin ? [['approvals', 'Approvals'] as [string, string]] : []),
     ['calls', 'Calls'],
     ['tools', 'Tools'],
+    ...(who.admin ? [['upstreams', 'Upstreams'] as [string, string]] : []),
   ];
   return (
     <>
@@ -88,7 +90,8 @@ export function App() {
         {page === 'calls' && route[1] === undefined && <Calls who={who} />}
         {page === 'calls' && route[1] !== undefined && <CallDetail id={route[1]} who={who} />}
         {page === 'tools' && <Tools selected={route[1]} />}
-        {!['overview', 'approvals', 'calls', 'tools'].includes(page) && (
+        {page === 'upstreams' && <Upstreams who={who} selected={route.slice(1)} />}
+        {!['overview', 'approvals', 'calls', 'tools', 'upstreams'].includes(page) && (
           <p>
             No such page. <a href={href('overview')}>Go to the overview</a>.
           </p>

@@ -37,3 +37,39 @@ export function duration(ms: number | undefined): string {
 export const time = (iso: string) => new Date(iso).toLocaleTimeString();
 
 export const json = (v: unknown) => JSON.stringify(v, null, 2) ?? 'undefined';
+
+/** Lines compared per side at most: past it the diff is every old line out, every new one in. */
+const DIFF_MAX_LINES = 2000;
+
+/**
+ * A line diff of two texts (longest common subsequence): `' '` kept, `'-'` only in `a`, `'+'`
+ * only in `b`. Quadratic, so bounded by DIFF_MAX_LINES (a definition is ≤ 64 KiB anyway).
+ */
+export function lineDiff(a: string, b: string): [' ' | '-' | '+', string][] {
+  const x = a.split('\n');
+  const y = b.split('\n');
+  if (x.length > DIFF_MAX_LINES || y.length > DIFF_MAX_LINES)
+    return [...x.map((l) => ['-', l] as ['-', string]), ...y.map((l) => ['+', l] as ['+', string])];
+  const n = x.length;
+  const m = y.length;
+  // lcs[i][j]: the common subsequence's length of x[i..] and y[j..].
+  const lcs = Array.from({ length: n + 1 }, () => new Uint16Array(m + 1));
+  for (let i = n - 1; i >= 0; i--)
+    for (let j = m - 1; j >= 0; j--)
+      lcs[i]![j] =
+        x[i] === y[j] ? lcs[i + 1]![j + 1]! + 1 : Math.max(lcs[i + 1]![j]!, lcs[i]![j + 1]!);
+  const out: [' ' | '-' | '+', string][] = [];
+  let i = 0;
+  let j = 0;
+  while (i < n && j < m) {
+    if (x[i] === y[j]) {
+      out.push([' ', x[i]!]);
+      i++;
+      j++;
+    } else if (lcs[i + 1]![j]! >= lcs[i]![j + 1]!) out.push(['-', x[i++]!]);
+    else out.push(['+', y[j++]!]);
+  }
+  while (i < n) out.push(['-', x[i++]!]);
+  while (j < m) out.push(['+', y[j++]!]);
+  return out;
+}

@@ -21,6 +21,8 @@ export interface TestUpstream {
   readonly maxInFlight: number;
   /** Adds a tool named `name` and tells every session the list changed. */
   addTool(name: string): void;
+  /** Gives tool `name` a new description (a rug pull) and tells every session the list changed. */
+  setDescription(name: string, description: string): void;
   close(): Promise<void>;
 }
 
@@ -31,6 +33,8 @@ export interface TestUpstreamOptions {
   hugeDescription?: number;
   /** Tools per tools/list page (paginated when smaller than the list). */
   pageSize?: number;
+  /** Descriptions in place of the built-in ones, by tool name. */
+  descriptions?: Record<string, string>;
 }
 
 const object = (properties: Record<string, unknown>, required: string[] = []) => ({
@@ -46,8 +50,13 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
   let inFlight = 0;
   let maxInFlight = 0;
   const extra: string[] = [];
+  const descriptions = new Map(Object.entries(options.descriptions ?? {}));
   const servers = new Set<Server>();
-  const tools = (): Tool[] => [
+  const tools = (): Tool[] =>
+    listed().map((t) =>
+      descriptions.has(t.name) ? { ...t, description: descriptions.get(t.name)! } : t,
+    );
+  const listed = (): Tool[] => [
     {
       name: 'echo',
       description: 'Says the text back',
@@ -213,6 +222,10 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
     },
     addTool(name) {
       extra.push(name);
+      for (const server of servers) void server.sendToolListChanged().catch(() => undefined);
+    },
+    setDescription(name, description) {
+      descriptions.set(name, description);
       for (const server of servers) void server.sendToolListChanged().catch(() => undefined);
     },
     async close() {

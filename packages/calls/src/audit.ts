@@ -6,8 +6,12 @@ import { Upkeep } from './upkeep.js';
 
 export interface AuditEntry {
   at: string;
-  /** call: a call ended; refused: the gateway turned it away; approval: an admin decided. */
-  event: 'call' | 'refused' | 'approval' | 'cancel';
+  /**
+   * call: a call ended; refused: the gateway turned it away; approval: an admin decided;
+   * upstream: an upstream tool's definition was first seen, changed, quarantined, approved or
+   * removed (`client` is `upstream:<id>`, `hash` the definition's).
+   */
+  event: 'call' | 'refused' | 'approval' | 'cancel' | 'upstream';
   client: string;
   tool: string;
   status: string;
@@ -18,6 +22,8 @@ export interface AuditEntry {
   /** For approvals: the admin client that decided. */
   by?: string;
   reason?: string;
+  /** For upstream events: the sha256 of the tool's definition (canonical JSON). */
+  hash?: string;
   /** The entry was over `audit.maxEntryBytes` and was cut to fit. */
   truncated?: true;
 }
@@ -214,6 +220,7 @@ function truncate(entry: AuditEntry, max: number): string {
     ...(entry.callId === undefined ? {} : { callId: cut(entry.callId, 64)! }),
     ...(entry.durationMs === undefined ? {} : { durationMs: entry.durationMs }),
     ...(entry.by === undefined ? {} : { by: cut(entry.by, 64)! }),
+    ...(entry.hash === undefined ? {} : { hash: cut(entry.hash, 64)! }),
     ...(entry.reason === undefined ? {} : { reason: cut(entry.reason, 256)! }),
     truncated: true,
   };

@@ -35,7 +35,7 @@ export type { AdmitResult } from './admission.js';
 export type { LeaseResult } from './leases.js';
 export type { ConnectionBudgetOptions, HeldSlot } from './connection-budget.js';
 export type { Decision } from './approvals.js';
-export type { AuditEntry, AuditPage, AuditQuery } from './audit.js';
+export type { AuditEntry, AuditLimits, AuditPage, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';
 export type { CallSummary, StatsReport, StatsView, ToolStats } from './stats.js';
 export { FINAL_STATUSES } from './types.js';

@@ -276,11 +276,15 @@ export class Keys {
 
   /**
    * One upstream MCP server's catalog (a hash: its tool definitions as JSON, their hash, when
-   * read, the last error) and the lease of the process refreshing it (docs/upstreams.md). Used
-   * alone, never with other keys: on the base, not the hash-tagged root.
+   * read, the last error) and the lease of the process refreshing it (docs/upstreams.md): used
+   * alone, never with other keys, on the base, not the hash-tagged root. And its pins (each
+   * tool's current and approved definition hash) with the definitions they name, kept without
+   * a TTL (an approval outlives restarts) and written together, so on the root.
    */
-  upstream(id: string): { catalog: string; lease: string } {
+  upstream(id: string): { catalog: string; lease: string; pins: string; defs: string } {
     const catalog = `${this.base}:upstream:${id}`;
-    return { catalog, lease: `${catalog}:lease` };
+    // Pins and definitions are written together by one script: on the root, one slot.
+    const root = `${this.prefix}:upstream-pins:${id}`;
+    return { catalog, lease: `${catalog}:lease`, pins: root, defs: `${root}:defs` };
   }
 }

@@ -26,6 +26,12 @@ export const UpstreamSchema = Type.Object(
       default: {},
     }),
     refreshSeconds: Type.Integer({ minimum: 1, maximum: 86_400, default: 60 }),
+    /**
+     * `pin`: a tool is served only once an admin approved its definition's hash, and a changed
+     * definition is quarantined until approved again. `auto`: changes are served at once (still
+     * recorded and audited). docs/upstreams.md, "Trust and quarantine".
+     */
+    trust: Type.Union([Type.Literal('pin'), Type.Literal('auto')], { default: 'pin' }),
     /** Only these of the upstream's tools (its own names); absent: all of them. */
     tools: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { uniqueItems: true })),
     /** The upstream's tools (its own names, or `*`) that wait for a person's approval. */

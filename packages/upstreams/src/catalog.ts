@@ -2,15 +2,34 @@
  * The upstreams' tool catalogs, shared through Redis so gateways and workers agree: one
  * process at a time (a lease) reads an upstream's `tools/list` every `refreshSeconds`, and at
  * once on `notifications/tools/list_changed`, and writes it; every process reads it back each
- * second (one HGET per upstream) and turns a changed catalog into registry tools.
+ * second (one HGET per upstream, and one more for its pins' counter under `trust: pin`) and
+ * turns a changed catalog, or a changed approval, into registry tools (pins.ts: only
+ * approved definitions are served under `pin`).
  */
 import { randomUUID } from 'node:crypto';
-import { canonicalDigest, createRedis, Keys, type RedisClient } from '@toolgate/calls';
+import {
+  AuditLog,
+  canonicalDigest,
+  createRedis,
+  Keys,
+  type AuditLimits,
+  type RedisClient,
+} from '@toolgate/calls';
 import type { RedisConfig } from '@toolgate/config';
 import { upstreamToolName, type UpstreamConfig } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import { UpstreamConnection } from './connection.js';
+import {
+  definitionHash,
+  Pins,
+  pinStatus,
+  type ApproveResult,
+  type PinEntry,
+  type PinEvent,
+  type PinStatus,
+} from './pins.js';
+import { scanDefinition, type ScanFlag } from './scan.js';
 import { definitionOf, upstreamToolSpec, type UpstreamToolDefinition } from './tool.js';
 
 /** Budgets of one upstream's catalog: a hostile server is cut, never trusted to stop. */
@@ -47,7 +66,48 @@ interface CatalogMeta {
   problems: string[];
   /** The last refresh failed (the tools are the last ones read). */
   error?: string;
+  /** The catalog hash whose definitions were recorded in the pins (they are, when equal). */
+  pinned?: string;
 }
+
+/** A tool this process does not serve until an admin approves its definition. */
+export interface HeldTool {
+  upstream: string;
+  /** The upstream's own name. */
+  tool: string;
+  /** Its toolgate name. */
+  name: string;
+  status: Exclude<PinStatus, 'approved'>;
+}
+
+/** One tool in `GET /v1/upstreams` (docs/http-api.md). */
+export interface UpstreamToolReport {
+  tool: string;
+  name: string;
+  status: PinStatus;
+  /** The hash of the definition served now: what an approval names. */
+  hash: string;
+  approvedHash?: string;
+  approvedBy?: string;
+  approvedAt?: string;
+  seenAt: string;
+  changedAt?: string;
+  current: unknown;
+  /** The approved definition, when it is not the current one (the diff's other side). */
+  approved?: unknown;
+  flags: ScanFlag[];
+}
+
+export interface UpstreamReport {
+  id: string;
+  trust: 'pin' | 'auto';
+  state: UpstreamState;
+  checkedAt?: string;
+  tools: UpstreamToolReport[];
+}
+
+/** Audit entries' defaults when the opener gives no `audit` limits (the config's defaults). */
+const AUDIT_DEFAULTS: AuditLimits = { maxEntriesPerClient: 5000, maxEntryBytes: 4096 };
 
 export interface CatalogLogger {
   info(obj: object, msg?: string): void;
@@ -69,7 +129,17 @@ export class UpstreamCatalog {
   private readonly token = randomUUID();
   private readonly listing = new Map<string, UpstreamConnection>();
   /** Per upstream: the catalog hash applied, and the registry names it gave. */
-  private readonly applied = new Map<string, { hash: string; names: string[]; skipped: number }>();
+  private readonly applied = new Map<
+    string,
+    { version: string; names: string[]; skipped: number; held: Map<string, HeldTool> }
+  >();
+  /** Per upstream: the last catalog read, with each definition's hash. */
+  private readonly reads = new Map<
+    string,
+    { hash: string; tools: { def: UpstreamToolDefinition; hash: string }[] }
+  >();
+  private readonly pins: Pins;
+  private readonly audit: AuditLog;
   private readonly metas = new Map<string, CatalogMeta>();
   private readonly changed = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
@@ -84,7 +154,11 @@ export class UpstreamCatalog {
     private readonly keys: Keys,
     private readonly fetchImpl: GuardedFetch,
     private readonly log: CatalogLogger,
-  ) {}
+    auditLimits: AuditLimits,
+  ) {
+    this.pins = new Pins(redis, keys);
+    this.audit = new AuditLog(redis, keys, auditLimits);
+  }
 
   /**
    * The catalog of `registry`: a gateway and a worker in one process (the tests) share one
@@ -97,6 +171,8 @@ export class UpstreamCatalog {
     redis: RedisConfig;
     fetch: GuardedFetch;
     log: CatalogLogger;
+    /** `audit:` of the config, for the entries of first-seen, changed and approved tools. */
+    audit?: AuditLimits;
   }): UpstreamCatalog {
     let catalog = UpstreamCatalog.shared.get(options.registry);
     if (!catalog) {
@@ -109,6 +185,7 @@ export class UpstreamCatalog {
         Keys.for(options.redis),
         options.fetch,
         options.log,
+        options.audit ?? AUDIT_DEFAULTS,
       );
       UpstreamCatalog.shared.set(options.registry, catalog);
     }
@@ -193,11 +270,134 @@ export class UpstreamCatalog {
     }
     if (!meta) return;
     this.metas.set(upstream.id, meta);
-    if (this.applied.get(upstream.id)?.hash === meta.hash) return;
-    const tools = JSON.parse(
-      (await this.redis.hget(catalog, 'tools')) ?? '[]',
-    ) as UpstreamToolDefinition[];
-    this.apply(upstream, meta.hash, tools);
+    // Under `pin` an approval changes what is served without changing the catalog.
+    const pinsVersion = upstream.trust === 'pin' ? await this.pins.version(upstream.id) : '-';
+    const version = `${meta.hash}/${pinsVersion}`;
+    if (this.applied.get(upstream.id)?.version === version) return;
+    let read = this.reads.get(upstream.id);
+    if (read?.hash !== meta.hash) {
+      const defs = JSON.parse(
+        (await this.redis.hget(catalog, 'tools')) ?? '[]',
+      ) as UpstreamToolDefinition[];
+      read = { hash: meta.hash, tools: defs.map((def) => ({ def, hash: definitionHash(def) })) };
+      this.reads.set(upstream.id, read);
+    }
+    const entries =
+      upstream.trust === 'pin' ? await this.pins.entries(upstream.id) : new Map<string, PinEntry>();
+    this.apply(upstream, version, read.tools, entries);
+  }
+
+  /** Looks at `id` now (after an approval): this process serves the change at once. */
+  async syncNow(id: string): Promise<void> {
+    const upstream = this.upstreams.find((u) => u.id === id);
+    if (upstream) await this.sync(upstream);
+  }
+
+  /** The held (pending or quarantined) upstream tool named `name` here, if any. */
+  held(name: string): HeldTool | undefined {
+    for (const applied of this.applied.values()) {
+      const held = applied.held.get(name);
+      if (held) return held;
+    }
+    return undefined;
+  }
+
+  has(id: string): boolean {
+    return this.upstreams.some((u) => u.id === id);
+  }
+
+  /** Approves `tool`'s definition `hash` if it is the current one; audits it. */
+  async approve(id: string, tool: string, hash: string, by: string): Promise<ApproveResult> {
+    const result = await this.pins.approve(id, tool, hash, by);
+    if (result.kind === 'approved') {
+      await this.recordEvents(id, [{ tool, kind: 'approved', hash }], by);
+      await this.syncNow(id);
+    }
+    return result;
+  }
+
+  /**
+   * Every upstream with its tools' pins, definitions and scan flags (`GET /v1/upstreams`):
+   * at most 500 tools per upstream, each definition ≤ 64 KiB.
+   */
+  async report(): Promise<UpstreamReport[]> {
+    const out: UpstreamReport[] = [];
+    const status = this.status();
+    for (const upstream of this.upstreams) {
+      const entries = await this.pins.entries(upstream.id);
+      const hashes = new Set<string>();
+      for (const e of entries.values()) {
+        hashes.add(e.current);
+        if (e.approved && e.approved !== e.current) hashes.add(e.approved);
+      }
+      const defs = await this.pins.definitions(upstream.id, [...hashes]);
+      const others = this.otherNames(upstream.id);
+      const tools: UpstreamToolReport[] = [];
+      for (const [tool, e] of [...entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+        const current = defs.get(e.current);
+        const st: PinStatus = upstream.trust === 'auto' ? 'approved' : pinStatus(e, e.current);
+        tools.push({
+          tool,
+          name: upstreamToolName(upstream.id, tool),
+          status: st,
+          hash: e.current,
+          ...(e.approved ? { approvedHash: e.approved } : {}),
+          ...(e.by ? { approvedBy: e.by } : {}),
+          ...(e.approvedAt ? { approvedAt: new Date(e.approvedAt).toISOString() } : {}),
+          seenAt: new Date(e.seenAt).toISOString(),
+          ...(e.changedAt ? { changedAt: new Date(e.changedAt).toISOString() } : {}),
+          current: current ?? null,
+          ...(e.approved && e.approved !== e.current
+            ? { approved: defs.get(e.approved) ?? null }
+            : {}),
+          flags: current ? scanDefinition(current as UpstreamToolDefinition, others) : [],
+        });
+      }
+      const meta = this.metas.get(upstream.id);
+      out.push({
+        id: upstream.id,
+        trust: upstream.trust,
+        state: status[upstream.id]?.state ?? 'unknown',
+        ...(meta ? { checkedAt: new Date(meta.checkedAt).toISOString() } : {}),
+        tools,
+      });
+    }
+    return out;
+  }
+
+  /** Names a description of upstream `id` should not mention: every tool that is not its own. */
+  private otherNames(id: string): Set<string> {
+    const names = new Set<string>();
+    for (const t of this.registry.list()) if (t.category !== `upstream:${id}`) names.add(t.name);
+    for (const [other, read] of this.reads) {
+      if (other === id) continue;
+      for (const { def } of read.tools) {
+        names.add(def.name);
+        names.add(upstreamToolName(other, def.name));
+      }
+    }
+    return names;
+  }
+
+  /** Audit entries of pin events: `by` the admin who approved, else `auto` or `system`. */
+  private async recordEvents(id: string, events: PinEvent[], admin?: string): Promise<void> {
+    for (const event of events) {
+      const by = admin ?? (event.kind === 'approved' ? 'auto' : 'system');
+      await this.audit
+        .append(
+          this.audit.entry({
+            event: 'upstream',
+            client: `upstream:${id}`,
+            tool: upstreamToolName(id, event.tool),
+            status: event.kind,
+            by,
+            hash: event.hash,
+          }),
+        )
+        .catch((err: unknown) =>
+          this.log.warn({ upstream: id, err: (err as Error).message }, 'audit entry not written'),
+        );
+    }
   }
 
   /** Reads the upstream's tools within the budgets and writes the catalog; returns its meta. */
@@ -220,6 +420,7 @@ export class UpstreamCatalog {
         tools: previous?.tools ?? 0,
         problems: previous?.problems ?? [],
         error: error.slice(0, 500),
+        ...(previous?.pinned ? { pinned: previous.pinned } : {}),
       };
       await this.redis
         .multi()
@@ -229,11 +430,26 @@ export class UpstreamCatalog {
       return meta;
     }
     const hash = canonicalDigest(read.tools);
+    // The pins first: a process that sees the new catalog sees its pins too.
+    if (previous?.pinned !== hash) {
+      const events = await this.pins.record(
+        upstream.id,
+        upstream.trust,
+        read.tools.map((def) => ({ def, hash: definitionHash(def) })),
+      );
+      for (const e of events.filter((e) => e.kind === 'quarantined'))
+        this.log.warn(
+          { upstream: upstream.id, tool: e.tool },
+          'upstream tool quarantined: its definition changed',
+        );
+      await this.recordEvents(upstream.id, events);
+    }
     const meta: CatalogMeta = {
       checkedAt: Date.now(),
       hash,
       tools: read.tools.length,
       problems: read.problems,
+      pinned: hash,
     };
     for (const problem of read.problems)
       this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
@@ -306,15 +522,29 @@ export class UpstreamCatalog {
    * sees half of it). A name taken by another tool, two tools with one name, or a schema that
    * does not compile leaves that tool out and is logged naming both.
    */
-  private apply(upstream: UpstreamConfig, hash: string, defs: UpstreamToolDefinition[]): void {
+  private apply(
+    upstream: UpstreamConfig,
+    version: string,
+    defs: readonly { def: UpstreamToolDefinition; hash: string }[],
+    pins: ReadonlyMap<string, PinEntry>,
+  ): void {
     const before = this.applied.get(upstream.id)?.names ?? [];
     for (const name of before) this.registry.unregister(name);
     const names: string[] = [];
+    const held = new Map<string, HeldTool>();
     const from = new Map<string, string>();
     let skipped = 0;
     const started = performance.now();
-    for (const def of defs) {
+    for (const { def, hash } of defs) {
       const name = upstreamToolName(upstream.id, def.name);
+      // Under `pin` only the very definition approved is served: its hash, not the pin's
+      // `current`, so a catalog and pins read a moment apart never serve an unapproved one.
+      const status = upstream.trust === 'pin' ? pinStatus(pins.get(def.name), hash) : 'approved';
+      if (status !== 'approved') {
+        if (!held.has(name))
+          held.set(name, { upstream: upstream.id, tool: def.name, name, status });
+        continue;
+      }
       const other = from.get(name);
       let problem: string | undefined;
       if (performance.now() - started > CATALOG_LIMITS.compileBudgetMs) {
@@ -337,7 +567,7 @@ export class UpstreamCatalog {
         this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
       }
     }
-    this.applied.set(upstream.id, { hash, names, skipped });
+    this.applied.set(upstream.id, { version, names, skipped, held });
   }
 }
 

@@ -2,7 +2,18 @@ export { UpstreamCatalog, CATALOG_LIMITS } from './catalog.js';
 export { UpstreamCalls, upstreamCalls } from './services.js';
 export { UpstreamConnection, MAX_RESPONSE_BYTES, CALL_META_KEY } from './connection.js';
 export { upstreamToolSpec, resultOf, needsApproval } from './tool.js';
+export { Pins, definitionHash, pinStatus } from './pins.js';
+export { scanDefinition, SCAN_MAX_CHARS } from './scan.js';
 
-export type { UpstreamStatus, UpstreamState, CatalogLogger } from './catalog.js';
+export type {
+  UpstreamStatus,
+  UpstreamState,
+  CatalogLogger,
+  HeldTool,
+  UpstreamReport,
+  UpstreamToolReport,
+} from './catalog.js';
 export type { UpstreamToolDefinition } from './tool.js';
 export type { CallHooks } from './connection.js';
+export type { PinEntry, PinEvent, PinStatus, ApproveResult } from './pins.js';
+export type { ScanFlag, ScanFlagCode } from './scan.js';

@@ -7,6 +7,18 @@ import type { AuditEntry, CallStatus } from '@toolgate/calls';
 
 export type { AuditEntry, CallStatus };
 export type { NativeTool } from './routes/tools.js';
+/** `GET /v1/upstreams`: each upstream and its tools' pins (docs/upstreams.md). */
+export type { UpstreamReport, UpstreamToolReport, ScanFlag } from '@toolgate/upstreams';
+
+/** `POST /v1/upstreams/{id}/tools/{tool}/approve` (200). */
+export interface UpstreamApproval {
+  upstream: string;
+  tool: string;
+  status: 'approved';
+  hash: string;
+  approvedBy?: string;
+  approvedAt?: string;
+}
 
 /** Any error answer: `{"error":{"code","message","details?"}}`. */
 export interface ErrorAnswer {

@@ -4,6 +4,7 @@ import type { ValidationIssue } from '@toolgate/registry';
 export type ApiErrorCode =
   | 'unauthorized'
   | 'forbidden'
+  | 'tool_quarantined'
   | 'unknown_tool'
   | 'not_found'
   | 'conflict'
@@ -24,6 +25,7 @@ export type ApiErrorCode =
 const STATUS: Record<ApiErrorCode, number> = {
   unauthorized: 401,
   forbidden: 403,
+  tool_quarantined: 403,
   unknown_tool: 404,
   not_found: 404,
   conflict: 409,

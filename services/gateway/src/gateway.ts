@@ -36,6 +36,7 @@ import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
 import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
+import { upstreamRoutes } from './routes/upstreams.js';
 import { ApprovalFeed } from './approval-feed.js';
 import { HeldConnections } from './held-connections.js';
 import { callRoutes } from './routes/calls.js';
@@ -114,6 +115,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
           redis: config.redis,
           fetch: createGuardedFetch(config.policy.http),
           log: log.child({ component: 'upstreams' }),
+          audit: config.audit,
         });
   const longestTimeoutMs = Math.max(
     0,
@@ -154,6 +156,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     requiresApproval,
     services: { shellPolicy: config.policy.shell },
     syncWaitGraceMs: config.server.syncWaitGraceMs,
+    ...(upstreams ? { heldTool: (name: string) => upstreams.held(name) } : {}),
   });
   metrics.setSources({
     async queueDepth() {
@@ -298,6 +301,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       held,
     }),
   );
+  app.use(upstreamRoutes({ redis, catalog: upstreams }));
   app.use(consoleApi({ redis, series, registry, traceUrl: config.console.traceUrl }));
   app.use(
     workspaceAdminRoutes({

@@ -119,6 +119,11 @@ export interface PipelineOptions {
    */
   services: Partial<ToolServices>;
   syncWaitGraceMs: number;
+  /**
+   * An upstream tool held back under `trust: pin` (pending or quarantined, docs/upstreams.md):
+   * a call to it is answered `tool_quarantined`, not `unknown_tool`.
+   */
+  heldTool?: (name: string) => { upstream: string; tool: string; status: string } | undefined;
 }
 
 const LIVENESS_CACHE_MS = 1000;
@@ -200,7 +205,19 @@ export class CallPipeline {
       // was paid at the door.
       await this.o.limits.consume(client, 1, req.conversationId, req.prepaid);
       const tool = this.o.registry.get(req.tool);
-      if (!tool) throw new ApiError('unknown_tool', `no tool named "${req.tool}"`);
+      if (!tool) {
+        const held = this.o.heldTool?.(req.tool);
+        // Said only to a client whose scope has the name: the others learn nothing of it.
+        if (held && client.scope.allows({ name: req.tool, category: `upstream:${held.upstream}` }))
+          throw new ApiError(
+            'tool_quarantined',
+            held.status === 'quarantined'
+              ? `"${req.tool}" is quarantined: upstream "${held.upstream}" changed its definition and an admin has not approved the change`
+              : `"${req.tool}" waits for an admin to approve its definition (upstream "${held.upstream}")`,
+            { details: { upstream: held.upstream, tool: held.tool, status: held.status } },
+          );
+        throw new ApiError('unknown_tool', `no tool named "${req.tool}"`);
+      }
       if (!client.scope.allows(tool)) {
         throw new ApiError('forbidden', `client "${client.id}" may not call "${tool.name}"`);
       }

@@ -130,7 +130,7 @@ export function refusal(
     return { result: errorResult(err.code, err.message, err.details) };
   }
   const code =
-    err.code === 'unknown_tool' || err.code === 'forbidden'
+    err.code === 'unknown_tool' || err.code === 'forbidden' || err.code === 'tool_quarantined'
       ? ProtocolErrorCode.InvalidParams
       : ProtocolErrorCode.InternalError;
   return { error: { code, message: err.message, data: { code: err.code } } };

@@ -158,8 +158,14 @@ export function adminRoutes(deps: {
 
   router.get('/v1/audit', async (req, res) => {
     const event = stringParam(req, 'event');
-    if (event !== undefined && !['call', 'refused', 'approval', 'cancel'].includes(event)) {
-      throw new ApiError('invalid_request', '"event" must be call, refused, approval or cancel');
+    if (
+      event !== undefined &&
+      !['call', 'refused', 'approval', 'cancel', 'upstream'].includes(event)
+    ) {
+      throw new ApiError(
+        'invalid_request',
+        '"event" must be call, refused, approval, cancel or upstream',
+      );
     }
     const callId = stringParam(req, 'callId');
     if (callId !== undefined && !isCallId(callId)) {

@@ -711,6 +711,7 @@ export function createWorker({
           redis: config.redis,
           fetch: createGuardedFetch(config.policy.http),
           log: log.child({ component: 'upstreams' }),
+          audit: config.audit,
         });
         await upstreamCatalog.ready();
       }

@@ -30,10 +30,10 @@ import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseSandboxConfig } from '@toolgate/sandbox';
-import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 // The queue names and prefix as the gateway builds them (one place for key names).
 import { Keys } from '../packages/calls/src/keys.js';
+import { Lane } from '../packages/calls/src/lane.js';
 // The listings phase fills a client's index as the worker does.
 import { CallIndex } from '../packages/calls/src/call-index.js';
 import { CallStore, finishedRecord } from '../packages/calls/src/store.js';
@@ -296,10 +296,7 @@ console.log(
 );
 
 const redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
-const sandboxQueue = new Queue(keys.queue('sandbox'), {
-  connection: redis,
-  prefix: keys.bullPrefix,
-});
+const sandboxLane = new Lane(redis, keys, 'sandbox');
 const bAgent = new Agent({ keepAlive: true, maxSockets: 2 });
 const healthAgent = new Agent({ keepAlive: true, maxSockets: 1 });
 
@@ -337,11 +334,18 @@ async function settle(): Promise<number> {
   for (const name of ['worker', 'gateway'] as const) {
     if (!started[name]) started[name] = await startService(name);
   }
-  const before = await sandboxQueue.getJobCounts('waiting', 'prioritized', 'delayed', 'paused');
-  const removed = Object.values(before).reduce((a, b) => a + b, 0);
-  await sandboxQueue.drain(true);
+  // Waiting and put-back calls out of the queue, and out of their clients' in-flight sets.
+  let removed = 0;
+  for (const key of [keys.laneQueue('sandbox'), keys.laneDelayed('sandbox')]) {
+    for (const id of await redis.zrange(key, 0, -1)) {
+      const job = await sandboxLane.remove(id);
+      if (!job) continue;
+      removed++;
+      await redis.zrem(keys.inFlight(job.clientId, 'sandbox'), id);
+    }
+  }
   for (let i = 0; i < 300; i++) {
-    const { active = 0 } = await sandboxQueue.getJobCounts('active');
+    const { active } = await sandboxLane.counts();
     if (active === 0) break;
     await sleep(100);
   }
@@ -750,7 +754,6 @@ polling = false;
 await poller;
 bAgent.destroy();
 healthAgent.destroy();
-await sandboxQueue.close();
 redis.disconnect();
 const leftBehind = await shutdown();
 

@@ -307,7 +307,7 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
 
     // The fast queue keeps a short stub of the ended call, no copy of its output.
     const keys = new Keys(stack.config.redis.prefix);
-    const stub = await shared.get(keys.fastJob(body.id));
+    const stub = await shared.get(keys.laneJob('fast', body.id));
     expect(stub).toMatch(/^E\|/);
     expect(stub).not.toContain('xxxxxxxx');
     expect(Buffer.byteLength(stub!)).toBeLessThan(1024);
@@ -382,8 +382,7 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
       /^rate:\d+:[^:]+$/,
       /^loop:[^:]+:.+$/,
       /^memory:\{[^}]+\}(:v)?$/,
-      /^bull:calls-sandbox:.+$/,
-      /^fast:(queue|active|seq|wake|job:.+)$/,
+      /^(fast|sandbox):(queue|active|delayed|scores|seq|wake|job:.+)$/,
     ];
     const found = await shared.keys(`${prefix}:*`);
     expect(found.length).toBeGreaterThan(5);

@@ -72,7 +72,6 @@ describe('a Redis outage under load', () => {
       const emitters: Record<string, EventEmitter> = {
         replies,
         connection,
-        sandbox: dispatcher.queue('sandbox') as unknown as EventEmitter,
       };
       const counts = () =>
         Object.fromEntries(Object.entries(emitters).map(([k, e]) => [k, maxListeners(e)]));
@@ -122,7 +121,7 @@ describe('a Redis outage under load', () => {
           };
           const outcome = dispatcher.expect(id, 20_000);
           // A fast call: admitted and queued in one script (the fast lane; no limit here).
-          const accepted = await dispatcher.enqueueFast(job, 0, 60_000).then(
+          const accepted = await dispatcher.enqueue(job, 'fast', 0, 60_000).then(
             () => true,
             () => false,
           );

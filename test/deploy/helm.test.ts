@@ -637,12 +637,10 @@ describe('helm chart deploy/helm/toolgate', () => {
     expect(redis.cluster?.nodes).toEqual(['c-0:6379', 'c-1:6379']);
     expect(redis.tls).toMatchObject({ servername: 'redis.example' });
     // The queue keys docs/kubernetes.md names for Cluster mode: the prefix is hash-tagged.
-    expect(`${Keys.for(redis).bullPrefix}:calls-sandbox:prioritized`).toBe(
-      '{toolgate}:bull:calls-sandbox:prioritized',
+    expect(Keys.for(redis).laneQueue('sandbox')).toBe('{toolgate}:sandbox:queue');
+    expect(Keys.for(loadedConfig(defaults, DEPLOYMENTS[0]!).redis).laneQueue('sandbox')).toBe(
+      'toolgate:sandbox:queue',
     );
-    expect(
-      `${Keys.for(loadedConfig(defaults, DEPLOYMENTS[0]!).redis).bullPrefix}:calls-sandbox:wait`,
-    ).toBe('toolgate:bull:calls-sandbox:wait');
 
     expect(
       renderFails(
@@ -705,17 +703,17 @@ describe('the ScaledObject query against a real gateway', () => {
     redis.disconnect();
   });
 
-  it('counts prioritized calls that a Redis list scaler (LLEN wait) would miss', async () => {
+  it('counts queued calls that a Redis list scaler (LLEN) could not', async () => {
     for (let i = 0; i < 5; i++) {
       const res = await stack.call('/tools/run_python/execute?wait=false', {
         json: { code: `print(${i})` },
       });
       expect(res.status).toBe(202);
     }
-    // Where BullMQ put them: the client's first call in the wait list, the rest prioritized.
-    const bull = `${Keys.for(stack.config.redis).bullPrefix}:calls-sandbox`;
-    expect(await redis.llen(`${bull}:wait`)).toBe(1);
-    expect(await redis.zcard(`${bull}:prioritized`)).toBe(4);
+    // Where the queue keeps them: a sorted set (by fair priority), not a list.
+    const queue = Keys.for(stack.config.redis).laneQueue('sandbox');
+    expect(await redis.type(queue)).toBe('zset');
+    expect(await redis.zcard(queue)).toBe(5);
 
     // The series the rendered query selects, as this gateway exports them.
     const so = render(...KEYS).get<{ triggers: { metadata: Record<string, string> }[] }>(

@@ -410,9 +410,9 @@ async function describeUnsettled(
   try {
     return await Promise.all(
       calls.slice(0, 10).map(async (a) => {
-        const job = await redis.get(keys.fastJob(a.id!));
-        const waiting = await redis.zscore(keys.fastQueue, a.id!);
-        const lease = await redis.zscore(keys.fastActive, a.id!);
+        const job = await redis.get(keys.laneJob('fast', a.id!));
+        const waiting = await redis.zscore(keys.laneQueue('fast'), a.id!);
+        const lease = await redis.zscore(keys.laneActive('fast'), a.id!);
         return {
           tool: a.tool,
           answered: `${a.status}${a.code ? ` ${a.code}` : ''}`,
@@ -420,7 +420,7 @@ async function describeUnsettled(
           endedMs: a.endedAt - killedAt,
           lastRead: lastRead.get(a.id!),
           job: {
-            // J<restarts>|… while it waits or runs, E|… once it ended (FastLane).
+            // J<restarts>.<deferrals>|… while it waits or runs, E|… once it ended (Lane).
             state: job?.slice(0, job.indexOf('|')) ?? 'gone',
             waiting: waiting !== null,
             leaseLeftMs: lease === null ? undefined : Number(lease) - Date.now(),

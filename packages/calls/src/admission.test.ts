@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './redis.js';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Admission, MAX_PRIORITY, fairPriority } from './admission.js';
+import { Lane } from './lane.js';
 import { Keys } from './keys.js';
 import { RunLeases } from './leases.js';
 import { createRedis } from './redis.js';
@@ -16,9 +17,39 @@ afterAll(() => redis.disconnect());
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * Admission happens in the queue's ENQUEUE script (Lane): a call admitted against `limit` (0:
+ * never refused, an approved call), with the in-flight set's upkeep each time.
+ */
+function admitter(horizonMs: number) {
+  const admission = new Admission(redis, keys, horizonMs);
+  const lanes = { fast: new Lane(redis, keys, 'fast'), sandbox: new Lane(redis, keys, 'sandbox') };
+  const job = (clientId: string, id: string) => ({
+    id,
+    tool: 'calculator',
+    args: {},
+    clientId,
+    acceptedAt: Date.now(),
+  });
+  return {
+    admit: (clientId: string, kind: 'fast' | 'sandbox', id: string, limit: number) =>
+      lanes[kind].enqueue(job(clientId, id), Math.max(1, limit), horizonMs, true),
+    count: async (clientId: string, kind: 'fast' | 'sandbox', id: string) => {
+      const r = await lanes[kind].enqueue(job(clientId, id), 0, horizonMs, true);
+      return r.admitted ? r.priority : -1;
+    },
+    release: async (clientId: string, kind: 'fast' | 'sandbox', id: string) => {
+      const pipeline = redis.pipeline();
+      admission.releaseIn(pipeline, clientId, kind, id);
+      await pipeline.exec();
+    },
+    inFlight: (clientId: string) => admission.inFlight(clientId),
+  };
+}
+
 describe('Admission', () => {
   it('counts a client across both queues, refuses at its limit, and admits again after a release', async () => {
-    const admission = new Admission(redis, keys, 60_000);
+    const admission = admitter(60_000);
     const a = [
       await admission.admit('a', 'sandbox', 'a1', 3),
       await admission.admit('a', 'sandbox', 'a2', 3),
@@ -48,7 +79,7 @@ describe('Admission', () => {
   });
 
   it('counts an approved call without refusing it', async () => {
-    const admission = new Admission(redis, keys, 60_000);
+    const admission = admitter(60_000);
     expect(await admission.admit('c', 'fast', 'c1', 1)).toMatchObject({ admitted: true });
     expect(await admission.admit('c', 'fast', 'c2', 1)).toMatchObject({ admitted: false });
     expect(await admission.count('c', 'fast', 'c3')).toBe(2);
@@ -56,7 +87,7 @@ describe('Admission', () => {
   });
 
   it('drops entries older than the stale horizon (a call whose worker vanished)', async () => {
-    const admission = new Admission(redis, keys, 300);
+    const admission = admitter(300);
     expect(await admission.admit('d', 'sandbox', 'lost-1', 2)).toMatchObject({ admitted: true });
     expect(await admission.admit('d', 'fast', 'lost-2', 2)).toMatchObject({ admitted: true });
     expect(await admission.admit('d', 'sandbox', 'd3', 2)).toMatchObject({ admitted: false });
@@ -70,7 +101,7 @@ describe('Admission', () => {
   });
 
   it('gives a call its fair place even when a stale entry sits in its queue under the limit', async () => {
-    const admission = new Admission(redis, keys, 300);
+    const admission = admitter(300);
     await admission.admit('g', 'fast', 'lost', 10);
     await sleep(400);
     // Far from the limit, the stale entry would still have put the call second in line.
@@ -79,14 +110,14 @@ describe('Admission', () => {
   });
 
   it('leaves no key behind for an idle client', async () => {
-    const admission = new Admission(redis, keys, 200);
+    const admission = admitter(200);
     await admission.admit('e', 'fast', 'e1', 2);
     expect(await redis.pttl(keys.inFlight('e', 'fast'))).toBeGreaterThan(0);
     await sleep(300);
     expect(await redis.exists(keys.inFlight('e', 'fast'))).toBe(0);
   });
 
-  it('caps priorities at BullMQ’s maximum', () => {
+  it('caps priorities at the largest a queue score holds exactly', () => {
     expect(fairPriority(0)).toBe(1);
     expect(fairPriority(17)).toBe(17);
     expect(fairPriority(10 ** 9)).toBe(MAX_PRIORITY);
@@ -94,43 +125,23 @@ describe('Admission', () => {
 });
 
 describe('RunLeases', () => {
-  it('grants a client at most `cap` leases, counts refusals in the job, and frees a slot on release or expiry', async () => {
+  it('grants a client at most `cap` leases, and frees a slot on release or expiry', async () => {
     const leases = new RunLeases(redis, keys);
-    const job = keys.bullJob('sandbox', 'r3');
-    await redis.hset(job, 'name', 'test'); // the job hash BullMQ would have made
-    expect(await leases.acquire('r', 'sandbox', 'r1', 2, 60_000)).toEqual({
-      granted: true,
-      deferrals: 0,
-    });
-    expect(await leases.acquire('r', 'sandbox', 'r2', 2, 300)).toEqual({
-      granted: true,
-      deferrals: 0,
-    });
-    expect(await leases.acquire('r', 'sandbox', 'r3', 2, 60_000)).toEqual({
-      granted: false,
-      deferrals: 1,
-    });
-    expect(await leases.acquire('r', 'sandbox', 'r3', 2, 60_000)).toEqual({
-      granted: false,
-      deferrals: 2,
-    });
-    // Re-taking a lease the call already holds (a retried job) is not a second slot.
-    expect(await leases.acquire('r', 'sandbox', 'r1', 2, 60_000)).toMatchObject({ granted: true });
+    expect(await leases.acquire('r', 'sandbox', 'r1', 2, 60_000)).toBe(true);
+    expect(await leases.acquire('r', 'sandbox', 'r2', 2, 300)).toBe(true);
+    expect(await leases.acquire('r', 'sandbox', 'r3', 2, 60_000)).toBe(false);
+    // Re-taking a lease the call already holds (a retried call) is not a second slot.
+    expect(await leases.acquire('r', 'sandbox', 'r1', 2, 60_000)).toBe(true);
     // Another client has its own share.
-    expect(await leases.acquire('s', 'sandbox', 's1', 2, 60_000)).toMatchObject({ granted: true });
-    // r2's lease expires (its worker died): r3 runs, and knows it was put back twice.
+    expect(await leases.acquire('s', 'sandbox', 's1', 2, 60_000)).toBe(true);
+    // r2's lease expires (its worker died): r3 runs.
     await sleep(400);
-    expect(await leases.acquire('r', 'sandbox', 'r3', 2, 60_000)).toEqual({
-      granted: true,
-      deferrals: 2,
-    });
+    expect(await leases.acquire('r', 'sandbox', 'r3', 2, 60_000)).toBe(true);
     expect(await leases.running('r', 'sandbox')).toBe(2);
     const pipeline = redis.pipeline();
     leases.releaseIn(pipeline, 'r', 'sandbox', 'r1');
     await pipeline.exec();
     expect(await leases.running('r', 'sandbox')).toBe(1);
-    expect(await leases.acquire('r', 'sandbox', 'r4', 2, 60_000)).toMatchObject({
-      granted: true,
-    });
+    expect(await leases.acquire('r', 'sandbox', 'r4', 2, 60_000)).toBe(true);
   });
 });

@@ -40,15 +40,6 @@ export class CallIndex {
   }
 
   /**
-   * One call, as the worker ends it: in the same round trip that takes it out of its client's
-   * in-flight set and before that, so a listing (which reads both at once) never misses a call
-   * between its end and its batched record. Capped and given its expiry with the record's batch.
-   */
-  addOneIn(pipeline: ChainableCommander, clientId: string, id: string): void {
-    pipeline.zadd(this.keys.callIndex(clientId), Date.now(), id);
-  }
-
-  /**
    * The clients' calls since `since` (epoch ms), newest first, at most `limit`, each with its
    * client: finished ones from the index and, read in the same transaction so no call falls
    * between the two, those in flight (both queues' admission sets).

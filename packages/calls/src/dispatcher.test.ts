@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Dispatcher } from './dispatcher.js';
 import { Keys } from './keys.js';
+import { Lane } from './lane.js';
 import { createRedis, type RedisClient } from './redis.js';
 import { CallStore } from './store.js';
 
@@ -26,36 +26,15 @@ afterAll(async () => {
 describe('Dispatcher.lookup', () => {
   it('reads a sandbox call a worker holds without its client lease as queued, and as running once leased', async () => {
     const id = randomUUID();
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    let taken!: () => void;
-    const takenBy = new Promise<void>((r) => (taken = r));
-    // A worker that takes the job and holds it, as toolgate's worker does for the moment between
-    // BullMQ handing it out and the lease check that sends a client's extra call back.
-    const connection = createRedis(inject('redisTarget'), 'blocking');
-    const worker = new Worker(
-      keys.queue('sandbox'),
-      async () => {
-        taken();
-        await held;
-        return { status: 'ok' };
-      },
-      { connection, prefix: keys.bullPrefix },
-    );
-    try {
-      await dispatcher.enqueue(
-        { id, tool: 'run_shell', args: {}, clientId: 'alice', acceptedAt: Date.now() },
-        'sandbox',
-      );
-      await takenBy;
-      expect(await dispatcher.queue('sandbox').getJobState(id)).toBe('active');
-      expect((await dispatcher.lookup(id))?.status).toBe('queued');
-      await redis.zadd(keys.running('alice', 'sandbox'), Date.now() + 60_000, id);
-      expect((await dispatcher.lookup(id))?.status).toBe('running');
-    } finally {
-      release();
-      await worker.close();
-      connection.disconnect();
-    }
+    const job = { id, tool: 'run_shell', args: {}, clientId: 'alice', acceptedAt: Date.now() };
+    expect(await dispatcher.enqueue(job, 'sandbox', 10, 60_000)).toMatchObject({ admitted: true });
+    expect((await dispatcher.lookup(id))?.status).toBe('queued');
+    // A worker takes it and holds it, as toolgate's worker does for the moment between the
+    // claim and the lease check that sends a client's extra call back.
+    const { calls } = await new Lane(redis, keys, 'sandbox').claim(1, 60_000);
+    expect(calls.map((c) => c.job.id)).toEqual([id]);
+    expect((await dispatcher.lookup(id))?.status).toBe('queued');
+    await redis.zadd(keys.running('alice', 'sandbox'), Date.now() + 60_000, id);
+    expect((await dispatcher.lookup(id))?.status).toBe('running');
   });
 });

@@ -1,29 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import type { EventEmitter } from 'node:events';
-import { Queue } from 'bullmq';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallStore } from './store.js';
-import { FastLane, type LaneAdmit } from './fast-lane.js';
+import { Lane, type LaneAdmit } from './lane.js';
 import { Upkeep } from './upkeep.js';
 import type { CallBrief, CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
 
-/** The queues on BullMQ: sandbox calls. Fast calls go through the FastLane. */
-const BULL_KINDS = ['sandbox'] as const;
-type BullKind = (typeof BULL_KINDS)[number];
-/** Fallback checks of a waited-for call (a reply lost in a reconnect, a job BullMQ failed). */
+const KINDS: QueueKind[] = ['fast', 'sandbox'];
+/** Fallback checks of a waited-for call (a reply lost in a reconnect, a call failed outside its tool). */
 const POLL_FIRST_MS = 1000;
 const POLL_MAX_MS = 5000;
-/**
- * Finished jobs BullMQ keeps. A completed job only bridges the few milliseconds until the
- * worker's batched record write lands (its return value is a marker, not the outcome);
- * a failed job is the only trace of its call (no record is written), so it stays an hour.
- * Both are counted as well as aged, so a burst cannot pile up job hashes (each holds its
- * call's arguments, up to `server.bodyLimitBytes`).
- */
-export const KEEP_COMPLETED = { age: 30, count: 1000 };
-export const KEEP_FAILED = { age: 3600, count: 1000 };
-/** How long `lookup` waits once for the record of a job that just completed. */
+/** How long `lookup` waits once for the record of a call that just ended. */
 const RECORD_GRACE_MS = 25;
 
 /** Settles one wait: with the outcome, or undefined (timed out, cancelled). */
@@ -35,8 +22,8 @@ type Waiter = (outcome: CallOutcome | undefined) => void;
  * result travels in one hop; a slow poll of the job's state backs that up.
  */
 export class Dispatcher {
-  private readonly queues: Record<BullKind, Queue>;
-  readonly lane: FastLane;
+  /** The queues (Lane): admission and enqueue in one script each. */
+  readonly lanes: Record<QueueKind, Lane>;
   /** When a client's in-flight set last got its pruning and expiry (once a second is enough). */
   private readonly upkeep = new Upkeep(1000);
   private readonly waiters = new Map<string, Set<Waiter>>();
@@ -53,14 +40,10 @@ export class Dispatcher {
     private readonly keys: Keys,
     private readonly store: CallStore,
   ) {
-    this.queues = Object.fromEntries(
-      BULL_KINDS.map((kind) => [
-        kind,
-        new Queue(keys.queue(kind), { connection, prefix: keys.bullPrefix }),
-      ]),
-    ) as Record<BullKind, Queue>;
-    this.lane = new FastLane(connection, keys);
-    for (const q of Object.values(this.queues)) q.on('error', () => undefined);
+    this.lanes = {
+      fast: new Lane(connection, keys, 'fast'),
+      sandbox: new Lane(connection, keys, 'sandbox'),
+    };
     this.replyChannel = keys.reply(randomUUID());
     this.replies = subscriber;
     this.replies.on('message', (channel: string, message: string) => {
@@ -95,62 +78,28 @@ export class Dispatcher {
     });
   }
 
-  /** The BullMQ queue of sandbox calls. */
-  queue(kind: BullKind): Queue {
-    return this.queues[kind];
-  }
-
-  /** Calls waiting, put back for a moment (delayed), running and failed in one queue. */
+  /** Calls waiting, put back for a moment (delayed) and held by workers in one queue. */
   async counts(
     kind: QueueKind,
   ): Promise<{ waiting: number; active: number; delayed: number; failed: number }> {
-    if (kind === 'fast') return { ...(await this.lane.counts()), delayed: 0, failed: 0 };
-    const c = await this.queues[kind].getJobCounts(
-      'waiting',
-      'active',
-      'delayed',
-      'failed',
-      'prioritized',
-    );
-    return {
-      waiting: (c.waiting ?? 0) + (c.prioritized ?? 0),
-      active: c.active ?? 0,
-      delayed: c.delayed ?? 0,
-      failed: c.failed ?? 0,
-    };
+    // A call failed outside its tool leaves only its stub: no count of them is kept.
+    return { ...(await this.lanes[kind].counts()), failed: 0 };
   }
 
   /**
-   * A fast call: admitted against the client's `limit` of calls in flight (0: never refused,
-   * for approved calls) and queued in one round trip (FastLane).
+   * A call admitted against the client's `limit` of calls in flight (0: never refused, for
+   * approved calls) and queued at its fair place, in one round trip (Lane).
    */
-  async enqueueFast(job: CallJob, limit: number, staleAfterMs: number): Promise<LaneAdmit> {
+  async enqueue(
+    job: CallJob,
+    kind: QueueKind,
+    limit: number,
+    staleAfterMs: number,
+  ): Promise<LaneAdmit> {
     await this.subscribed;
     try {
       const upkeep = this.upkeep.due(job.clientId);
-      return await this.lane.enqueue(job, limit, staleAfterMs, upkeep);
-    } catch (err) {
-      this.cancel(job.id);
-      throw err;
-    }
-  }
-
-  /**
-   * `priority` (1 = first) orders the queue fairly across clients: the gateway gives each call
-   * its place in its client's backlog (see Admission).
-   */
-  async enqueue(job: CallJob, kind: BullKind, priority?: number): Promise<void> {
-    await this.subscribed;
-    try {
-      await this.queues[kind].add(job.tool, job, {
-        jobId: job.id,
-        // A client's first call needs no priority: BullMQ serves its plain wait list before any
-        // prioritized job, first come first served, which is the order priority 1 would get,
-        // and a plain add costs Redis less than a prioritized one.
-        ...(priority === undefined || priority <= 1 ? {} : { priority }),
-        removeOnComplete: KEEP_COMPLETED,
-        removeOnFail: KEEP_FAILED,
-      });
+      return await this.lanes[kind].enqueue(job, limit, staleAfterMs, upkeep);
     } catch (err) {
       // Not accepted, so no outcome will come: end the wait registered for it rather than
       // leave its timers polling Redis until the tool's timeout (every call of an outage).
@@ -230,75 +179,49 @@ export class Dispatcher {
   }
 
   /**
-   * A call's current record. In-flight calls live only as BullMQ jobs (the gateway writes
-   * nothing else on the hot path); the worker writes the record when the call ends, and the
-   * record is the only stored copy of the outcome.
+   * A call's current record. In-flight calls live only as jobs in their queue (the gateway
+   * writes nothing else on the hot path); the worker writes the record when the call ends, and
+   * the record is the only stored copy of the outcome.
    */
   async lookup(id: string): Promise<CallRecord | undefined> {
     const record = await this.store.get(id);
     // A record says everything, except for approved calls now back in the queue.
     if (record && record.status !== 'queued') return record;
-    const fast = await this.lane.state(id);
-    if (fast) {
-      if (fast.state !== 'ended') {
-        const { job } = fast;
-        return {
+    for (const kind of KINDS) {
+      const found = await this.lanes[kind].state(id);
+      if (!found) continue;
+      if (found.state === 'ended') {
+        const { stub } = found;
+        const base = {
           id,
-          tool: job.tool,
-          clientId: job.clientId,
-          queue: 'fast',
-          createdAt: job.acceptedAt,
-          status: fast.state === 'active' ? 'running' : 'queued',
+          tool: stub.tool,
+          clientId: stub.clientId,
+          queue: kind,
+          createdAt: stub.acceptedAt,
         };
-      }
-      const { stub } = fast;
-      const base = {
-        id,
-        tool: stub.tool,
-        clientId: stub.clientId,
-        queue: 'fast' as const,
-        createdAt: stub.acceptedAt,
-      };
-      if (stub.failed !== undefined) {
-        return { ...base, status: 'error', outcome: failedOutcome(id, stub.tool, stub.failed) };
-      }
-      // Ended: its record lands within milliseconds (the worker's batch); until then, running
-      // (an approved call's record says `queued` until then).
-      return (await this.recordAfterGrace(id)) ?? { ...base, status: 'running' };
-    }
-    for (const kind of BULL_KINDS) {
-      const job = await this.queues[kind].getJob(id);
-      if (!job) continue;
-      const data = job.data as CallJob;
-      const base = {
-        id,
-        tool: data.tool,
-        clientId: data.clientId,
-        queue: kind,
-        createdAt: data.acceptedAt,
-      };
-      const state = await job.getState();
-      if (state === 'active') {
-        // A sandbox call runs once its worker holds its client's lease. Taken by a worker
-        // without one, it is on its way back to the queue (the client already runs its
-        // share: a fairness deferral), or it has just ended and given its lease back.
-        if (kind !== 'sandbox') return { ...base, status: 'running' };
-        const leased = await this.connection.zscore(this.keys.running(data.clientId, kind), id);
-        if (leased !== null) return { ...base, status: 'running' };
-        return (await this.recordAfterGrace(id)) ?? { ...base, status: 'queued' };
-      }
-      if (state === 'failed')
-        return {
-          ...base,
-          status: 'error',
-          outcome: failedOutcome(id, data.tool, job.failedReason),
-        };
-      if (state === 'completed') {
-        // The worker's record write is batched (≤ 10 ms behind the completion): wait for it
-        // once; still missing, the call reads as running and the next read finds it.
+        if (stub.failed !== undefined) {
+          return { ...base, status: 'error', outcome: failedOutcome(id, stub.tool, stub.failed) };
+        }
+        // Ended: its record lands within milliseconds (the worker's batch); until then,
+        // running (an approved call's record says `queued` until then).
         return (await this.recordAfterGrace(id)) ?? { ...base, status: 'running' };
       }
-      return { ...base, status: 'queued' };
+      const { job } = found;
+      const base = {
+        id,
+        tool: job.tool,
+        clientId: job.clientId,
+        queue: kind,
+        createdAt: job.acceptedAt,
+      };
+      if (found.state === 'waiting') return { ...base, status: 'queued' };
+      // A sandbox call runs once its worker holds its client's lease. Held by a worker without
+      // one, it is on its way back to the queue (the client already runs its share: a
+      // fairness deferral), or it has just ended and given its lease back.
+      if (kind === 'fast') return { ...base, status: 'running' };
+      const leased = await this.connection.zscore(this.keys.running(job.clientId, kind), id);
+      if (leased !== null) return { ...base, status: 'running' };
+      return (await this.recordAfterGrace(id)) ?? { ...base, status: 'queued' };
     }
     // Finished between the two reads (or approved and not yet enqueued).
     return (await this.store.get(id)) ?? record;
@@ -306,31 +229,19 @@ export class Dispatcher {
 
   /**
    * A queued or running call's brief from its job without reading the job's arguments (a
-   * listing reads bounded bytes per call): the job's name (its tool), add time and state.
-   * Undefined when no queue holds the call.
+   * listing reads bounded bytes per call): its tool, accept time and state. Undefined when no
+   * queue holds the call.
    */
   async peek(id: string, clientId: string): Promise<CallBrief | undefined> {
-    const fast = await this.lane.brief(id);
-    if (fast) {
-      const base = { id, tool: fast.tool, clientId, createdAt: fast.acceptedAt };
-      if (fast.state === 'failed') return { ...base, status: 'error', errorCode: 'worker_error' };
+    for (const kind of KINDS) {
+      const found = await this.lanes[kind].brief(id);
+      if (!found) continue;
+      const base = { id, tool: found.tool, clientId, createdAt: found.acceptedAt };
+      if (found.state === 'failed') return { ...base, status: 'error', errorCode: 'worker_error' };
+      if (found.state === 'waiting') return { ...base, status: 'queued' };
       // Ended: its record lands within milliseconds; until then it reads as running.
-      return { ...base, status: fast.state === 'waiting' ? 'queued' : 'running' };
-    }
-    for (const kind of BULL_KINDS) {
-      const [tool, timestamp] = await this.connection.hmget(
-        this.keys.bullJob(kind, id),
-        'name',
-        'timestamp',
-      );
-      if (tool === null || tool === undefined) continue;
-      const state = await this.queues[kind].getJobState(id);
-      const base = { id, tool, clientId, createdAt: Number(timestamp) };
-      if (state === 'failed') return { ...base, status: 'error', errorCode: 'worker_error' };
-      // Completed: its record lands within milliseconds; until then it reads as running.
-      if (state === 'completed') return { ...base, status: 'running' };
-      if (state !== 'active') return { ...base, status: 'queued' };
-      // Active sandbox calls run once they hold their client's lease (see lookup).
+      if (found.state === 'ended' || kind === 'fast') return { ...base, status: 'running' };
+      // Held by a sandbox worker: running once it holds its client's lease (see lookup).
       const leased = await this.connection.zscore(this.keys.running(clientId, kind), id);
       return { ...base, status: leased === null ? 'queued' : 'running' };
     }
@@ -351,44 +262,20 @@ export class Dispatcher {
   }
 
   /**
-   * Takes a call that has not started out of its queue (waiting, prioritized or put back).
-   * Returns its job, or undefined when there was none to take: running (its lock makes
-   * BullMQ refuse), finished, or not a queued call.
+   * Takes a call that has not started out of its queue (waiting or put back). Returns its job,
+   * or undefined when there was none to take: held by a worker, finished, or not a queued call.
    */
   async removeWaiting(id: string): Promise<{ job: CallJob; kind: QueueKind } | undefined> {
-    const fast = await this.lane.remove(id);
-    if (fast) return { job: fast, kind: 'fast' };
-    for (const kind of BULL_KINDS) {
-      const job = await this.queues[kind].getJob(id);
-      if (!job) continue;
-      const state = await job.getState();
-      if (state !== 'waiting' && state !== 'prioritized' && state !== 'delayed') return undefined;
-      try {
-        await job.remove();
-      } catch {
-        return undefined; // a worker took it in between
-      }
-      return { job: job.data as CallJob, kind };
+    for (const kind of KINDS) {
+      const job = await this.lanes[kind].remove(id);
+      if (job) return { job, kind };
     }
     return undefined;
   }
 
-  /** Closes the queues and the reply subscription; bounded, since a close waits for a connection that may never come. */
-  async close(timeoutMs = 3000): Promise<void> {
+  /** Closes the reply subscription. */
+  async close(): Promise<void> {
     this.replies.disconnect();
-    let timer: NodeJS.Timeout | undefined;
-    const deadline = new Promise((r) => (timer = setTimeout(r, timeoutMs)));
-    // A queue still connecting (a Cluster loads its slots first) reports a failed start as an
-    // 'error' event; closed first, it has no listener left then, and the event becomes an
-    // unhandled rejection that ends the process. Let the start settle, then close.
-    const queues = Object.values(this.queues);
-    await Promise.race([Promise.allSettled(queues.map((q) => q.waitUntilReady())), deadline]);
-    const closing = Promise.allSettled(
-      queues.map((q) => q.close().finally(() => keepErrorListener(q))),
-    );
-    await Promise.race([closing, deadline]);
-    clearTimeout(timer);
-    for (const q of Object.values(this.queues)) void q.disconnect().catch(() => undefined);
   }
 
   private settle(id: string, outcome: CallOutcome): void {
@@ -409,7 +296,7 @@ function parseOutcome(value: unknown): CallOutcome {
   return (typeof value === 'string' ? JSON.parse(value) : value) as CallOutcome;
 }
 
-/** A job BullMQ gave up on (its worker died twice, or threw outside the tool). */
+/** A call its queue gave up on (its workers died twice, or it threw outside the tool). */
 export function failedOutcome(id: string, tool: string, reason: string | undefined): CallOutcome {
   return {
     id,
@@ -422,13 +309,4 @@ export function failedOutcome(id: string, tool: string, reason: string | undefin
     durationMs: 0,
     cached: false,
   };
-}
-
-/**
- * BullMQ's RedisConnection drops every listener when it closes, and a start that fails after
- * that (an untrusted TLS certificate, a cluster that never loaded its slots) emits 'error' with
- * none left: an uncaught exception. One listener that stays absorbs it.
- */
-function keepErrorListener(queue: Queue): void {
-  (queue as unknown as { connection?: EventEmitter }).connection?.on('error', () => undefined);
 }

@@ -31,8 +31,6 @@ export { Stats, StatsBatch, percentile } from './stats.js';
 export { maskText, redact } from './redact.js';
 export { WorkspaceResets } from './workspace-resets.js';
 export type { ScheduledReset } from './workspace-resets.js';
-export type { AdmitResult } from './admission.js';
-export type { LeaseResult } from './leases.js';
 export type { ConnectionBudgetOptions, HeldSlot } from './connection-budget.js';
 export type { Decision } from './approvals.js';
 export type { AuditEntry, AuditLimits, AuditPage, AuditQuery } from './audit.js';
@@ -53,7 +51,6 @@ export {
 export type { EventLimits, OutcomeEvent } from './events.js';
 export type {
   CallBrief,
-  CallDone,
   CallError,
   CallEvent,
   CallJob,
@@ -62,5 +59,5 @@ export type {
   CallStatus,
   QueueKind,
 } from './types.js';
-export { FastLane, LANE_ENDED_MS, LANE_FAILED_MS } from './fast-lane.js';
-export type { LaneAdmit, LaneCall, LaneState, LaneStub } from './fast-lane.js';
+export { Lane, LANE_ENDED_MS, LANE_FAILED_MS } from './lane.js';
+export type { LaneAdmit, LaneCall, LaneClaim, LaneState, LaneStub } from './lane.js';

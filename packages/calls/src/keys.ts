@@ -5,7 +5,7 @@ const CALL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f
 
 /**
  * True for strings that can be call ids. Ids from URLs are checked before they touch Redis:
- * `events`, `meta` or `stalled-check` would otherwise name BullMQ's own keys (WRONGTYPE).
+ * `queue`, `active` or `delayed` would otherwise name the queues' own keys (WRONGTYPE).
  */
 export function isCallId(id: string): boolean {
   return CALL_ID.test(id);
@@ -19,9 +19,9 @@ export function isCallId(id: string): boolean {
 export class Keys {
   /**
    * The root of every family used together with others (in one MULTI, pipeline or script),
-   * BullMQ's queues among them: the prefix itself on one server or Sentinel; on a Redis
-   * Cluster the prefix as a hash tag, `{toolgate}`, so those keys share one slot (BullMQ
-   * requires it of a queue, and toolgate's transactions span queue, records and stats).
+   * the queues among them: the prefix itself on one server or Sentinel; on a Redis Cluster
+   * the prefix as a hash tag, `{toolgate}`, so those keys share one slot (the queues' scripts
+   * and toolgate's transactions span queue, records and stats).
    */
   readonly prefix: string;
 
@@ -41,44 +41,39 @@ export class Keys {
     return new Keys(redis.prefix, { cluster: redis.cluster !== undefined });
   }
 
-  /** BullMQ queue name; BullMQ adds its own `bull:` prefix (set to ours). */
-  queue(kind: QueueKind): string {
-    return `calls-${kind}`;
+  /** A queue (Lane): waiting calls, by fair priority and arrival. */
+  laneQueue(kind: QueueKind): string {
+    return `${this.prefix}:${kind}:queue`;
   }
 
-  /** BullMQ key prefix. */
-  get bullPrefix(): string {
-    return `${this.prefix}:bull`;
+  /** A queue's calls held by workers, scored by the end of their worker's lease. */
+  laneActive(kind: QueueKind): string {
+    return `${this.prefix}:${kind}:active`;
   }
 
-  /** A BullMQ job's hash (the worker counts fairness deferrals in it). */
-  bullJob(kind: QueueKind, id: string): string {
-    return `${this.bullPrefix}:${this.queue(kind)}:${id}`;
+  /** A queue's calls put back for a moment, scored by when they are due. */
+  laneDelayed(kind: QueueKind): string {
+    return `${this.prefix}:${kind}:delayed`;
   }
 
-  /** The fast queue (FastLane): waiting calls, by fair priority and arrival. */
-  get fastQueue(): string {
-    return `${this.prefix}:fast:queue`;
+  /** The queue places of a queue's put-back calls (hash: call id → score). */
+  laneScores(kind: QueueKind): string {
+    return `${this.prefix}:${kind}:scores`;
   }
 
-  /** The fast queue's running calls, scored by the end of their worker's lease. */
-  get fastActive(): string {
-    return `${this.prefix}:fast:active`;
+  /** A queue's arrival counter (order within one priority). */
+  laneSeq(kind: QueueKind): string {
+    return `${this.prefix}:${kind}:seq`;
   }
 
-  /** The fast queue's arrival counter (order within one priority). */
-  get fastSeq(): string {
-    return `${this.prefix}:fast:seq`;
+  /** One-member sorted set a queue's idle workers block on (BZPOPMIN) until calls arrive. */
+  laneWake(kind: QueueKind): string {
+    return `${this.prefix}:${kind}:wake`;
   }
 
-  /** One-member sorted set idle fast-queue workers block on (BZPOPMIN) until calls arrive. */
-  get fastWake(): string {
-    return `${this.prefix}:fast:wake`;
-  }
-
-  /** A fast call's job while it waits or runs, then a short-lived stub (FastLane). */
-  fastJob(id: string): string {
-    return `${this.prefix}:fast:job:${id}`;
+  /** A call's job while it waits or runs, then a short-lived stub (Lane). */
+  laneJob(kind: QueueKind, id: string): string {
+    return `${this.prefix}:${kind}:job:${id}`;
   }
 
   /** What every in-flight set's name starts with (the client id and queue follow). */

@@ -4,14 +4,11 @@ import type { Keys } from './keys.js';
 import { LuaScript } from './script.js';
 import type { QueueKind } from './types.js';
 
-/** Field of the BullMQ job hash counting fairness deferrals (BullMQ ignores fields it does not know). */
-const DEFERRALS_FIELD = 'tgDeferrals';
-
 /**
  * Takes a running lease for a call unless its client already holds `cap` live ones; expired
- * leases (a worker that died mid-call) are dropped first. Returns the job's deferrals so far
- * when granted, or minus the deferrals (counting this one) when refused.
- *   KEYS: the client's running set, the job's hash
+ * leases (a worker that died mid-call) are dropped first. Returns 1 when granted, 0 when
+ * refused.
+ *   KEYS: the client's running set
  *   ARGV: call id, cap, lease ms
  */
 const ACQUIRE = new LuaScript(`
@@ -19,18 +16,13 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-  if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
-  return -redis.call('HINCRBY', KEYS[2], '${DEFERRALS_FIELD}', 1)
+  return 0
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[1], last[2])
-return tonumber(redis.call('HGET', KEYS[2], '${DEFERRALS_FIELD}') or '0')
+return 1
 `);
-
-export type LeaseResult =
-  | { granted: true; /** Times this job was put back for fairness before. */ deferrals: number }
-  | { granted: false; deferrals: number };
 
 /**
  * Worker-side cap on the calls one client runs at once across all workers (its
@@ -44,21 +36,20 @@ export class RunLeases {
     private readonly keys: Keys,
   ) {}
 
+  /** Takes a lease for the call unless its client runs `cap` calls already; true if taken. */
   async acquire(
     clientId: string,
     kind: QueueKind,
     id: string,
     cap: number,
     leaseMs: number,
-  ): Promise<LeaseResult> {
-    const n = Number(
-      await ACQUIRE.run(
-        this.redis,
-        [this.keys.running(clientId, kind), this.keys.bullJob(kind, id)],
-        [id, Math.max(1, cap), Math.max(1, Math.ceil(leaseMs))],
-      ),
+  ): Promise<boolean> {
+    const granted = await ACQUIRE.run(
+      this.redis,
+      [this.keys.running(clientId, kind)],
+      [id, Math.max(1, cap), Math.max(1, Math.ceil(leaseMs))],
     );
-    return n >= 0 ? { granted: true, deferrals: n } : { granted: false, deferrals: -n };
+    return Number(granted) === 1;
   }
 
   /** Ends a lease inside a caller's pipeline (no extra round trip). */

@@ -68,11 +68,11 @@ function tlsOptions(target: RedisTarget): ConnectionOptions | undefined {
 /**
  * Redis connections. `command` connections give up on a command after one failed reconnect
  * (the gateway answers 503 instead of hanging; commands sent while first connecting just
- * wait); `blocking` ones wait and reconnect forever (BullMQ workers and event readers).
+ * wait); `blocking` ones wait and reconnect forever (queue consumers and event readers).
  *
  * Behind Sentinel, a connection asks the sentinels for the master at each (re)connect and
- * follows their `+switch-master` (failover-watch.ts), and so do its duplicates (BullMQ's
- * blocking connections), so a failover costs one reconnect; a command that meets
+ * follows their `+switch-master` (failover-watch.ts), and so do its duplicates, so a failover
+ * costs one reconnect; a command that meets
  * a demoted master (`READONLY`) reconnects and is sent again. On a Cluster, commands follow
  * `MOVED`/`ASK` redirections and are retried through a failover (`CLUSTERDOWN`, `TRYAGAIN`).
  */
@@ -144,8 +144,7 @@ export function createRedis(
       ...(tls ? { tls, sentinelTLS: tls, enableTLSForSentinelMode: true } : {}),
     });
     followFailovers(client, sentinels, s.name, sentinelAuth);
-    // BullMQ runs its blocking commands on a duplicate of the connection it is given: the
-    // duplicate follows failovers too.
+    // A duplicate of the connection (a blocking one made from it) follows failovers too.
     const duplicate = client.duplicate.bind(client);
     client.duplicate = (override?: Partial<RedisOptions>) => {
       const copy = duplicate(override);

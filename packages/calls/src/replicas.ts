@@ -27,9 +27,8 @@ export interface Replication {
  * WAIT only waits for the writes of the connection it is sent on, and it blocks that
  * connection while it waits. So it runs on a connection of its own, after a write of its own
  * (a timestamp in `Keys.replicated`): the replication stream is in the master's order, so a
- * replica that has that write has every write the master acknowledged before it — the BullMQ
- * job a gateway just added, or the start a worker's BullMQ just recorded, whichever connection
- * carried them. Concurrent callers share a round trip: one is in flight at a time, and the
+ * replica that has that write has every write the master acknowledged before it — the job a
+ * gateway just queued, or the claim a worker just made, whichever connection carried them. Concurrent callers share a round trip: one is in flight at a time, and the
  * callers that arrive meanwhile all join the next one.
  */
 export class ReplicaWait {

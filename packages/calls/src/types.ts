@@ -35,14 +35,6 @@ export interface CallOutcome {
 }
 
 /**
- * What a worker returns as a BullMQ job's return value: a marker, never the outcome, so the
- * job hash holds no copy of the result (the call record is the one stored copy).
- */
-export interface CallDone {
-  status: CallOutcome['status'];
-}
-
-/**
  * What `GET /v1/calls/{id}/events` streams (docs/http-api.md): the call's status changes, its
  * live output and progress, and last its outcome. `seq` counts from 1 per call, so a reader
  * that joins late and reads the backlog drops what it has already seen.
@@ -54,7 +46,7 @@ export type CallEvent = { seq: number; at: number } & (
   | { type: 'outcome'; outcome: CallOutcome }
 );
 
-/** The payload of a BullMQ job: one tool call. The job id is the call id. */
+/** A queued job: one tool call (Lane). The job's id is the call id. */
 export interface CallJob {
   id: string;
   tool: string;

@@ -273,10 +273,10 @@ export const ConfigSchema = Type.Object(
         }),
         /**
          * A worker that dies mid-call (kill -9, host lost) has its calls settled within this
-         * time: retried where the tool is idempotent, else `worker_lost`. BullMQ's job lock is
-         * 1/2 of it and the stalled-job check runs every 1/4; a worker whose event loop stalls
-         * longer than the lock loses its jobs to this check, so keep it well above any
-         * synchronous step.
+         * time: retried where the tool is idempotent, else `worker_lost`. A call's lease in its
+         * queue is 1/2 of it (renewed every 1/6) and the sweep runs every 1/4; a worker whose
+         * event loop stalls longer than the lease loses its calls to the sweep, so keep it well
+         * above any synchronous step.
          */
         lostCallTimeoutMs: Type.Integer({ minimum: 3000, default: 12_000 }),
         /** Port of the worker's /metrics and /healthz (0 = off). */

@@ -308,17 +308,18 @@ export class CallPipeline {
           const multi = this.o.redis.multi();
           this.o.index.addTo(multi, client.id, [id]);
           await multi.exec();
-        } else if (kind === 'fast') {
-          // Admission and enqueue in one script (FastLane); waiting and watching before it, so
-          // no reply or event of the call is missed.
+        } else {
+          // Admission and enqueue in one script (Lane); waiting and watching before it, so no
+          // reply or event of the call is missed.
           outcome = req.wait
             ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
             : undefined;
           try {
             if (req.wait && req.onEvent)
               stopEvents = await this.o.events.subscribe(id, req.onEvent);
-            const admitted = await this.o.dispatcher.enqueueFast(
+            const admitted = await this.o.dispatcher.enqueue(
               job,
+              kind,
               client.limits.queued,
               this.o.admission.staleAfterMs,
             );
@@ -326,22 +327,6 @@ export class CallPipeline {
           } catch (err) {
             stopEvents?.();
             this.o.dispatcher.forget(id);
-            throw err;
-          }
-        } else {
-          const admitted = await this.o.admission.admit(client.id, kind, id, client.limits.queued);
-          if (!admitted.admitted) throw this.tooManyInFlight(client, admitted.inFlight);
-          outcome = req.wait
-            ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)
-            : undefined;
-          try {
-            // Subscribed before the job exists, so no event of it is missed.
-            if (req.wait && req.onEvent)
-              stopEvents = await this.o.events.subscribe(id, req.onEvent);
-            await this.o.dispatcher.enqueue(job, kind, admitted.priority);
-          } catch (err) {
-            stopEvents?.();
-            await this.o.admission.release(client.id, kind, id).catch(() => undefined);
             throw err;
           }
         }
@@ -649,21 +634,14 @@ export class CallPipeline {
     const job = record.job;
     if (!job) throw new ApiError('internal', `approved call ${record.id} has no job`);
     await guardRedis(async () => {
-      const approved = { ...job, approvedBy: by };
       // Counted in the client's calls in flight (and ordered by it), never refused: an admin
       // decided it should run.
-      if (record.queue === 'fast') {
-        await this.o.dispatcher.enqueueFast(approved, 0, this.o.admission.staleAfterMs);
-        await this.replicated(job.id);
-        return;
-      }
-      const priority = await this.o.admission.count(job.clientId, record.queue, job.id);
-      try {
-        await this.o.dispatcher.enqueue(approved, record.queue, priority);
-      } catch (err) {
-        await this.o.admission.release(job.clientId, record.queue, job.id).catch(() => undefined);
-        throw err;
-      }
+      await this.o.dispatcher.enqueue(
+        { ...job, approvedBy: by },
+        record.queue,
+        0,
+        this.o.admission.staleAfterMs,
+      );
       await this.replicated(job.id);
     }, this.o.redis);
   }

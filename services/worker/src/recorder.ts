@@ -1,7 +1,6 @@
 import {
   finishedRecord,
   publishOutcome,
-  type Admission,
   type AuditLog,
   type CallJob,
   type CallOutcome,
@@ -33,8 +32,6 @@ interface Finished {
   call: CallJob;
   kind: QueueKind;
   outcome: CallOutcome;
-  /** Also end the client's in-flight entry (when the worker did not at once). */
-  release: boolean;
   /** The call's last event, to publish with the record (when the worker did not at once). */
   end?: OutcomeEvent;
 }
@@ -56,7 +53,6 @@ export class Recorder {
       redis: RedisClient;
       keys: Keys;
       store: CallStore;
-      admission: Admission;
       registry: ToolRegistry;
       audit: AuditLog;
       stats: Stats;
@@ -118,10 +114,9 @@ export class Recorder {
    * write never counts a call twice in the stats or the audit log.
    */
   private async write(batch: Finished[], first: boolean): Promise<void> {
-    const { redis, store, admission, registry, audit, stats, metrics, keys } = this.o;
+    const { redis, store, registry, audit, stats, metrics, keys } = this.o;
     const pipeline = redis.multi();
-    for (const { call, kind, outcome, release, end } of batch) {
-      if (release) admission.releaseIn(pipeline, call.clientId, kind, call.id);
+    for (const { call, kind, outcome, end } of batch) {
       const entry = audit.entry({
         event: 'call',
         client: call.clientId,

@@ -1,15 +1,13 @@
 import { createServer, type Server } from 'node:http';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { DelayedError, Worker, type Job } from 'bullmq';
 import {
-  Admission,
   AuditLog,
   CallEventWriter,
   CallIndex,
   CallStore,
-  FastLane,
   Heartbeat,
+  Lane,
   Keys,
   ResultCache,
   ReplicaWait,
@@ -18,17 +16,11 @@ import {
   Stats,
   cancelledOutcome,
   createRedis,
-  failedOutcome,
-  outcomeEvent,
-  publishOutcome,
   waitReady,
   FINAL_STATUSES,
-  type CallDone,
   type CallJob,
   type CallOutcome,
   type LaneCall,
-  type LeaseResult,
-  type OutcomeEvent,
   type QueueKind,
   type Replication,
 } from '@toolgate/calls';
@@ -39,6 +31,7 @@ import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createGuardedFetch } from '@toolgate/tools';
 import { UpstreamCalls, UpstreamCatalog } from '@toolgate/upstreams';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
+import { LaneConsumer, type LaneEnd, type LaneSlot } from './lane-consumer.js';
 import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
 import { createResultChecker } from './result-check.js';
@@ -57,22 +50,20 @@ const RESERVE_HOLD_MIN_MS = 20;
 const RESERVE_HOLD_MAX_MS = 100;
 /** A call the reserve handed back is out of reach this long (see handBack). */
 const HAND_BACK_DELAY_MS = 100;
-/** How long an idle fast-queue consumer blocks for new calls before it looks again (seconds). */
-const FAST_WAIT_S = 2;
 /**
- * How long a fast call handed out again (its worker died) may wait in the queue: a bound on
- * its job key's life, far above any wait a live deployment sees.
+ * How long a call handed out again (its worker died) may wait in the queue: a bound on its
+ * job key's life, far above any wait a live deployment sees.
  */
-const FAST_REQUEUED_TTL_MS = 3_600_000;
-
-/** What running a call needs of its job (a BullMQ job, or a fast-lane call dressed as one). */
-type RunnableJob = Pick<Job<CallJob>, 'data' | 'attemptsStarted'>;
+const REQUEUED_TTL_MS = 3_600_000;
 
 /**
- * Ends a fast-lane call (one script: records its end, may publish it, may take the next).
- * `publish` false: the outcome goes out with the call's record instead (see execute).
+ * What running a call needs of its job: the call, and its starts so far (1, or 2 once a dead
+ * worker's lease handed it out again).
  */
-type LaneEnd = (end: OutcomeEvent, publish: boolean) => Promise<void>;
+interface RunnableJob {
+  data: CallJob;
+  attemptsStarted: number;
+}
 
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
@@ -111,7 +102,7 @@ export interface ToolWorker {
   close(): Promise<void>;
 }
 
-/** Consumes tool calls from BullMQ and runs them; stateless, any number per Redis. */
+/** Takes tool calls from the queues (Lane) and runs them; stateless, any number per Redis. */
 export function createWorker({
   config,
   registry,
@@ -149,8 +140,6 @@ export function createWorker({
     },
     () => metrics.warmTotal(),
   );
-  // Stale horizon is the gateway's business; the worker only removes entries.
-  const admission = new Admission(redis, keys, 0);
   const leases = new RunLeases(redis, keys);
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
@@ -166,12 +155,10 @@ export function createWorker({
   /** Reserve holds in progress: a call ending here ends them, so a held call can take its slot. */
   const holds = new Set<() => void>();
   const shutdown = new AbortController();
-  const workers: Worker[] = [];
   const recorder = new Recorder({
     redis,
     keys,
     store,
-    admission,
     registry,
     audit,
     stats,
@@ -179,21 +166,27 @@ export function createWorker({
     log,
   });
   /**
-   * The fast queue (FastLane): `concurrency` slots; a slot's call ends in one script that
-   * takes the slot's next call, and an idle consumer blocks on the lane's wake key.
+   * The queues this worker takes (Lane): `concurrency` fast slots; `sandboxConcurrency` plus
+   * `sandboxReserve` sandbox slots. A call's lease in its lane lapses like a lock: 1/2 of
+   * lostCallTimeoutMs, renewed every 1/6, swept every 1/4 (docs/reliability.md).
    */
-  const lane = new FastLane(redis, keys);
-  const laneBlocking = queues.includes('fast') ? createRedis(config.redis, 'blocking') : undefined;
-  laneBlocking?.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
-  /** A fast call's lease: lapses like a BullMQ lock (see lockDuration below). */
-  const laneLeaseMs = Math.round(config.worker.lostCallTimeoutMs / 2);
-  const laneRunning = new Set<string>();
-  const laneSlots = new Set<Promise<void>>();
-  let laneFree = config.worker.concurrency;
-  let laneSlotFreed: (() => void) | undefined;
-  let laneStopping = false;
-  let laneLoopDone: Promise<void> | undefined;
-  const laneTimers: NodeJS.Timeout[] = [];
+  const consumers = queues.map(
+    (kind) =>
+      new LaneConsumer({
+        lane: new Lane(redis, keys, kind),
+        blocking: createRedis(config.redis, 'blocking'),
+        slots:
+          kind === 'fast'
+            ? config.worker.concurrency
+            : config.worker.sandboxConcurrency + config.worker.sandboxReserve,
+        leaseMs: Math.round(config.worker.lostCallTimeoutMs / 2),
+        sweepEveryMs: Math.round(config.worker.lostCallTimeoutMs / 4),
+        requeuedTtlMs: REQUEUED_TTL_MS,
+        log,
+        handle: kind === 'fast' ? handleFast : handleSandbox,
+        ...(onLostCalls ? { onLost: onLostCalls } : {}),
+      }),
+  );
   let metricsServer: Server | undefined;
   /** Calls running here, by id: aborting one cancels it (reason: who cancelled). */
   const running = new Map<string, AbortController>();
@@ -246,36 +239,39 @@ export function createWorker({
   }
   const checkResult = createResultChecker(registry, metrics, log);
 
-  async function processCall(
-    job: Job<CallJob>,
-    kind: QueueKind,
-    token: string | undefined,
-  ): Promise<CallOutcome> {
-    const call = job.data;
-    if (kind !== 'sandbox') return run(job, kind, 0);
+  /** Runs a fast call in its slot. */
+  async function handleFast(call: LaneCall, slot: LaneSlot): Promise<void> {
+    await run({ data: call.job, attemptsStarted: call.restarts + 1 }, 'fast', slot.end);
+  }
+
+  /**
+   * Runs a sandbox call in its slot once it holds its client's running lease; else puts it
+   * back for a moment (its client runs its share already), leaving the slot to the next call,
+   * which is another client's if one is waiting.
+   */
+  async function handleSandbox(call: LaneCall, slot: LaneSlot): Promise<void> {
+    const { job } = call;
     const reserve = ++sandboxTaken > config.worker.sandboxConcurrency;
-    let lease: LeaseResult;
+    let granted: boolean;
     try {
-      const cap = sandboxInFlight.get(call.clientId) ?? CLIENT_LIMIT_DEFAULTS.sandboxInFlight;
-      const leaseMs = (registry.get(call.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
+      const cap = sandboxInFlight.get(job.clientId) ?? CLIENT_LIMIT_DEFAULTS.sandboxInFlight;
+      const leaseMs = (registry.get(job.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
       // In the reserve, only a client's first running call: cap 1.
-      lease = await leases.acquire(call.clientId, kind, call.id, reserve ? 1 : cap, leaseMs);
+      granted = await leases.acquire(job.clientId, 'sandbox', job.id, reserve ? 1 : cap, leaseMs);
     } catch (err) {
       sandboxTaken--;
       throw err;
     }
-    if (!lease.granted) {
+    if (!granted) {
       sandboxTaken--;
-      if (reserve) await handBack(job, token);
-      // The client already runs its share: back to the queue (same priority) for a moment,
-      // leaving this slot to the next call, which is another client's if one is waiting.
-      metrics.deferred.inc({ queue: kind, client: call.clientId });
-      await job.moveToDelayed(Date.now() + deferDelayMs(lease.deferrals), token);
-      throw new DelayedError();
+      if (reserve) return handBack(slot);
+      metrics.deferred.inc({ queue: 'sandbox', client: job.clientId });
+      await slot.defer(deferDelayMs(call.deferrals));
+      return;
     }
     if (reserve) reserveHoldMs = RESERVE_HOLD_MIN_MS;
     try {
-      return await run(job, kind, lease.deferrals);
+      await run({ data: job, attemptsStarted: call.restarts + 1 }, 'sandbox', slot.end);
     } finally {
       sandboxTaken--;
       for (const end of holds) end();
@@ -286,14 +282,12 @@ export function createWorker({
    * A call the reserve slot took whose client runs something already. The slot holds it for a
    * moment first, or it would take the next of that client's calls at once: the reserve looks
    * for a newcomer 10 to 50 times a second, not in a loop. A call ending here ends the hold.
-   * Then the call goes back to the queue through a HAND_BACK_DELAY_MS delay, not straight to
-   * its head: there this slot would win it back every time (it fetches at once, an idle worker
-   * wakes first), and another slot of this worker could take it while BullMQ still counts this
-   * run of it (its lock renewal is tracked by job id). Out of the waiting count for those
-   * 100 ms only, one call per reserve slot; a call without a priority goes to the end of the
-   * plain list, behind a newcomer's.
+   * Then the call goes back to its place in the queue through a HAND_BACK_DELAY_MS delay, not
+   * straight away: then this slot would win it back every time (it claims at once, before an
+   * idle worker wakes). Out of the waiting count for those 100 ms only, one call per reserve
+   * slot.
    */
-  async function handBack(job: Job<CallJob>, token: string | undefined): Promise<never> {
+  async function handBack(slot: LaneSlot): Promise<void> {
     const hold = reserveHoldMs;
     reserveHoldMs = Math.min(RESERVE_HOLD_MAX_MS, hold * 2);
     await new Promise<void>((resolve) => {
@@ -305,177 +299,18 @@ export function createWorker({
       const timer = setTimeout(end, hold);
       holds.add(end);
     });
-    await job.moveToDelayed(Date.now() + HAND_BACK_DELAY_MS, token);
-    throw new DelayedError();
-  }
-
-  async function run(
-    job: RunnableJob,
-    kind: QueueKind,
-    deferrals: number,
-    laneEnd?: LaneEnd,
-  ): Promise<CallOutcome> {
-    try {
-      return await traced(job, kind, deferrals, laneEnd);
-    } catch (err) {
-      // Failed outside the tool: the call is over for BullMQ, so it is over for the limits too.
-      // (A fast-lane call is ended by its slot, which knows whether its end was recorded.)
-      if (!laneEnd) release(job.data, kind).catch(() => undefined);
-      throw err;
-    }
+    await slot.defer(HAND_BACK_DELAY_MS);
   }
 
   /**
-   * Ends a call's in-flight entry and lease, and tells the waiting gateway and the call's
-   * watchers: one round trip. The call enters its client's index first, so listings see it
-   * in one place or the other until its record lands.
+   * Runs a call its slot holds; `laneEnd` ends it in its queue. A call that fails outside its
+   * tool is ended by its slot (which knows whether its end was recorded).
    */
-  function release(call: CallJob, kind: QueueKind, end?: OutcomeEvent): Promise<unknown> {
-    // A pipeline, not a transaction: Redis runs it in order, so a listing in between sees the
-    // call in both places at worst.
-    const done = redis.pipeline();
-    index.addOneIn(done, call.clientId, call.id);
-    admission.releaseIn(done, call.clientId, kind, call.id);
-    if (kind === 'sandbox') leases.releaseIn(done, call.clientId, kind, call.id);
-    if (end && call.replyTo) done.publish(call.replyTo, JSON.stringify(end.outcome));
-    if (end) publishOutcome(done, keys, end);
-    return done.exec();
+  function run(job: RunnableJob, kind: QueueKind, laneEnd: LaneEnd): Promise<CallOutcome> {
+    return traced(job, kind, laneEnd);
   }
 
-  /** Runs fast-lane calls in one slot, each call's end taking the next waiting one. */
-  async function laneSlot(first: LaneCall): Promise<void> {
-    let next: LaneCall | undefined = first;
-    while (next) {
-      const { job: call, restarts } = next;
-      next = undefined;
-      laneRunning.add(call.id);
-      let ended = false;
-      const laneEnd: LaneEnd = async (end, publish) => {
-        ended = true;
-        [next] = await lane.finish(
-          call,
-          { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
-          { claimNext: !laneStopping, leaseMs: laneLeaseMs, publish },
-        );
-      };
-      try {
-        // BullMQ counts a job's first start as 1; each restart after a dead worker adds one.
-        await run({ data: call, attemptsStarted: restarts + 1 }, 'fast', 0, laneEnd);
-      } catch (err) {
-        const reason = err instanceof Error ? err.message : String(err);
-        log.error({ callId: call.id, err: reason }, 'call failed outside the tool');
-        // Not ended: end it failed (no record is written, as for a failed BullMQ job). Ended
-        // but failed after: its end is in; a lost FINISH lets its lease lapse to the sweep.
-        if (!ended) {
-          const outcome = failedOutcome(call.id, call.tool, reason);
-          await lane
-            .finish(
-              call,
-              { json: JSON.stringify(outcome), event: JSON.stringify(outcomeEvent(outcome)) },
-              { claimNext: false, leaseMs: laneLeaseMs, failed: reason },
-            )
-            .catch(() => undefined);
-        }
-      } finally {
-        laneRunning.delete(call.id);
-      }
-    }
-  }
-
-  /** Claims fast calls for the free slots; blocks on the lane's wake key while there are none. */
-  async function laneLoop(): Promise<void> {
-    /** Whether the last claim failed: one warning per outage, not one per retry. */
-    let failing = false;
-    while (!laneStopping) {
-      if (laneFree === 0) {
-        await new Promise<void>((resolve) => (laneSlotFreed = resolve));
-        continue;
-      }
-      let claimed: LaneCall[];
-      try {
-        claimed = await lane.claim(laneFree, laneLeaseMs);
-      } catch (err) {
-        if (!failing) {
-          log.warn({ err: (err as Error).message }, 'could not take fast calls; trying again');
-        }
-        failing = true;
-        await new Promise((r) => setTimeout(r, 500));
-        continue;
-      }
-      if (failing) log.info('taking fast calls again');
-      failing = false;
-      if (claimed.length === 0) {
-        await lane.waitForWork(laneBlocking!, FAST_WAIT_S).catch(async () => {
-          if (!laneStopping) await new Promise((r) => setTimeout(r, 500));
-        });
-        continue;
-      }
-      for (const call of claimed) {
-        laneFree--;
-        const slot: Promise<void> = laneSlot(call).finally(() => {
-          laneSlots.delete(slot);
-          laneFree++;
-          const wake = laneSlotFreed;
-          laneSlotFreed = undefined;
-          wake?.();
-        });
-        laneSlots.add(slot);
-      }
-    }
-  }
-
-  /** Starts the fast queue's consumer, its lease renewal and its sweep for dead workers' calls. */
-  function startLane(): void {
-    laneLoopDone = laneLoop();
-    laneTimers.push(
-      setInterval(
-        () => {
-          lane
-            .renew([...laneRunning], laneLeaseMs)
-            .catch((err: unknown) =>
-              log.warn({ err: (err as Error).message }, 'could not renew fast calls’ leases'),
-            );
-        },
-        Math.max(100, Math.round(laneLeaseMs / 3)),
-      ),
-      setInterval(
-        () => {
-          lane.sweep(FAST_REQUEUED_TTL_MS).then(
-            ({ again, failed }) => {
-              for (const callId of again) {
-                log.warn({ callId, queue: 'fast' }, 'call of a dead worker moved on');
-              }
-              for (const callId of failed) {
-                log.error({ callId, queue: 'fast' }, 'call failed: its workers stopped twice');
-              }
-              if (again.length + failed.length > 0) onLostCalls?.();
-            },
-            (err: unknown) =>
-              log.warn({ err: (err as Error).message }, 'could not sweep the fast queue'),
-          );
-        },
-        Math.max(100, Math.round(config.worker.lostCallTimeoutMs / 4)),
-      ),
-    );
-  }
-
-  /** Stops claiming fast calls and waits for the ones running here. */
-  async function stopLane(): Promise<void> {
-    laneStopping = true;
-    for (const timer of laneTimers) clearInterval(timer);
-    laneSlotFreed?.();
-    // Ends a BZPOPMIN in progress; the loop sees laneStopping and returns.
-    laneBlocking?.disconnect();
-    await laneLoopDone;
-    await Promise.all(laneSlots);
-  }
-
-  function traced(
-    job: RunnableJob,
-    kind: QueueKind,
-    deferrals: number,
-    laneEnd?: LaneEnd,
-  ): Promise<CallOutcome> {
+  function traced(job: RunnableJob, kind: QueueKind, laneEnd: LaneEnd): Promise<CallOutcome> {
     const call = job.data;
     return withSpan(
       'toolgate.execute',
@@ -490,7 +325,7 @@ export function createWorker({
         },
       },
       async (span) => {
-        const outcome = await execute(job, kind, deferrals, laneEnd);
+        const outcome = await execute(job, kind, laneEnd);
         span.setAttribute('toolgate.status', outcome.status);
         if (outcome.error) span.setAttribute('toolgate.error_code', outcome.error.code);
         return outcome;
@@ -501,8 +336,7 @@ export function createWorker({
   async function execute(
     job: RunnableJob,
     kind: QueueKind,
-    deferrals: number,
-    laneEnd?: LaneEnd,
+    laneEnd: LaneEnd,
   ): Promise<CallOutcome> {
     const call = job.data;
     const tool = registry.get(call.tool);
@@ -529,11 +363,10 @@ export function createWorker({
           'unknown_tool',
           `this worker has no tool named "${call.tool}"`,
         );
-      } else if (job.attemptsStarted - deferrals > 1 && !tool.idempotent) {
-        // (Each fairness deferral started the job once without running it.)
+      } else if (job.attemptsStarted > 1 && !tool.idempotent) {
         // A worker died while running this call; running a non-idempotent tool twice could
         // repeat its effects. Unless it died (or Redis failed over) after recording the outcome
-        // and before BullMQ's completion: then the call ended, and its clients may have heard so.
+        // and before its end in the queue: then the call ended, and its clients may have heard so.
         const ended = await store.get(call.id);
         if (ended?.outcome && FINAL_STATUSES.has(ended.status)) {
           outcome = ended.outcome;
@@ -569,28 +402,17 @@ export function createWorker({
       }
       // The record (the one stored copy, capped at calls.maxResultBytes), audit entry and
       // stats are written in batches alongside; until the record lands, GET /v1/calls reads
-      // the completed job as running. The waiting gateway gets the whole outcome now (a
-      // message, not storage, bounded by the tools' own output limits), and the client's
-      // in-flight entry and lease go in the same round trip, before the client can send its
-      // next call. Calls nobody waits for are released in the record batch. A fast-lane call
-      // ends in its lane's one script, whoever waits.
+      // the ended call as running. The call ends in its queue at once, in one script: its
+      // in-flight entry and leases go before the client can send its next call, and a waiting
+      // gateway gets the whole outcome (a message, not storage, bounded by the tools' own
+      // output limits). A call nobody waits for has its watchers hear of its end with its
+      // record: who heard the outcome finds the record.
       const end = events.idle ? events.finish(outcome) : await events.finishWrites(outcome);
-      const releaseNow =
-        laneEnd !== undefined || recorded || call.replyTo !== undefined || kind === 'sandbox';
-      // A fast call nobody waits for ends in the lane at once, and its watchers hear of it
-      // with its record (as a sandbox call's do): who heard the outcome finds the record.
-      const withRecord = !recorded && (!releaseNow || (laneEnd && call.replyTo === undefined));
-      const finished = {
-        call,
-        kind,
-        outcome,
-        release: !releaseNow,
-        ...(withRecord ? { end } : {}),
-      };
+      const withRecord = !recorded && call.replyTo === undefined;
+      const finished = { call, kind, outcome, ...(withRecord ? { end } : {}) };
       if (durable) await recordReplicated(finished);
       else if (!recorded) recorder.add(finished);
-      if (laneEnd) await laneEnd(end, !withRecord);
-      else if (releaseNow) release(call, kind, end).catch(() => undefined);
+      await laneEnd(end, !withRecord);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(
@@ -606,8 +428,7 @@ export function createWorker({
 
   /**
    * With `redis.durability.replicas` > 0, before a non-idempotent tool runs: waits until the
-   * call's start (BullMQ's moveToActive, which counted `attemptsStarted`) is on that many
-   * replicas. A failover after this point hands the call out again as a restarted one, which
+   * call's claim (its lease in the queue) is on that many replicas. A failover after this point hands the call out again as a restarted one, which
    * the check above turns into `worker_lost` (or the recorded outcome), never into a second
    * run. A WAIT that times out runs the call anyway (counted, logged): the replicas are gone or
    * lagging, and holding every call back would not bring them back. Redis failing over
@@ -666,44 +487,8 @@ export function createWorker({
       // error and a reconnect that forgets the channel: subscribe once it is ready.)
       await waitReady(cancelSubscriber);
       await cancelSubscriber.subscribe(keys.cancels);
-      for (const kind of queues) {
-        if (kind === 'fast') {
-          await waitReady(laneBlocking!);
-          startLane();
-          continue;
-        }
-        const worker = new Worker<CallJob, CallDone>(
-          keys.queue(kind),
-          // The job's return value is a marker: the job hash keeps no copy of the result.
-          (job, token) => processCall(job, kind, token).then(({ status }) => ({ status })),
-          {
-            connection: createRedis(config.redis, 'blocking'),
-            prefix: keys.bullPrefix,
-            concurrency: config.worker.sandboxConcurrency + config.worker.sandboxReserve,
-            // A stalled job (its worker died) is handed out once more, where `process` decides.
-            maxStalledCount: 1,
-            // A dead worker's lock lapses within 1/2 of lostCallTimeoutMs. BullMQ's check, every
-            // 1/4, moves a job only if it was already in the stalled set at the check before,
-            // and the dead worker's last lock renewal took it out of that set: up to two checks
-            // after the lapse. Settled within 1/2 + 2 × 1/4 = lostCallTimeoutMs (measured:
-            // 2/3 + 2 × 1/3 had calls settle up to 15.8 s after a death, for a 12 s setting).
-            lockDuration: Math.round(config.worker.lostCallTimeoutMs / 2),
-            stalledInterval: Math.round(config.worker.lostCallTimeoutMs / 4),
-          },
-        );
-        worker.on('stalled', (callId) => {
-          log.warn({ callId, queue: kind }, 'call of a dead worker moved on');
-          onLostCalls?.();
-        });
-        worker.on('error', (err) => log.warn({ err: err.message, queue: kind }, 'queue error'));
-        worker.on('failed', (job, err) => {
-          log.error({ callId: job?.id, err: err.message }, 'job failed outside the tool');
-          // Also a job that stalled twice (its workers died): it will not run again.
-          if (job) release(job.data, kind).catch(() => undefined);
-        });
-        workers.push(worker);
-      }
-      await Promise.all(workers.map((w) => w.waitUntilReady()));
+      await Promise.all(consumers.map((c) => c.ready()));
+      for (const consumer of consumers) consumer.start();
       if (config.upstreams.length > 0) {
         upstreamCatalog = UpstreamCatalog.open({
           upstreams: config.upstreams,
@@ -752,8 +537,8 @@ export function createWorker({
     },
     async close() {
       log.info('worker stopping: finishing in-flight calls');
-      // BullMQ's close waits for the jobs in progress; tools see shutdown only if they outlive it.
-      await Promise.all([stopLane(), ...workers.map((w) => w.close())]);
+      // Stopping waits for the calls in progress; tools see shutdown only if they outlive it.
+      await Promise.all(consumers.map((c) => c.stop()));
       await recorder.drain();
       shutdown.abort();
       await upstreamCatalog?.close();

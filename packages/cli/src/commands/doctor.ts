@@ -18,7 +18,7 @@ export const doctorCommand: Command = {
 
   Checks, with the config the services would load:
     config            the file loads (every problem: toolgate config check)
-    redis             answers; version (BullMQ needs 5.0, recommends 6.2+); maxmemory-policy
+    redis             answers; version (needs 6.0, recommends 6.2+); maxmemory-policy
                       must be noeviction; persistence (AOF or RDB) on
     sandbox driver    Docker answers on sandbox.docker.socketPath, or bwrap works (per
                       sandbox.driver); skipped when worker.queues has no "sandbox"

@@ -1,9 +1,12 @@
-/** Redis as BullMQ needs it: a version it supports, no eviction, and data that survives restarts. */
+/** Redis as toolgate needs it: a version it supports, no eviction, and data that survives restarts. */
 import { createRedis, type RedisTarget } from '@toolgate/calls';
 import { fail, ok, warn, type CheckResult } from './check.js';
 
-/** BullMQ's RedisConnection.minimumVersion and recommendedMinimumVersion. */
-const MINIMUM = '5.0.0';
+/**
+ * The queues' scripts (packages/calls/src/lane.ts) use `SET … KEEPTTL` and `BZPOPMIN` with a
+ * fractional timeout: Redis 6.0. 6.2 is what the tests and the images run.
+ */
+const MINIMUM = '6.0.0';
 const RECOMMENDED = '6.2.0';
 
 function older(version: string, than: string): boolean {
@@ -48,7 +51,7 @@ export async function checkRedis(target: RedisTarget, shown: string): Promise<Ch
       results.push(
         fail(
           'redis version',
-          `${version} at ${shown}; BullMQ needs ${MINIMUM} or newer`,
+          `${version} at ${shown}; toolgate's queues need ${MINIMUM} or newer`,
           `upgrade Redis to ${RECOMMENDED} or newer`,
         ),
       );
@@ -56,7 +59,7 @@ export async function checkRedis(target: RedisTarget, shown: string): Promise<Ch
       results.push(
         warn(
           'redis version',
-          `${version} at ${shown}; BullMQ recommends ${RECOMMENDED} or newer`,
+          `${version} at ${shown}; ${RECOMMENDED} or newer is what toolgate is tested on`,
           `upgrade Redis to ${RECOMMENDED} or newer`,
         ),
       );
@@ -70,7 +73,7 @@ export async function checkRedis(target: RedisTarget, shown: string): Promise<Ch
         ? ok('redis eviction', 'maxmemory-policy noeviction')
         : fail(
             'redis eviction',
-            `maxmemory-policy is ${policy}: when memory runs out Redis deletes keys, and BullMQ loses queued calls and their state`,
+            `maxmemory-policy is ${policy}: when memory runs out Redis deletes keys, and the queues lose calls and their state`,
             'set `maxmemory-policy noeviction` in redis.conf (now: redis-cli CONFIG SET maxmemory-policy noeviction)',
           ),
     );

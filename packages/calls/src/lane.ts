@@ -2,30 +2,34 @@ import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import { LuaScript } from './script.js';
 import { MAX_PRIORITY } from './admission.js';
-import type { CallJob } from './types.js';
+import type { CallJob, QueueKind } from './types.js';
 
 /**
- * The fast queue: in-process tools (calculator, http_get, …) go through a lean queue of
- * toolgate's own rather than BullMQ, because a BullMQ job costs Redis ~49 commands of its own
- * (its add, fetch and completion scripts, event stream and bookkeeping) and a call through
- * toolgate must cost ≤ 25 in all (issue 20; docs/scaling.md). A call costs three scripts: the
- * gateway's ENQUEUE (admission and the job in one), the worker's CLAIM (or the previous call's
- * FINISH, which claims the next), and FINISH. The sandbox queue stays on BullMQ.
+ * toolgate's queues: one `Lane` per queue kind (`fast` for in-process tools, `sandbox` for
+ * sandboxed ones), a lean queue of toolgate's own rather than BullMQ, because a BullMQ job costs
+ * Redis ~49–51 commands of its own (its add, fetch and completion scripts, event stream and
+ * bookkeeping) and a calculator call through toolgate must cost ≤ 25 in all, a run_python
+ * call ≤ 45 (issue 20; docs/scaling.md). A call costs three scripts: the gateway's ENQUEUE
+ * (admission and the job in one), the worker's CLAIM (or the previous call's FINISH, which
+ * claims the next), and FINISH. A sandbox call its client may not run yet (its running cap, the
+ * reserve slot) is put back for a moment with DEFER.
  *
- * Keys (docs/redis-keys.md), all under the one prefix (one Cluster slot):
- * - `fast:queue`, sorted set: waiting calls, scored by fair priority × 2^32 + arrival number,
- *   so the queue serves every client's first call before anyone's second (docs/scheduling.md);
- * - `fast:active`, sorted set: calls a worker runs, scored by its lease's end;
- * - `fast:job:{id}`, string: `J<restarts>|<job JSON>` while the call waits or runs; once it
- *   ended, `E|<stub JSON>` for LANE_ENDED_MS (a lookup meanwhile, before the worker's batched
+ * Keys (docs/redis-keys.md), all under the one prefix (one Cluster slot), `<kind>:` first:
+ * - `queue`, sorted set: waiting calls, scored by fair priority × 2^32 + arrival number, so the
+ *   queue serves every client's first call before anyone's second (docs/scheduling.md);
+ * - `active`, sorted set: calls a worker runs (or holds), scored by its lease's end;
+ * - `delayed`, sorted set: calls put back for a moment, scored by when they are due; `scores`,
+ *   hash: their place in the queue, which they take again when due;
+ * - `job:{id}`, string: `J<restarts>.<deferrals>|<job JSON>` while the call waits or runs; once
+ *   it ended, `E|<stub JSON>` for LANE_ENDED_MS (a lookup meanwhile, before the worker's batched
  *   record lands, reads the call as running, not unknown). Scripts never re-encode the job
- *   (Lua's JSON would turn `[]` into `{}` and round numbers): they edit the restarts prefix;
- * - `fast:seq`, the arrival counter; `fast:wake`, a one-member sorted set idle workers block on.
+ *   (Lua's JSON would turn `[]` into `{}` and round numbers): they edit the counters' prefix;
+ * - `seq`, the arrival counter; `wake`, a one-member sorted set idle workers block on.
  *
  * A worker that dies leaves its calls' leases to lapse: any worker's sweep hands such a call
- * out again once (restarts: 1), where the worker decides as for a BullMQ stalled job (an
- * idempotent tool runs again, a non-idempotent one ends `worker_lost`); a call stalled twice
- * fails (`worker_error`).
+ * out again once (restarts: 1), where the worker decides as for a stalled job (an idempotent
+ * tool runs again, a non-idempotent one ends `worker_lost`); a call that lapses twice fails
+ * (`worker_error`).
  */
 
 /** How long an ended call's stub outlives it: covers the worker's batched record write. */
@@ -34,6 +38,8 @@ export const LANE_ENDED_MS = 10_000;
 export const LANE_FAILED_MS = 3_600_000;
 /** Calls one sweep looks at: a burst of lapsed leases is handled over a few sweeps. */
 const SWEEP_BATCH = 100;
+/** Put-back calls one claim makes due again at most. */
+const PROMOTE_BATCH = 100;
 /**
  * Bytes of a job key a brief reads: the job is stored with its short fields first and its
  * arguments last, so a listing reads bounded bytes per call whatever the arguments' size.
@@ -54,12 +60,27 @@ export interface LaneStub {
 }
 
 /**
+ * Moves the put-back calls that are due into the queue, at the place they had (a Lua snippet
+ * shared by CLAIM and FINISH; `now` is set, KEYS[1] is the queue, `d` and `s` the delayed set
+ * and the scores hash).
+ */
+const PROMOTE = `
+local due = redis.call('ZRANGEBYSCORE', d, '-inf', now, 'LIMIT', 0, ${PROMOTE_BATCH})
+for _, id in ipairs(due) do
+  redis.call('ZREM', d, id)
+  local score = tonumber(redis.call('HGET', s, id)) or 0
+  redis.call('HDEL', s, id)
+  redis.call('ZADD', KEYS[1], score, id)
+end
+`;
+
+/**
  * Admission and enqueue in one. Refuses when the client's calls in flight (both queues)
  * reach the limit; else records the call in flight, stores its job and queues it at its fair
  * place. Upkeep (prune stale in-flight entries, renew the set's expiry) only when ARGV[5] is
  * 1 — the gateway asks for it once a second per client — or on the way to a refusal.
- *   KEYS: in-flight set (fast), in-flight set (sandbox), queue, seq, job key, wake
- *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job envelope JSON, upkeep
+ *   KEYS: in-flight set (this queue), in-flight set (the other), queue, seq, job key, wake
+ *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job text, upkeep
  *   → {1, priority} or {0, calls in flight}
  */
 const ENQUEUE = new LuaScript(`
@@ -94,18 +115,27 @@ return {1, priority}
 `);
 
 /**
- * Takes up to n waiting calls: each leaves the queue for the active set with a lease.
- * Another idle worker is woken when calls remain.
- *   KEYS: queue, active, wake
- *   ARGV: n, lease ms, job key prefix
- *   → {id1, envelope1, id2, envelope2, …} (an envelope is false when its job expired)
+ * Takes up to n waiting calls (put-back ones that are due first rejoin the queue): each
+ * leaves the queue for the active set with a lease. Another idle worker is woken when calls
+ * remain. With nothing to take: when the next put-back call is due ('' if none).
+ *   KEYS: queue, active, wake, delayed, scores
+ *   ARGV: n, lease ms, job key prefix, put-back calls (1: this queue has them)
+ *   → {next due, id1, score1, job1, id2, …} (a job is false when it expired)
  */
 const CLAIM = new LuaScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local d, s = KEYS[4], KEYS[5]
+local delays = ARGV[4] == '1'
+if delays then
+  ${PROMOTE}
+end
 local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
-if #popped == 0 then return {} end
-local leases, jobs, out = {}, {}, {}
+if #popped == 0 then
+  local next = delays and redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2]
+  return {next or ''}
+end
+local leases, jobs, out = {}, {}, {''}
 for i = 1, #popped, 2 do
   leases[#leases + 1] = now + tonumber(ARGV[2])
   leases[#leases + 1] = popped[i]
@@ -115,6 +145,7 @@ redis.call('ZADD', KEYS[2], unpack(leases))
 local values = redis.call('MGET', unpack(jobs))
 for i = 1, #jobs do
   out[#out + 1] = popped[2 * i - 1]
+  out[#out + 1] = popped[2 * i]
   out[#out + 1] = values[i]
 end
 if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('ZADD', KEYS[3], 0, '0') end
@@ -123,14 +154,17 @@ return out
 
 /**
  * Ends a call in one step: into its client's index before out of its in-flight set (a
- * listing sees it in one or the other), out of the active set, its job replaced by a stub,
- * the waiting gateway and the call's watchers told. Then, unless ARGV[8] is 0, takes the
- * next waiting call for the same slot (as CLAIM, without waking others).
- *   KEYS: queue, active, job key, in-flight set, call index
- *   ARGV: id, stub JSON, stub ms, reply channel ('' = none), events channel ('' = none: the
+ * listing sees it in one or the other), out of the active set (and, for a sandbox call, its
+ * client's running set: RunLeases), its job replaced by a stub, the waiting gateway and the
+ * call's watchers told. Then, unless ARGV[8] is 0, takes the
+ * next waiting call for the same slot (as CLAIM, without waking others; put-back calls that
+ * are due rejoin the queue first when ARGV[11] is 1).
+ *   KEYS: queue, active, job key, in-flight set, call index, delayed, scores, running set
+ *   ARGV: id, stub text, stub ms, reply channel ('' = none), events channel ('' = none: the
  *         worker's record batch publishes the outcome with the record), outcome JSON,
- *         outcome event JSON, claim n, lease ms, job key prefix
- *   → {} or {next id, next envelope}
+ *         outcome event JSON, claim n, lease ms, job key prefix, sandbox (1: promote due
+ *         put-back calls, end the running lease)
+ *   → {} or {next id, next score, next job}
  */
 const FINISH = new LuaScript(`
 local t = redis.call('TIME')
@@ -138,14 +172,43 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZADD', KEYS[5], now, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
+if ARGV[11] == '1' then redis.call('ZREM', KEYS[8], ARGV[1]) end
 redis.call('SET', KEYS[3], ARGV[2], 'PX', tonumber(ARGV[3]))
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
 if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
 if ARGV[8] == '0' then return {} end
+if ARGV[11] == '1' then
+  local d, s = KEYS[6], KEYS[7]
+  ${PROMOTE}
+end
 local popped = redis.call('ZPOPMIN', KEYS[1], 1)
 if #popped == 0 then return {} end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[9]), popped[1])
-return {popped[1], redis.call('GET', ARGV[10] .. popped[1])}
+return {popped[1], popped[2], redis.call('GET', ARGV[10] .. popped[1])}
+`);
+
+/**
+ * Puts a call a worker took back for a moment (its client runs its share already): out of the
+ * active set, due again in ARGV[2] ms at the place it had, its deferrals counted in its job.
+ *   KEYS: active, delayed, scores, job key
+ *   ARGV: id, delay ms, queue score
+ *   → the call's deferrals now, or -1 when its job is gone
+ */
+const DEFER = new LuaScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREM', KEYS[1], ARGV[1])
+local text = redis.call('GET', KEYS[4])
+local bar = text and string.find(text, '|', 1, true)
+if not bar or string.sub(text, 1, 1) ~= 'J' then return -1 end
+local head = string.sub(text, 2, bar - 1)
+local dot = string.find(head, '.', 1, true)
+local restarts = dot and string.sub(head, 1, dot - 1) or head
+local deferrals = (dot and tonumber(string.sub(head, dot + 1)) or 0) + 1
+redis.call('SET', KEYS[4], 'J' .. restarts .. '.' .. deferrals .. string.sub(text, bar), 'KEEPTTL')
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+return deferrals
 `);
 
 /**
@@ -153,7 +216,7 @@ return {popped[1], redis.call('GET', ARGV[10] .. popped[1])}
  * restarts + 1; a call that lapsed twice fails instead (stub with the reason, its in-flight
  * entry ended). Returns the ids handed out again and the ids failed.
  *   KEYS: queue, active, seq, wake
- *   ARGV: job key prefix, in-flight key prefix, batch, failed stub ms, stale horizon ms
+ *   ARGV: job key prefix, in-flight key prefix, batch, failed stub ms, stale horizon ms, kind
  */
 const SWEEP = new LuaScript(`
 local t = redis.call('TIME')
@@ -166,7 +229,10 @@ for _, id in ipairs(lapsed) do
   local text = redis.call('GET', key)
   local bar = text and string.find(text, '|', 1, true)
   if bar and string.sub(text, 1, 1) == 'J' then
-    local restarts = (tonumber(string.sub(text, 2, bar - 1)) or 0) + 1
+    local head = string.sub(text, 2, bar - 1)
+    local dot = string.find(head, '.', 1, true)
+    local restarts = (tonumber(dot and string.sub(head, 1, dot - 1) or head) or 0) + 1
+    local deferrals = dot and string.sub(head, dot + 1) or '0'
     local rest = string.sub(text, bar + 1)
     if restarts > 1 then
       local ok, job = pcall(cjson.decode, rest)
@@ -174,13 +240,13 @@ for _, id in ipairs(lapsed) do
         redis.call('SET', key, 'E|' .. cjson.encode({ended = true, tool = job.tool,
           clientId = job.clientId, acceptedAt = job.acceptedAt,
           failed = 'its workers stopped twice while running it'}), 'PX', tonumber(ARGV[4]))
-        redis.call('ZREM', ARGV[2] .. tostring(job.clientId) .. ':fast', id)
+        redis.call('ZREM', ARGV[2] .. tostring(job.clientId) .. ':' .. ARGV[6], id)
       else
         redis.call('DEL', key)
       end
       failed[#failed + 1] = id
     else
-      redis.call('SET', key, 'J' .. restarts .. '|' .. rest, 'PX', tonumber(ARGV[5]))
+      redis.call('SET', key, 'J' .. restarts .. '.' .. deferrals .. '|' .. rest, 'PX', tonumber(ARGV[5]))
       redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[3]) % ${SCORE_SPAN}, id)
       again[#again + 1] = id
     end
@@ -190,9 +256,16 @@ if #again > 0 then redis.call('ZADD', KEYS[4], 0, '0') end
 return {again, failed}
 `);
 
-/** Takes a waiting call out of the queue (a cancel); its job text, or false if it was not waiting. */
+/**
+ * Takes a waiting (or put-back) call out of the queue (a cancel); its job text, or false if it
+ * was not waiting.
+ *   KEYS: queue, job key, delayed, scores
+ */
 const REMOVE = new LuaScript(`
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return false end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return false end
+  redis.call('HDEL', KEYS[4], ARGV[1])
+end
 local text = redis.call('GET', KEYS[2])
 redis.call('DEL', KEYS[2])
 return text
@@ -201,23 +274,37 @@ return text
 export type LaneAdmit =
   { admitted: true; priority: number } | { admitted: false; inFlight: number };
 
-/** A call a worker took: its job, and how often a dead worker's lease handed it out again. */
+/** A call a worker took: its job, its place in the queue, and its history. */
 export interface LaneCall {
   job: CallJob;
+  /** Its queue score (a put-back call takes it again). */
+  score: number;
+  /** How often a dead worker's lease handed the call out again. */
   restarts: number;
+  /** How often it was put back for fairness. */
+  deferrals: number;
 }
 
 export type LaneState =
   { state: 'waiting' | 'active'; job: CallJob } | { state: 'ended'; stub: LaneStub } | undefined;
 
-export class FastLane {
+export interface LaneClaim {
+  calls: LaneCall[];
+  /** With no call taken: when the next put-back call is due (epoch ms), if any. */
+  nextDueAt?: number;
+}
+
+export class Lane {
   private readonly jobPrefix: string;
+  private readonly other: QueueKind;
 
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
+    readonly kind: QueueKind,
   ) {
-    this.jobPrefix = keys.fastJob('');
+    this.jobPrefix = keys.laneJob(kind, '');
+    this.other = kind === 'fast' ? 'sandbox' : 'fast';
   }
 
   /**
@@ -235,32 +322,39 @@ export class FastLane {
     const [ok, n] = (await ENQUEUE.run(
       this.redis,
       [
-        k.inFlight(job.clientId, 'fast'),
-        k.inFlight(job.clientId, 'sandbox'),
-        k.fastQueue,
-        k.fastSeq,
-        k.fastJob(job.id),
-        k.fastWake,
+        k.inFlight(job.clientId, this.kind),
+        k.inFlight(job.clientId, this.other),
+        k.laneQueue(this.kind),
+        k.laneSeq(this.kind),
+        k.laneJob(this.kind, job.id),
+        k.laneWake(this.kind),
       ],
-      [job.id, limit, staleAfterMs, `J0|${serialize(job)}`, upkeep ? 1 : 0],
+      [job.id, limit, staleAfterMs, `J0.0|${serialize(job)}`, upkeep ? 1 : 0],
     )) as [number, number];
     return ok === 1 ? { admitted: true, priority: n } : { admitted: false, inFlight: n };
   }
 
   /** Takes up to `n` waiting calls, each with a lease of `leaseMs`. */
-  async claim(n: number, leaseMs: number): Promise<LaneCall[]> {
+  async claim(n: number, leaseMs: number): Promise<LaneClaim> {
     const k = this.keys;
-    const flat = (await CLAIM.run(
+    const [next, ...flat] = (await CLAIM.run(
       this.redis,
-      [k.fastQueue, k.fastActive, k.fastWake],
-      [n, leaseMs, this.jobPrefix],
+      [
+        k.laneQueue(this.kind),
+        k.laneActive(this.kind),
+        k.laneWake(this.kind),
+        k.laneDelayed(this.kind),
+        k.laneScores(this.kind),
+      ],
+      [n, leaseMs, this.jobPrefix, this.kind === 'sandbox' ? 1 : 0],
     )) as (string | null)[];
-    return this.calls(flat);
+    const calls = this.calls(flat);
+    return next ? { calls, nextDueAt: Number(next) } : { calls };
   }
 
   /**
    * Ends a call (see FINISH) and, with `claimNext`, takes the next waiting call for the slot.
-   * `reply` is the waiting gateway's channel and message, if one waits.
+   * The call's `replyTo` is told the outcome, if a gateway waits for it.
    */
   async finish(
     call: CallJob,
@@ -284,11 +378,14 @@ export class FastLane {
     const flat = (await FINISH.run(
       this.redis,
       [
-        k.fastQueue,
-        k.fastActive,
-        k.fastJob(call.id),
-        k.inFlight(call.clientId, 'fast'),
+        k.laneQueue(this.kind),
+        k.laneActive(this.kind),
+        k.laneJob(this.kind, call.id),
+        k.inFlight(call.clientId, this.kind),
         k.callIndex(call.clientId),
+        k.laneDelayed(this.kind),
+        k.laneScores(this.kind),
+        k.running(call.clientId, this.kind),
       ],
       [
         call.id,
@@ -301,16 +398,42 @@ export class FastLane {
         options.claimNext ? 1 : 0,
         options.leaseMs,
         this.jobPrefix,
+        // Only the sandbox queue puts calls back and holds running leases.
+        this.kind === 'sandbox' ? 1 : 0,
       ],
     )) as (string | null)[];
     return this.calls(flat);
+  }
+
+  /**
+   * Puts a call this worker took back for `delayMs`, at its place in the queue; returns its
+   * deferrals so far (this one counted).
+   */
+  async defer(call: LaneCall, delayMs: number): Promise<number> {
+    const k = this.keys;
+    return Number(
+      await DEFER.run(
+        this.redis,
+        [
+          k.laneActive(this.kind),
+          k.laneDelayed(this.kind),
+          k.laneScores(this.kind),
+          k.laneJob(this.kind, call.job.id),
+        ],
+        [call.job.id, Math.max(1, Math.round(delayMs)), call.score],
+      ),
+    );
   }
 
   /** Extends the leases of calls this worker runs (one command for all of them). */
   async renew(ids: readonly string[], leaseMs: number): Promise<void> {
     if (ids.length === 0) return;
     const until = Date.now() + leaseMs;
-    await this.redis.zadd(this.keys.fastActive, 'XX', ...ids.flatMap((id) => [until, id]));
+    await this.redis.zadd(
+      this.keys.laneActive(this.kind),
+      'XX',
+      ...ids.flatMap((id) => [until, id]),
+    );
   }
 
   /** Hands lapsed calls out again, or fails those that lapsed twice (see SWEEP). */
@@ -318,30 +441,41 @@ export class FastLane {
     const k = this.keys;
     const [again, failed] = (await SWEEP.run(
       this.redis,
-      [k.fastQueue, k.fastActive, k.fastSeq, k.fastWake],
-      [this.jobPrefix, k.inFlightPrefix, SWEEP_BATCH, LANE_FAILED_MS, staleAfterMs],
+      [
+        k.laneQueue(this.kind),
+        k.laneActive(this.kind),
+        k.laneSeq(this.kind),
+        k.laneWake(this.kind),
+      ],
+      [this.jobPrefix, k.inFlightPrefix, SWEEP_BATCH, LANE_FAILED_MS, staleAfterMs, this.kind],
     )) as [string[], string[]];
     return { again, failed };
   }
 
   /** Takes a call that has not started out of the queue; its job, or undefined. */
   async remove(id: string): Promise<CallJob | undefined> {
+    const k = this.keys;
     const text = (await REMOVE.run(
       this.redis,
-      [this.keys.fastQueue, this.keys.fastJob(id)],
+      [
+        k.laneQueue(this.kind),
+        k.laneJob(this.kind, id),
+        k.laneDelayed(this.kind),
+        k.laneScores(this.kind),
+      ],
       [id],
     )) as string | null;
     const parsed = text ? parse(text) : undefined;
     return parsed && 'job' in parsed ? parsed.job : undefined;
   }
 
-  /** Where a call is: waiting, running, ended (record on its way), or unknown here. */
+  /** Where a call is: waiting (or put back), held by a worker, ended, or unknown here. */
   async state(id: string): Promise<LaneState> {
     const k = this.keys;
     const [[, text], [, active]] = (await this.redis
       .multi()
-      .get(k.fastJob(id))
-      .zscore(k.fastActive, id)
+      .get(k.laneJob(this.kind, id))
+      .zscore(k.laneActive(this.kind), id)
       .exec()) as [[unknown, string | null], [unknown, string | null]];
     const value = text ? parse(text) : undefined;
     if (!value) return undefined;
@@ -362,8 +496,8 @@ export class FastLane {
     const k = this.keys;
     const [[, head], [, active]] = (await this.redis
       .multi()
-      .getrange(k.fastJob(id), 0, BRIEF_BYTES - 1)
-      .zscore(k.fastActive, id)
+      .getrange(k.laneJob(this.kind, id), 0, BRIEF_BYTES - 1)
+      .zscore(k.laneActive(this.kind), id)
       .exec()) as [[unknown, string], [unknown, string | null]];
     if (!head) return undefined;
     if (head.startsWith('E|')) {
@@ -382,14 +516,16 @@ export class FastLane {
     };
   }
 
-  /** Calls waiting and running (the queue-depth gauges, KEDA's signal). */
-  async counts(): Promise<{ waiting: number; active: number }> {
-    const [[, waiting], [, active]] = (await this.redis
+  /** Calls waiting, put back for a moment, and held by workers (the queue-depth gauges). */
+  async counts(): Promise<{ waiting: number; delayed: number; active: number }> {
+    const k = this.keys;
+    const [[, waiting], [, delayed], [, active]] = (await this.redis
       .multi()
-      .zcard(this.keys.fastQueue)
-      .zcard(this.keys.fastActive)
-      .exec()) as [[unknown, number], [unknown, number]];
-    return { waiting, active };
+      .zcard(k.laneQueue(this.kind))
+      .zcard(k.laneDelayed(this.kind))
+      .zcard(k.laneActive(this.kind))
+      .exec()) as [[unknown, number], [unknown, number], [unknown, number]];
+    return { waiting, delayed, active };
   }
 
   /**
@@ -397,16 +533,16 @@ export class FastLane {
    * passed.
    */
   async waitForWork(blocking: RedisClient, timeoutS: number): Promise<void> {
-    await blocking.bzpopmin(this.keys.fastWake, timeoutS);
+    await blocking.bzpopmin(this.keys.laneWake(this.kind), timeoutS);
   }
 
   private calls(flat: (string | null)[]): LaneCall[] {
     const out: LaneCall[] = [];
-    for (let i = 0; i < flat.length; i += 2) {
-      const text = flat[i + 1];
+    for (let i = 0; i < flat.length; i += 3) {
+      const text = flat[i + 2];
       // Its job expired while it waited (past the stale horizon): nothing to run.
       const value = text ? parse(text) : undefined;
-      if (value && 'job' in value) out.push(value);
+      if (value && 'job' in value) out.push({ ...value, score: Number(flat[i + 1]) });
     }
     return out;
   }
@@ -418,12 +554,17 @@ function serialize(job: CallJob): string {
   return JSON.stringify({ id, tool, clientId, acceptedAt, ...rest, args });
 }
 
-/** A job key's value: a call waiting or running (with its restarts), or an ended call's stub. */
-function parse(text: string): LaneCall | { stub: LaneStub } | undefined {
+/** A job key's value: a call waiting or running (with its counters), or an ended call's stub. */
+function parse(text: string): Omit<LaneCall, 'score'> | { stub: LaneStub } | undefined {
   const bar = text.indexOf('|');
   if (bar < 1) return undefined;
   const body = JSON.parse(text.slice(bar + 1)) as unknown;
   if (text[0] === 'E') return { stub: body as LaneStub };
   if (text[0] !== 'J') return undefined;
-  return { job: body as CallJob, restarts: Number(text.slice(1, bar)) || 0 };
+  const [restarts, deferrals] = text.slice(1, bar).split('.');
+  return {
+    job: body as CallJob,
+    restarts: Number(restarts) || 0,
+    deferrals: Number(deferrals) || 0,
+  };
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { FastLane } from './fast-lane.js';
+import { Lane } from './lane.js';
 import { Keys } from './keys.js';
 import { createRedis, type RedisClient } from './redis.js';
 import type { CallJob } from './types.js';
@@ -8,12 +8,12 @@ import type { CallJob } from './types.js';
 let redis: RedisClient;
 let blocking: RedisClient;
 let keys: Keys;
-let lane: FastLane;
+let lane: Lane;
 beforeAll(() => {
   redis = createRedis(inject('redisUrl'), 'command');
   blocking = createRedis(inject('redisUrl'), 'blocking');
   keys = new Keys(`t${randomUUID().slice(0, 8)}`);
-  lane = new FastLane(redis, keys);
+  lane = new Lane(redis, keys, 'fast');
 });
 afterAll(() => {
   redis.disconnect();
@@ -32,14 +32,14 @@ function job(clientId: string, args: Record<string, unknown> = {}): CallJob {
 
 async function drain(): Promise<void> {
   for (;;) {
-    const got = await lane.claim(100, 60_000);
+    const got = (await lane.claim(100, 60_000)).calls;
     if (got.length === 0) return;
     for (const c of got)
       await lane.finish(c.job, outcome(c.job.id), { claimNext: false, leaseMs: 1 });
   }
 }
 
-describe('FastLane', () => {
+describe('Lane', () => {
   it('serves every client’s first call before anyone’s second, then in arrival order', async () => {
     await drain();
     const a = [job('a'), job('a'), job('a')];
@@ -47,7 +47,7 @@ describe('FastLane', () => {
     for (const j of [...a, ...b]) {
       expect(await lane.enqueue(j, 10, HORIZON, true)).toMatchObject({ admitted: true });
     }
-    const order = (await lane.claim(10, 60_000)).map((c) => c.job.id);
+    const order = (await lane.claim(10, 60_000)).calls.map((c) => c.job.id);
     expect(order).toEqual([a[0]!.id, b[0]!.id, a[1]!.id, b[1]!.id, a[2]!.id]);
   });
 
@@ -59,7 +59,7 @@ describe('FastLane', () => {
     // A call that must not be refused (approved by an admin) is counted all the same.
     const approved = job('x');
     expect(await lane.enqueue(approved, 0, HORIZON, false)).toMatchObject({ admitted: true });
-    const [first] = await lane.claim(1, 60_000);
+    const [first] = (await lane.claim(1, 60_000)).calls;
     expect(first!.job).toEqual(x1);
     await lane.finish(first!.job, outcome(first!.job.id), { claimNext: false, leaseMs: 1 });
     expect(await lane.enqueue(x3!, 2, HORIZON, false)).toMatchObject({ admitted: false });
@@ -71,14 +71,16 @@ describe('FastLane', () => {
   it('keeps the job exactly as sent (empty arrays, big numbers) through a restart', async () => {
     const sent = job('r', { list: [], nested: { empty: {} }, n: 1234567890.123456, big: 2 ** 52 });
     await lane.enqueue(sent, 10, HORIZON, false);
-    const [taken] = await lane.claim(1, 50);
-    expect(taken).toEqual({ job: sent, restarts: 0 });
+    const [taken] = (await lane.claim(1, 50)).calls;
+    expect(taken).toMatchObject({ job: sent, restarts: 0, deferrals: 0 });
+    expect(taken!.job).toEqual(sent);
     // Its worker died: the lease lapses, a sweep hands the call out again, once.
     await new Promise((r) => setTimeout(r, 80));
     expect(await lane.sweep(HORIZON)).toEqual({ again: [sent.id], failed: [] });
     expect(await lane.state(sent.id)).toEqual({ state: 'waiting', job: sent });
-    const [again] = await lane.claim(1, 50);
-    expect(again).toEqual({ job: sent, restarts: 1 });
+    const [again] = (await lane.claim(1, 50)).calls;
+    expect(again).toMatchObject({ restarts: 1, deferrals: 0 });
+    expect(again!.job).toEqual(sent);
     // Lapsed twice: it fails, and its client's in-flight entry goes with it.
     await new Promise((r) => setTimeout(r, 80));
     expect(await lane.sweep(HORIZON)).toEqual({ again: [], failed: [sent.id] });
@@ -112,18 +114,18 @@ describe('FastLane', () => {
       const second = job('f');
       await lane.enqueue(first, 10, HORIZON, false);
       await lane.enqueue(second, 10, HORIZON, false);
-      const [taken] = await lane.claim(1, 60_000);
+      const [taken] = (await lane.claim(1, 60_000)).calls;
       const next = await lane.finish(taken!.job, outcome(first.id), {
         claimNext: true,
         leaseMs: 60_000,
       });
-      expect(next).toEqual([{ job: second, restarts: 0 }]);
+      expect(next.map((c) => c.job)).toEqual([second]);
       expect(JSON.parse(await heard)).toEqual({ id: first.id, status: 'ok' });
       expect(await redis.zscore(keys.callIndex('f'), first.id)).not.toBeNull();
       expect(await redis.zscore(keys.inFlight('f', 'fast'), first.id)).toBeNull();
       expect(await lane.state(first.id)).toMatchObject({ state: 'ended', stub: { clientId: 'f' } });
       expect(await lane.state(second.id)).toMatchObject({ state: 'active' });
-      const running = await redis.zrange(keys.fastActive, 0, -1);
+      const running = await redis.zrange(keys.laneActive('fast'), 0, -1);
       expect(running).toContain(second.id);
       expect(running).not.toContain(first.id);
       expect((await lane.counts()).waiting).toBe(0);
@@ -141,13 +143,43 @@ describe('FastLane', () => {
       acceptedAt: heavy.acceptedAt,
       state: 'waiting',
     });
-    await redis.zadd(keys.fastQueue, 0, heavy.id);
-    const [taken] = await lane.claim(1, 60_000);
+    await redis.zadd(keys.laneQueue('fast'), 0, heavy.id);
+    const [taken] = (await lane.claim(1, 60_000)).calls;
     expect(taken!.job).toEqual(heavy);
     expect(await lane.brief(heavy.id)).toMatchObject({ state: 'active' });
     await lane.finish(heavy, outcome(heavy.id), { claimNext: false, leaseMs: 1 });
     expect(await lane.brief(heavy.id)).toMatchObject({ tool: 'calculator', state: 'ended' });
     expect(await lane.brief(randomUUID())).toBeUndefined();
+  });
+
+  it('puts a call back for a moment: out of reach until due, then at its place, its deferrals counted', async () => {
+    const sandbox = new Lane(redis, keys, 'sandbox');
+    const [first, second] = [job('p'), job('q')];
+    await sandbox.enqueue(first, 10, HORIZON, false);
+    const [taken] = (await sandbox.claim(1, 60_000)).calls;
+    expect(await sandbox.defer(taken!, 300)).toBe(1);
+    // Not claimable before it is due; the claim says when it will be.
+    const early = await sandbox.claim(5, 60_000);
+    expect(early.calls).toEqual([]);
+    expect(early.nextDueAt).toBeGreaterThan(Date.now());
+    expect(await sandbox.state(first.id)).toMatchObject({ state: 'waiting' });
+    expect(await sandbox.counts()).toMatchObject({ waiting: 0, delayed: 1 });
+    // Meanwhile another client's call arrives, with a later arrival number (same priority).
+    await sandbox.enqueue(second, 10, HORIZON, false);
+    await new Promise((r) => setTimeout(r, 350));
+    const due = (await sandbox.claim(5, 60_000)).calls;
+    expect(due.map((c) => c.job.id)).toEqual([first.id, second.id]);
+    expect(due[0]).toMatchObject({ deferrals: 1, restarts: 0 });
+    expect(due[0]!.job).toEqual(first);
+    for (const c of due)
+      await sandbox.finish(c.job, outcome(c.job.id), { claimNext: false, leaseMs: 1 });
+    // A put-back call can be cancelled like a waiting one.
+    const third = job('p');
+    await sandbox.enqueue(third, 10, HORIZON, false);
+    const [held] = (await sandbox.claim(1, 60_000)).calls;
+    await sandbox.defer(held!, 60_000);
+    expect(await sandbox.remove(third.id)).toEqual(third);
+    expect(await sandbox.counts()).toMatchObject({ waiting: 0, delayed: 0, active: 0 });
   });
 
   it('a cancel takes a waiting call out, never a running one', async () => {
@@ -165,7 +197,7 @@ describe('FastLane', () => {
 
   it('wakes an idle worker when a call arrives', async () => {
     await drain();
-    await blocking.del(keys.fastWake);
+    await blocking.del(keys.laneWake('fast'));
     const woken = lane.waitForWork(blocking, 5).then(() => Date.now());
     await new Promise((r) => setTimeout(r, 50));
     const sent = Date.now();

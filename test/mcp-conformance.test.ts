@@ -1,7 +1,8 @@
 /**
  * The official MCP conformance suite (`@modelcontextprotocol/conformance`, pinned) against a
- * real gateway and worker serving the suite's test tools (test/fixtures/mcp-conformance). The
- * scenarios a tool gateway cannot serve are listed in NOT_APPLICABLE with the reason; every
+ * real gateway and worker serving the suite's test tools (test/fixtures/mcp-conformance) and,
+ * in the same listing, an upstream MCP server (the real server-everything, docs/upstreams.md).
+ * The scenarios a tool gateway cannot serve are listed in NOT_APPLICABLE with the reason; every
  * other scenario must pass. docs/mcp.md has the table.
  */
 import { execFile } from 'node:child_process';
@@ -10,7 +11,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadPlugins, type LoadResult } from '@toolgate/plugins';
 import { createToolRegistry } from '@toolgate/tools';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEverything, type Everything } from './support/everything.js';
 import { startKeyProxy } from './support/key-proxy.js';
 import { ROOT } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
@@ -45,6 +48,7 @@ export const NOT_APPLICABLE: Record<string, string> = {
 };
 
 let plugins: LoadResult;
+let everything: Everything;
 let stack: Stack;
 let proxy: Awaited<ReturnType<typeof startKeyProxy>>;
 let out: string;
@@ -56,15 +60,20 @@ beforeAll(async () => {
       .map((t) => t.name),
     env: {},
   });
+  everything = await startEverything();
   stack = await startStack({
     tools: plugins.tools,
-    // The suite's own pages: any loopback origin (the proxy's port is not known yet).
     config: {
+      // The suite's own pages: any loopback origin (the proxy's port is not known yet).
       server: {
         port: 0,
         host: '127.0.0.1',
         allowedOrigins: ['http://127.0.0.1:*', 'http://localhost:*'],
       },
+      // An upstream in the same stack: the suite lists and calls through a gateway that serves
+      // its tools next to the fixture's (trust: auto; pinning has test/upstream-pinning.test.ts).
+      policy: { http: { allowHosts: ['127.0.0.1'] } },
+      upstreams: [{ id: 'everything', url: everything.url, trust: 'auto' }],
     },
   });
   proxy = await startKeyProxy(stack.url, KEYS.alice);
@@ -74,6 +83,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await proxy?.close();
   await stack?.close();
+  everything?.child.kill();
   if (out && !process.env.KEEP_CONFORMANCE) await rm(out, { recursive: true, force: true });
 });
 
@@ -91,14 +101,20 @@ function conformance(...args: string[]): Promise<{ code: number; stdout: string 
   });
 }
 
-/** checks.json of every scenario run: scenario → its checks' statuses. */
-async function results(dir: string): Promise<Map<string, { id: string; status: string }[]>> {
-  const byScenario = new Map<string, { id: string; status: string }[]>();
+interface Check {
+  id: string;
+  status: string;
+  details?: { tools?: string[] };
+}
+
+/** checks.json of every scenario run: scenario → its checks. */
+async function results(dir: string): Promise<Map<string, Check[]>> {
+  const byScenario = new Map<string, Check[]>();
   for (const entry of await readdir(dir)) {
     const m = /^server-(.+)-\d{4}-\d{2}-\d{2}T.*$/.exec(entry) ?? /^(.+)$/.exec(entry);
     const checks = JSON.parse(
       await readFile(path.join(dir, entry, 'checks.json'), 'utf8').catch(() => '[]'),
-    ) as { id: string; status: string }[];
+    ) as Check[];
     byScenario.set(m![1]!, checks);
   }
   return byScenario;
@@ -107,6 +123,28 @@ async function results(dir: string): Promise<Map<string, { id: string; status: s
 describe('MCP conformance suite', () => {
   it('loads the fixture plugin', () => {
     expect(plugins.tools.map((t) => t.name)).toContain('test_simple_text');
+  });
+
+  it("serves the upstream's tools next to the fixture's, and calls one", async () => {
+    const mcp = new Client({ name: 'test', version: '1' });
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(`${proxy.url}/mcp`)));
+    try {
+      const { tools } = await mcp.listTools();
+      expect(tools.find((t) => t.name === 'everything__echo')?.inputSchema).toMatchObject({
+        type: 'object',
+        properties: { message: { type: 'string' } },
+        required: ['message'],
+      });
+      expect(tools.map((t) => t.name)).toContain('test_simple_text');
+      const echoed = await mcp.callTool({
+        name: 'everything__echo',
+        arguments: { message: 'conformance' },
+      });
+      expect(echoed.isError).toBeFalsy();
+      expect(echoed.content).toEqual([{ type: 'text', text: 'Echo: conformance' }]);
+    } finally {
+      await mcp.close();
+    }
   });
 
   it('passes every applicable server scenario', async () => {
@@ -132,6 +170,11 @@ describe('MCP conformance suite', () => {
     process.stdout.write(`conformance passed: ${passed.sort().join(', ')}\n`);
     process.stdout.write(`conformance failed: ${failed.sort().join(', ')}\n`);
     expect(byScenario.size, run.stdout).toBeGreaterThan(20);
+    // The suite's listing had the upstream's tools in it (so its checks ran with them).
+    const listed = byScenario.get('tools-list')?.find((c) => c.id === 'tools-list');
+    expect(listed?.details?.tools).toEqual(
+      expect.arrayContaining(['everything__echo', 'test_simple_text']),
+    );
     expect(
       failed.filter((s) => !(s in NOT_APPLICABLE)),
       run.stdout,

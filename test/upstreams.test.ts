@@ -5,12 +5,11 @@
  * going away). Listing in every dialect with scopes, calls through HTTP and MCP, the errors a
  * model reads, /readyz, and the config errors.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createServer } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/client';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { checkConfig, ConfigError, parseConfig, STDIO_NOT_SUPPORTED } from '@toolgate/config';
@@ -20,12 +19,8 @@ import { startTelemetry } from '@toolgate/telemetry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT, TOOLGATE_BIN } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
+import { startEverything, type Everything } from './support/everything.js';
 import { startTestUpstream, type TestUpstream } from './support/test-upstream.js';
-
-const EVERYTHING = fileURLToPath(
-  new URL('./node_modules/@modelcontextprotocol/server-everything/dist/index.js', import.meta.url),
-);
-const LOOPBACK = fileURLToPath(new URL('./fixtures/upstreams/loopback.mjs', import.meta.url));
 
 // Tracing on, as the services run it: the call's trace must continue into the upstream.
 const spans = new InMemorySpanExporter();
@@ -40,32 +35,6 @@ async function freePort(): Promise<number> {
   const { port } = server.address() as { port: number };
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
-}
-
-async function startEverything(): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  const child = spawn(process.execPath, ['--import', LOOPBACK, EVERYTHING, 'streamableHttp'], {
-    env: { PATH: process.env.PATH ?? '', PORT: String(port) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`server-everything did not start: ${output}`)),
-      20_000,
-    );
-    const onData = (chunk: Buffer) => {
-      output += chunk.toString();
-      if (/listening on port/i.test(output)) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`server-everything exited ${code}: ${output}`)));
-  });
-  return { url: `http://127.0.0.1:${port}/mcp`, child };
 }
 
 async function until<T>(what: () => Promise<T> | T, ok: (v: T) => boolean, ms = 10_000) {
@@ -88,7 +57,7 @@ const localTestFail: AnyToolSpec = {
 
 describe('upstream MCP servers (Streamable HTTP)', () => {
   let stack: Stack;
-  let everything: { url: string; child: ChildProcess };
+  let everything: Everything;
   let upstream: TestUpstream;
   let leaving: TestUpstream;
   let huge: TestUpstream;

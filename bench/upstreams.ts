@@ -162,6 +162,7 @@ const toolgateSide: Side = {
   },
   async load(c, s) {
     const times: number[] = [];
+    const wrong: string[] = [];
     // Without a callback it is both the run (an EventEmitter) and its result's promise.
     const run = autocannon({
       url: `${base}/tools/everything__echo/execute`,
@@ -171,9 +172,12 @@ const toolgateSide: Side = {
       connections: c,
       duration: s,
       // Every answer is checked: a wrong one counts as a mismatch and fails the run.
-      verifyBody: (body) =>
-        String(body).includes('"status":"ok"') &&
-        String(body).includes(`"result":"Echo: ${MESSAGE}"`),
+      verifyBody: (body) => {
+        const text = String(body);
+        const ok = text.includes('"status":"ok"') && text.includes(`"result":"Echo: ${MESSAGE}"`);
+        if (!ok && wrong.length < 3) wrong.push(text.slice(0, 400));
+        return ok;
+      },
     }) as unknown as autocannon.Instance & Promise<autocannon.Result>;
     run.on('response', (_client: unknown, _status: number, _bytes: number, ms: number) =>
       times.push(ms),
@@ -182,7 +186,7 @@ const toolgateSide: Side = {
     const failed = result.errors + result.timeouts + result.non2xx + result.mismatches;
     if (failed > 0) {
       throw new Error(
-        `toolgate: ${failed} failed calls (errors ${result.errors}, timeouts ${result.timeouts}, non-2xx ${result.non2xx}, wrong answers ${result.mismatches})`,
+        `toolgate: ${failed} failed calls (errors ${result.errors}, timeouts ${result.timeouts}, non-2xx ${result.non2xx}, wrong answers ${result.mismatches}); the first: ${wrong.join(' | ')}`,
       );
     }
     return times;

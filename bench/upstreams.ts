@@ -5,8 +5,10 @@
 // - server-everything's `echo` (its Streamable HTTP mode on 127.0.0.1): through toolgate
 //   (HTTP POST /tools/everything__echo/execute → gateway → fast queue → worker → the worker's
 //   SDK client) vs one SDK client in this process calling the upstream itself, at concurrency
-//   1, 16 and 64. The sides alternate within each round (and swap order each round), so a slow
-//   stretch of the shared machine weighs on both alike. CPU per call per process from /proc.
+//   1, 16 and 64; and, to tell the upstream path's own cost from the gateway's and the queue's,
+//   the worker's client code (UpstreamConnection) in this process. The sides alternate within
+//   each round (and swap order each round), so a slow stretch of the shared machine weighs on
+//   all alike. CPU per call per process from /proc.
 // - A 10 s call to a slow upstream of our own, made with ?wait=false and then cancelled with
 //   POST /v1/calls/{id}/cancel: the time from the cancel request to the upstream seeing it.
 //
@@ -20,6 +22,9 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { parseConfig } from '@toolgate/config';
+import { createGuardedFetch } from '@toolgate/tools';
+import { UpstreamConnection } from '@toolgate/upstreams';
 import autocannon from 'autocannon';
 import {
   benchRedis,
@@ -151,6 +156,43 @@ const directSide: Side = {
   },
 };
 
+// The worker's own client code (packages/upstreams: the SSRF-guarded fetch, the response cap,
+// the per-call deadline and signals) on the same SDK client, in this process, without the
+// gateway and the queue: what it costs beyond `direct` is the upstream path's own share.
+const workerConfig = parseConfig({
+  policy: { http: { allowHosts: ['127.0.0.1'] } },
+  upstreams: [{ id: 'everything', url: everything.url, trust: 'auto', concurrency: 1024 }],
+});
+const guardedFetch = createGuardedFetch(workerConfig.policy.http);
+const connection = new UpstreamConnection(workerConfig.upstreams[0]!, guardedFetch);
+let connectionCalls = 0;
+const connectionCall = async () => {
+  const result = await connection.call('echo', { message: MESSAGE }, `bench-${connectionCalls++}`, {
+    signal: new AbortController().signal,
+  });
+  const text = (result.content as { type: string; text?: string }[])[0]?.text;
+  if (result.isError || text !== `Echo: ${MESSAGE}`)
+    throw new Error(`worker client: unexpected ${JSON.stringify(result)}`);
+};
+const connectionSide: Side = {
+  label: 'worker client alone',
+  pids: { bench: process.pid, upstream: everything.child.pid },
+  async load(c, s) {
+    const times: number[] = [];
+    const until = performance.now() + s * 1000;
+    await Promise.all(
+      Array.from({ length: c }, async () => {
+        while (performance.now() < until) {
+          const t = performance.now();
+          await connectionCall();
+          times.push(performance.now() - t);
+        }
+      }),
+    );
+    return times;
+  },
+};
+
 const toolgateSide: Side = {
   label: 'through toolgate',
   pids: {
@@ -195,6 +237,7 @@ const toolgateSide: Side = {
 
 // One call each way first: the worker's client connects on its first call, not in a round.
 await directCall();
+await connectionCall();
 {
   const first = await fetch(`${base}/tools/everything__echo/execute`, {
     method: 'POST',
@@ -204,7 +247,7 @@ await directCall();
   if (first.status !== 200) throw new Error(`toolgate: ${first.status} ${await first.text()}`);
 }
 
-const sides = [directSide, toolgateSide];
+const sides = [directSide, connectionSide, toolgateSide];
 progress(`warm-up: ${warmUpSeconds} s per side at concurrency 16`);
 for (const side of sides) await side.load(16, warmUpSeconds);
 
@@ -281,6 +324,8 @@ for (let i = 0; i < cancelRuns; i++) {
 await stop(gateway);
 await stop(worker);
 await direct.close();
+await connection.close();
+await guardedFetch.close();
 await slow.close();
 everything.child.kill();
 
@@ -301,18 +346,19 @@ const summary = (side: Side, c: number) => {
 };
 console.log('server-everything echo over Streamable HTTP, through toolgate vs direct SDK client');
 for (const c of concurrencies) {
-  const [d, g] = [summary(directSide, c), summary(toolgateSide, c)];
+  const [d, w, g] = [summary(directSide, c), summary(connectionSide, c), summary(toolgateSide, c)];
   console.log(`  concurrency ${c}`);
   for (const [side, s] of [
     [directSide, d],
+    [connectionSide, w],
     [toolgateSide, g],
   ] as const) {
     console.log(
-      `    ${side.label.padEnd(18)} p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  ${s.rate.toFixed(0)} calls/s   CPU per call (µs): ${s.cpu.join(', ')}; total ${s.cpuTotalUs.toFixed(0)}`,
+      `    ${side.label.padEnd(20)} p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  ${s.rate.toFixed(0)} calls/s   CPU per call (µs): ${s.cpu.join(', ')}; total ${s.cpuTotalUs.toFixed(0)}`,
     );
   }
   console.log(
-    `    toolgate / direct: p50 ${(g.p50 / d.p50).toFixed(2)}× (+${(g.p50 - d.p50).toFixed(2)} ms), throughput ${(g.rate / d.rate).toFixed(2)}×`,
+    `    toolgate / direct: p50 ${(g.p50 / d.p50).toFixed(2)}× (+${(g.p50 - d.p50).toFixed(2)} ms), throughput ${(g.rate / d.rate).toFixed(2)}×; worker client alone / direct: p50 +${(w.p50 - d.p50).toFixed(2)} ms, CPU per call +${(w.cpuTotalUs - d.cpuTotalUs).toFixed(0)} µs`,
   );
 }
 cancelTimes.sort((a, b) => a - b);

@@ -22,17 +22,16 @@ import { testTools } from './support/tools.js';
 /**
  * Redis commands per call, at most. Each is the value measured when it was set (2-core machine,
  * calls one at a time, Redis 7.0, the range of 3 runs beside other busy processes) rounded up
- * by ~10 %: raise one only with the reason in review. Fast calls go through the FastLane
- * (three scripts per call); before it, through BullMQ, a synchronous calculator call cost 97
- * (111 before the trims were amortized), ~65 of them BullMQ's own. docs/scaling.md has the
- * split.
+ * by ~10 %: raise one only with the reason in review. Calls go through toolgate's own queues
+ * (Lane: three scripts per call); through BullMQ a synchronous calculator call cost 97 (111
+ * before the trims were amortized), ~65 of them BullMQ's own. docs/scaling.md has the split.
  */
 const BUDGET = {
   /** POST /tools/calculator/execute, answered with the result. Measured 51.3–51.7. */
   calculatorSync: 57,
-  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 51.5. */
+  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 51.5–51.9. */
   calculatorAsync: 57,
-  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 52.4–52.6. */
+  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 52.3–52.6. */
   idempotent: 58,
   /**
    * A call answered from the result cache (the tool never runs): its stats in a batch of their
@@ -41,8 +40,8 @@ const BUDGET = {
   cachedHit: 33,
   /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 78.1. */
   approved: 86,
-  /** run_python in the docker sandbox (BullMQ's queue). Measured 116.5–119.1. */
-  runPython: 131,
+  /** run_python in the docker sandbox. Measured 73.6–73.8 (116.5–119.1 with BullMQ's queue). */
+  runPython: 81,
 } as const;
 type Kind = keyof typeof BUDGET;
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { parseConfig, type Config } from '@toolgate/config';
 import { createGateway, type Gateway } from '@toolgate/gateway';
-import { createLogger } from '@toolgate/log';
+import { createLogger, type Logger } from '@toolgate/log';
 import type { AnyToolSpec, ToolServices } from '@toolgate/registry';
 import { Keys, createRedis } from '@toolgate/calls';
 import {
@@ -41,6 +41,8 @@ export interface StackOptions {
   config?: Record<string, unknown>;
   /** Start without a worker (for 503 tests). */
   worker?: boolean;
+  /** Where the gateway and worker log (default: silent, or TEST_LOG_LEVEL). */
+  logger?: Logger;
 }
 
 /**
@@ -63,9 +65,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     },
     {},
   );
-  const logger = createLogger('test', {
-    level: (process.env.TEST_LOG_LEVEL as 'silent' | undefined) ?? 'silent',
-  });
+  const logger =
+    options.logger ??
+    createLogger('test', {
+      level: (process.env.TEST_LOG_LEVEL as 'silent' | undefined) ?? 'silent',
+    });
   const registry = createToolRegistry(options.tools ?? []);
   const memoryRedis = createRedis(config.redis, 'command');
   const worker =

@@ -9,9 +9,10 @@ export interface AuditEntry {
   /**
    * call: a call ended; refused: the gateway turned it away; approval: an admin decided;
    * upstream: an upstream tool's definition was first seen, changed, quarantined, approved or
-   * removed (`client` is `upstream:<id>`, `hash` the definition's).
+   * removed (`client` is `upstream:<id>`, `hash` the definition's); secret: an admin set or
+   * deleted a secret (`secret` its name, never its value; `tool` is empty).
    */
-  event: 'call' | 'refused' | 'approval' | 'cancel' | 'upstream';
+  event: 'call' | 'refused' | 'approval' | 'cancel' | 'upstream' | 'secret';
   client: string;
   tool: string;
   status: string;
@@ -22,6 +23,10 @@ export interface AuditEntry {
   /** For approvals: the admin client that decided. */
   by?: string;
   reason?: string;
+  /** For secret events: the secret's name. */
+  secret?: string;
+  /** For secret events on a user's secret: that user. */
+  user?: string;
   /** For upstream events: the sha256 of the tool's definition (canonical JSON). */
   hash?: string;
   /** The entry was over `audit.maxEntryBytes` and was cut to fit. */

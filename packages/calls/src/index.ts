@@ -28,7 +28,7 @@ export { Approvals, cancelledOutcome } from './approvals.js';
 export { AuditLog } from './audit.js';
 export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, StatsBatch, percentile } from './stats.js';
-export { maskText, redact } from './redact.js';
+export { maskText, redact, redactValues } from './redact.js';
 export { WorkspaceResets } from './workspace-resets.js';
 export type { ScheduledReset } from './workspace-resets.js';
 export type { ConnectionBudgetOptions, HeldSlot } from './connection-budget.js';
@@ -61,3 +61,4 @@ export type {
 } from './types.js';
 export { Lane, LANE_ENDED_MS, LANE_FAILED_MS } from './lane.js';
 export type { LaneAdmit, LaneCall, LaneClaim, LaneState, LaneStub } from './lane.js';
+export { LuaScript } from './script.js';

@@ -214,6 +214,25 @@ export class Keys {
     return `${this.prefix}:cache-index`;
   }
 
+  /**
+   * One owner's secrets (packages/secrets): a client's own, or one user's of that client. `values`
+   * is a hash name → sealed value (AES-256-GCM, key id inside); `times` a sorted set name →
+   * last update (ms), what listings read. Client ids cannot hold ":", and the user is
+   * URI-encoded, so owners never share a key.
+   */
+  secrets(clientId: string, user?: string): { values: string; times: string } {
+    const owner = user === undefined ? clientId : `${clientId}:u:${encodeURIComponent(user)}`;
+    return {
+      values: `${this.prefix}:secret:${owner}`,
+      times: `${this.prefix}:secret-at:${owner}`,
+    };
+  }
+
+  /** Set of every secret owner (`client` or `client:u:<user>`): what `secrets rotate` walks. */
+  get secretOwners(): string {
+    return `${this.prefix}:secret-owners`;
+  }
+
   /** Hash client id → id of the last reset of its workspace (see WorkspaceResets). */
   get workspaceResets(): string {
     return `${this.prefix}:workspace-resets`;

@@ -235,3 +235,29 @@ function text(value: string, budget: Budget): string {
   budget.output -= shown.length + 2;
   return shown;
 }
+
+/**
+ * A copy of `value` (JSON data: a call's outcome, an event) with every occurrence of the given
+ * secret values — a call's injected credentials — replaced by `[redacted]` in its strings.
+ * Exact occurrences only: encodings (base64, URL-encoding) of a value are not recognised.
+ */
+export function redactValues<T>(value: T, secrets: ReadonlySet<string>): T {
+  if (secrets.size === 0 || value === undefined) return value;
+  // In JSON text every string is escaped: the escaped form of each secret finds it in strings
+  // and keys at any depth, in one pass over a text the size of the value.
+  const needles = [...secrets]
+    .filter((s) => s.length > 0)
+    .map((s) => JSON.stringify(s).slice(1, -1))
+    .sort((a, b) => b.length - a.length); // a secret containing another goes whole
+  const text = JSON.stringify(value);
+  let out = text;
+  for (const n of needles) if (out.includes(n)) out = out.split(n).join('[redacted]');
+  if (out === text) return value;
+  try {
+    return JSON.parse(out) as T;
+  } catch {
+    // A match that ran into the JSON's own quoting (a secret ending in a backslash): the
+    // value cannot be kept readable, and must not be kept as it was.
+    return '[redacted: the value contained a secret]' as T;
+  }
+}

@@ -52,6 +52,8 @@ export interface CallJob {
   tool: string;
   args: Record<string, unknown>;
   clientId: string;
+  /** The user the call acts for, where one is known (its per-user secrets come first). */
+  user?: string;
   conversationId?: string;
   /** Epoch ms at acceptance by the gateway. */
   acceptedAt: number;

@@ -62,6 +62,30 @@ server:
     expect(config.server.port).toBe(9000);
   });
 
+  it('leaves ${secret:NAME} in credential rules to the worker, still expanding ${VAR}', () => {
+    const path = file(`
+credentials:
+  - { host: api.github.com, header: Authorization, value: "Bearer \${secret:github_token}" }
+clients:
+  - id: a
+    keySha256: ${'ab'.repeat(32)}
+    credentials:
+      - { host: "*.corp.example", header: X-Api-Key, value: "\${KEY_PREFIX}-\${secret:corp.key}" }
+`);
+    const config = loadConfig({
+      TOOLGATE_CONFIG: path,
+      KEY_PREFIX: 'v2',
+      TOOLGATE_SECRETS_KEY: 'k',
+    });
+    expect(config.credentials).toEqual([
+      { host: 'api.github.com', header: 'Authorization', value: 'Bearer ${secret:github_token}' },
+    ]);
+    expect(config.clients[0]!.credentials).toEqual([
+      { host: '*.corp.example', header: 'X-Api-Key', value: 'v2-${secret:corp.key}' },
+    ]);
+    expect(config.secrets).toEqual({ key: 'k', previousKeyFiles: [] });
+  });
+
   it('lets env vars override the important fields', () => {
     const config = loadConfig({
       REDIS_URL: 'redis://r:6380',

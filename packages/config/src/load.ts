@@ -38,6 +38,7 @@ const OVERRIDES: Record<string, [string[], 'string' | 'int' | 'list']> = {
   TOOLGATE_SANDBOX_DRIVER: [['sandbox', 'driver'], 'string'],
   TOOLGATE_WORKER_QUEUES: [['worker', 'queues'], 'list'],
   TOOLGATE_CONSOLE_DIR: [['console', 'dir'], 'string'],
+  TOOLGATE_SECRETS_KEY: [['secrets', 'key'], 'string'],
 };
 
 /**
@@ -159,7 +160,11 @@ export function sha256(text: string): string {
   return createHash('sha256').update(text).digest('hex');
 }
 
-/** `onMissing` collects unset variables (and keeps the `${VAR}` text); without it, the first throws. */
+/**
+ * `onMissing` collects unset variables (and keeps the `${VAR}` text); without it, the first throws.
+ * `${secret:NAME}` (credential rules) is not a variable name and stays as written: the worker
+ * fills it in from the secret store at use (docs/credentials.md).
+ */
 function substitute(
   value: unknown,
   path: string,

@@ -17,6 +17,19 @@ export const CLIENT_LIMIT_DEFAULTS = {
 /** `host:port` of a Redis node (IPv6 in brackets: `[::1]:6379`). */
 const HostPort = Type.String({ pattern: '^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$' });
 
+/**
+ * A credential rule (docs/credentials.md): requests to `host` get `header: value`, where
+ * `${secret:NAME}` in the value is a secret from the store, filled in by the worker at use.
+ */
+const CredentialRuleSchema = Type.Object(
+  {
+    host: Type.String({ minLength: 1, maxLength: 255 }),
+    header: Type.String({ pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$" }),
+    value: Type.String({ minLength: 1, maxLength: 4096 }),
+  },
+  { additionalProperties: false },
+);
+
 const ClientSchema = Type.Object(
   {
     id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' }),
@@ -53,6 +66,8 @@ const ClientSchema = Type.Object(
       { additionalProperties: false, default: {} },
     ),
     admin: Type.Boolean({ default: false }),
+    /** This client's credential rules; a rule for the same host and header overrides the shared one. */
+    credentials: Type.Optional(Type.Array(CredentialRuleSchema, { maxItems: 256 })),
   },
   { additionalProperties: false },
 );
@@ -166,6 +181,20 @@ export const ConfigSchema = Type.Object(
       closed,
     ),
     clients: Type.Array(ClientSchema, { default: [] }),
+    /** Credential rules for every client (docs/credentials.md). */
+    credentials: Type.Array(CredentialRuleSchema, { default: [], maxItems: 256 }),
+    /**
+     * The secret store's keys (docs/credentials.md): 32 bytes, base64 or hex. `key` is filled
+     * from TOOLGATE_SECRETS_KEY; else `keyFile` is read. Without either the store is off.
+     */
+    secrets: Type.Object(
+      {
+        keyFile: Type.Optional(Type.String({ minLength: 1 })),
+        key: Type.Optional(Type.String()),
+        previousKeyFiles: Type.Array(Type.String({ minLength: 1 }), { default: [] }),
+      },
+      closed,
+    ),
     /** MCP servers whose tools toolgate serves (docs/upstreams.md). */
     upstreams: Type.Array(UpstreamSchema, { default: [] }),
     policy: Type.Object(

@@ -1,4 +1,4 @@
-import { pino, type Logger, type LoggerOptions } from 'pino';
+import { pino, type DestinationStream, type Logger, type LoggerOptions } from 'pino';
 
 export type { Logger };
 
@@ -20,12 +20,20 @@ export const REDACT_PATHS = [
   'headers.authorization',
 ];
 
-/** JSON-lines logger for a service; components take `logger.child({ component })`. */
-export function createLogger(service: string, options: LoggerOptions = {}): Logger {
-  return pino({
+/**
+ * JSON-lines logger for a service; components take `logger.child({ component })`. `destination`
+ * defaults to stdout (tests pass a stream to read what was logged).
+ */
+export function createLogger(
+  service: string,
+  options: LoggerOptions = {},
+  destination?: DestinationStream,
+): Logger {
+  const settings = {
     name: service,
     level: 'info',
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     ...options,
-  });
+  };
+  return destination ? pino(settings, destination) : pino(settings);
 }

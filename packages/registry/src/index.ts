@@ -15,6 +15,7 @@ export type {
   SandboxNeeds,
   Tool,
   ToolContext,
+  CallCredentials,
   ToolEvents,
   ToolServices,
   ToolSpec,

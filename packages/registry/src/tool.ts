@@ -21,9 +21,28 @@ export interface ToolEvents {
   progress(progress: number, total?: number, message?: string): void;
 }
 
+/**
+ * The operator's credential rules as one call sees them (docs/credentials.md): headers with
+ * secret values for the hosts that have a rule. Values are read and decrypted at use, in the
+ * worker, and what a call used is redacted from its outcome.
+ */
+export interface CallCredentials {
+  /** Whether a rule names `host` (nothing is read). */
+  covers(host: string): boolean;
+  /**
+   * The headers the rules add for a request to `host` ([] when none). A ToolError
+   * `credential_missing` when a rule names a secret that is not set.
+   */
+  headersFor(host: string): Promise<[string, string][]>;
+}
+
 export interface ToolContext {
   callId: string;
   clientId: string;
+  /** The user the call acts for, where one is known. */
+  user?: string;
+  /** Credential rules for this call's requests (absent: none configured). */
+  credentials?: CallCredentials;
   /** Aborted when the tool's timeout passes, the call is cancelled or the worker shuts down. */
   signal: AbortSignal;
   services: ToolServices;

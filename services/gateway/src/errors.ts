@@ -19,6 +19,10 @@ export type ApiErrorCode =
   | 'too_many_in_flight'
   | 'too_many_streams'
   | 'too_many_pending_approvals'
+  | 'invalid_secret_name'
+  | 'invalid_secret_value'
+  | 'too_many_secrets'
+  | 'secrets_disabled'
   | 'unavailable'
   | 'internal';
 
@@ -40,6 +44,10 @@ const STATUS: Record<ApiErrorCode, number> = {
   too_many_in_flight: 429,
   too_many_streams: 429,
   too_many_pending_approvals: 429,
+  invalid_secret_name: 400,
+  invalid_secret_value: 400,
+  too_many_secrets: 409,
+  secrets_disabled: 503,
   unavailable: 503,
   internal: 500,
 };

@@ -37,6 +37,8 @@ import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
 import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
 import { upstreamRoutes } from './routes/upstreams.js';
+import { secretRoutes } from './routes/secrets.js';
+import { KeyRing, SecretStore } from '@toolgate/secrets';
 import { ApprovalFeed } from './approval-feed.js';
 import { HeldConnections } from './held-connections.js';
 import { callRoutes } from './routes/calls.js';
@@ -303,11 +305,15 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   );
   app.use(upstreamRoutes({ redis, catalog: upstreams }));
   app.use(consoleApi({ redis, series, registry, traceUrl: config.console.traceUrl }));
+  const clientIds = new Set(config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev']);
+  app.use(workspaceAdminRoutes({ redis, resets: new WorkspaceResets(redis, keys), clientIds }));
+  // Sealed here, opened only by workers: the gateway never reads a value back.
   app.use(
-    workspaceAdminRoutes({
+    secretRoutes({
       redis,
-      resets: new WorkspaceResets(redis, keys),
-      clientIds: new Set(config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev']),
+      store: new SecretStore(redis, keys, KeyRing.load(config.secrets)),
+      audit,
+      clientIds,
     }),
   );
   app.use(notFound);

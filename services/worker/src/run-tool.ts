@@ -2,6 +2,7 @@ import { cancelledOutcome, type CallOutcome, type CallJob } from '@toolgate/call
 import {
   ToolError,
   runPrecheck,
+  type CallCredentials,
   type Tool,
   type ToolEvents,
   type ToolServices,
@@ -25,6 +26,8 @@ export interface RunExtras {
   events?: ToolEvents;
   /** Compares an ok result with the tool's result schema (docs/tool-results.md). */
   checkResult?: ResultChecker;
+  /** The credential rules as this call sees them (docs/credentials.md). */
+  credentials?: CallCredentials;
 }
 
 /**
@@ -36,7 +39,7 @@ export async function runTool(
   job: CallJob,
   services: ToolServices,
   shutdown: AbortSignal,
-  { cancel, events, checkResult }: RunExtras = {},
+  { cancel, events, checkResult, credentials }: RunExtras = {},
 ): Promise<CallOutcome> {
   const started = performance.now();
   const controller = new AbortController();
@@ -70,6 +73,8 @@ export async function runTool(
         tool.handler(job.args, {
           callId: job.id,
           clientId: job.clientId,
+          ...(job.user === undefined ? {} : { user: job.user }),
+          ...(credentials ? { credentials } : {}),
           signal: controller.signal,
           services,
           ...(events ? { events } : {}),

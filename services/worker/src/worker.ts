@@ -16,6 +16,7 @@ import {
   Stats,
   cancelledOutcome,
   createRedis,
+  redactValues,
   waitReady,
   FINAL_STATUSES,
   type CallJob,
@@ -26,7 +27,8 @@ import {
 } from '@toolgate/calls';
 import { CLIENT_LIMIT_DEFAULTS, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
-import type { ToolRegistry, ToolServices } from '@toolgate/registry';
+import type { ToolEvents, ToolRegistry, ToolServices } from '@toolgate/registry';
+import { CredentialRules, KeyRing, SecretConfigError, SecretStore } from '@toolgate/secrets';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createGuardedFetch } from '@toolgate/tools';
 import { UpstreamCalls, UpstreamCatalog } from '@toolgate/upstreams';
@@ -141,6 +143,7 @@ export function createWorker({
     () => metrics.warmTotal(),
   );
   const leases = new RunLeases(redis, keys);
+  const credentialRules = startCredentials(config, redis, keys);
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
@@ -384,13 +387,19 @@ export function createWorker({
           durable = replicas.enabled;
         }
         if (kind === 'sandbox') events.status('running');
+        // Decrypted values this call injects never leave it: out of its live output and its
+        // outcome (the record, the audit entry, the reply, the cache), whatever echoed them.
+        const credentials = credentialRules?.forCall(call.clientId, call.user);
         outcome = await runTool(tool, call, services, shutdown.signal, {
           cancel: cancel.signal,
-          events: events.events,
+          events: credentials ? redactedEvents(events.events, credentials.used) : events.events,
           checkResult,
+          ...(credentials ? { credentials } : {}),
         });
+        if (credentials) outcome = redactValues(outcome, credentials.used);
         // Cached before anyone hears of the result, so an identical call right after it hits.
-        if (tool.cacheTtlSeconds > 0 && outcome.status === 'ok') {
+        // Not when credentials went out: the answer is that user's, and the cache is per client.
+        if (tool.cacheTtlSeconds > 0 && outcome.status === 'ok' && !credentials?.used.size) {
           const write = redis.multi();
           cache.addTo(write, tool, call.args, call.clientId, outcome.result);
           await write
@@ -550,6 +559,43 @@ export function createWorker({
       redis.disconnect();
       log.info('worker stopped');
     },
+  };
+}
+
+/**
+ * The credential rules with the store their secrets come from, when any rule is configured.
+ * Rules without a secrets key stop the worker at start: every call they cover would fail.
+ */
+function startCredentials(
+  config: Config,
+  redis: ReturnType<typeof createRedis>,
+  keys: Keys,
+):
+  | { forCall: (clientId: string, user?: string) => ReturnType<CredentialRules['forCall']> }
+  | undefined {
+  const rules = new CredentialRules(config.credentials, config.clients);
+  if (rules.size === 0) return undefined;
+  const ring = KeyRing.load(config.secrets);
+  if (!ring) {
+    throw new SecretConfigError(
+      'secrets.keyFile',
+      'credential rules are configured but no secrets key (secrets.keyFile or TOOLGATE_SECRETS_KEY)',
+    );
+  }
+  const store = new SecretStore(redis, keys, ring);
+  return { forCall: (clientId, user) => rules.forCall(store, clientId, user) };
+}
+
+/** Live output with the call's injected values taken out (a chunk boundary inside one is not). */
+function redactedEvents(events: ToolEvents, used: ReadonlySet<string>): ToolEvents {
+  return {
+    output: (stream, text) => events.output(stream, redactValues(text, used)),
+    progress: (progress, total, message) =>
+      events.progress(
+        progress,
+        total,
+        message === undefined ? undefined : redactValues(message, used),
+      ),
   };
 }
 

@@ -68,6 +68,7 @@ export const httpGet = defineTool({
     httpServices(ctx).request(
       { method: 'GET', url: args.url, ...(args.headers ? { headers: args.headers } : {}) },
       ctx.signal,
+      ctx.credentials,
     ),
 });
 
@@ -98,5 +99,6 @@ export const httpPost = defineTool({
         ...(args.headers ? { headers: args.headers } : {}),
       },
       ctx.signal,
+      ctx.credentials,
     ),
 });

@@ -4,7 +4,7 @@
  * the whole exchange is capped in time and response size.
  */
 import { Client, errors as undiciErrors } from 'undici';
-import { ToolError } from '@toolgate/registry';
+import { ToolError, type CallCredentials } from '@toolgate/registry';
 import {
   AddressGuard,
   parseHttpUrl,
@@ -78,12 +78,16 @@ export class SafeHttpClient {
    * ToolErrors: invalid_url, invalid_headers, blocked_address, too_many_redirects, timeout,
    * cancelled, http_error.
    */
-  async request(request: HttpRequest, signal?: AbortSignal): Promise<HttpResult> {
+  async request(
+    request: HttpRequest,
+    signal?: AbortSignal,
+    credentials?: CallCredentials,
+  ): Promise<HttpResult> {
     const deadline = new AbortController();
     const timer = setTimeout(() => deadline.abort(new Deadline()), this.policy.timeoutMs);
     const combined = signal ? AbortSignal.any([signal, deadline.signal]) : deadline.signal;
     try {
-      return await this.follow(request, combined);
+      return await this.follow(request, combined, credentials);
     } catch (err) {
       if (deadline.signal.aborted) {
         throw new ToolError(
@@ -101,7 +105,11 @@ export class SafeHttpClient {
     }
   }
 
-  private async follow(request: HttpRequest, signal: AbortSignal): Promise<HttpResult> {
+  private async follow(
+    request: HttpRequest,
+    signal: AbortSignal,
+    credentials: CallCredentials | undefined,
+  ): Promise<HttpResult> {
     let url = parseHttpUrl(request.url);
     let method: string = request.method;
     let body = request.body;
@@ -111,7 +119,12 @@ export class SafeHttpClient {
     });
     for (let redirects = 0; ; redirects++) {
       const target = await this.guard.check(url, signal);
-      const hop = await this.send(target, method, headers, body, signal);
+      // The operator's credential rules, per hop and only once the guard has passed the
+      // destination: a redirect to another host gets that host's rules, never these.
+      const injected = credentials?.covers(target.url.hostname)
+        ? await credentials.headersFor(target.url.hostname)
+        : [];
+      const hop = await this.send(target, method, withHeaders(headers, injected), body, signal);
       if (hop.kind === 'final') return { ...hop.result, redirects };
 
       if (redirects >= this.policy.maxRedirects) {
@@ -199,6 +212,13 @@ export class SafeHttpClient {
       await client.destroy().catch(() => undefined);
     }
   }
+}
+
+/** `headers` with `added` set: an added header replaces any the caller gave of that name. */
+function withHeaders(headers: [string, string][], added: [string, string][]): [string, string][] {
+  if (added.length === 0) return headers;
+  const names = new Set(added.map(([name]) => name));
+  return [...headers.filter(([name]) => !names.has(name)), ...added];
 }
 
 function headerValue(v: string | string[] | undefined): string | undefined {

@@ -2,7 +2,7 @@
  * What the http tools need from the worker: one SafeHttpClient built from `policy.http`,
  * reached through `ctx.services.http`.
  */
-import { ToolError, type ToolContext } from '@toolgate/registry';
+import { ToolError, type CallCredentials, type ToolContext } from '@toolgate/registry';
 import {
   SafeHttpClient,
   type HttpClientOptions,
@@ -14,7 +14,12 @@ import {
 /** The `http` field of ToolServices. */
 export interface HttpToolServices {
   readonly policy: Readonly<HttpPolicy>;
-  request(request: HttpRequest, signal?: AbortSignal): Promise<HttpResult>;
+  /** `credentials`: the call's rules, whose headers go to the hosts they name. */
+  request(
+    request: HttpRequest,
+    signal?: AbortSignal,
+    credentials?: CallCredentials,
+  ): Promise<HttpResult>;
 }
 
 declare module '@toolgate/registry' {

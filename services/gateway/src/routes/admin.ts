@@ -160,11 +160,11 @@ export function adminRoutes(deps: {
     const event = stringParam(req, 'event');
     if (
       event !== undefined &&
-      !['call', 'refused', 'approval', 'cancel', 'upstream'].includes(event)
+      !['call', 'refused', 'approval', 'cancel', 'upstream', 'secret'].includes(event)
     ) {
       throw new ApiError(
         'invalid_request',
-        '"event" must be call, refused, approval, cancel or upstream',
+        '"event" must be call, refused, approval, cancel, upstream or secret',
       );
     }
     const callId = stringParam(req, 'callId');

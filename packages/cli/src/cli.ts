@@ -6,6 +6,12 @@ import { doctorCommand } from './commands/doctor.js';
 import { keysNewCommand } from './commands/keys.js';
 import { pluginNewCommand } from './commands/plugin.js';
 import { sandboxPruneCommand } from './commands/sandbox-prune.js';
+import {
+  secretsDeleteCommand,
+  secretsListCommand,
+  secretsRotateCommand,
+  secretsSetCommand,
+} from './commands/secrets.js';
 import { gatewayCommand, workerCommand } from './commands/service.js';
 import { upCommand } from './commands/up.js';
 
@@ -17,6 +23,10 @@ export const COMMANDS: readonly Command[] = [
   sandboxPruneCommand,
   configCheckCommand,
   keysNewCommand,
+  secretsSetCommand,
+  secretsListCommand,
+  secretsDeleteCommand,
+  secretsRotateCommand,
   toolsCommand,
   callCommand,
   pluginNewCommand,

@@ -1,15 +1,15 @@
 /** `toolgate tools` and `toolgate call`: a running gateway's API from the command line. */
 import { UsageError, type CliIo, type Command, type Parsed } from '../command.js';
 
-const CONNECTION_HELP = `  --url <url>  the gateway (default: $TOOLGATE_URL, else http://127.0.0.1:8080)
+export const CONNECTION_HELP = `  --url <url>  the gateway (default: $TOOLGATE_URL, else http://127.0.0.1:8080)
   --key <key>  the client key (default: $TOOLGATE_KEY); sent as Authorization: Bearer`;
 
-const CONNECTION_OPTIONS = {
+export const CONNECTION_OPTIONS = {
   url: { type: 'string' },
   key: { type: 'string' },
 } as const;
 
-function connection(parsed: Parsed, io: CliIo) {
+export function connection(parsed: Parsed, io: CliIo) {
   const url = (
     (typeof parsed.values.url === 'string' && parsed.values.url) ||
     io.env.TOOLGATE_URL ||
@@ -21,7 +21,7 @@ function connection(parsed: Parsed, io: CliIo) {
 }
 
 /** fetch that turns "nothing listens there" into one readable line. */
-async function request(
+export async function request(
   io: CliIo,
   url: string,
   init: RequestInit,
@@ -47,7 +47,7 @@ async function request(
 }
 
 /** An API error answer ({error: {code, message}}) as one line on stderr. */
-function printApiError(io: CliIo, status: number, body: unknown): void {
+export function printApiError(io: CliIo, status: number, body: unknown): void {
   const error = (body as { error?: { code?: string; message?: string } } | undefined)?.error;
   io.err(
     error

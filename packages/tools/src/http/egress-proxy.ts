@@ -7,9 +7,12 @@
  * egress.ts), so a program that ignores HTTP_PROXY reaches nothing.
  */
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
-import { connect, type Socket } from 'node:net';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { connect, isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { ToolError } from '@toolgate/registry';
+import { TLSSocket, checkServerIdentity, rootCertificates } from 'node:tls';
+import { ToolError, type CallCredentials } from '@toolgate/registry';
+import { EgressCa } from './egress-ca.js';
 import {
   AddressGuard,
   type AddressPolicy,
@@ -41,6 +44,19 @@ export interface EgressProxyOptions {
   identify?: (address: string) => string | undefined;
   /** A tunnel or request idle this long is closed. */
   idleTimeoutMs?: number;
+  /**
+   * The credential rules of the call whose sandbox has this source address (the driver
+   * registers them with the address; docs/credentials.md). Plain http requests to a host with
+   * a rule get its headers; HTTPS to such a host is terminated with `ca` and forwarded.
+   */
+  credentialsOf?: (address: string) => CallCredentials | undefined;
+  /** The CA that terminates HTTPS to hosts with a rule; made here when credentialsOf is given. */
+  ca?: EgressCa;
+  /**
+   * CAs trusted for the real hosts behind terminated HTTPS, besides the public roots Node
+   * ships (a deployment's internal CA; tests' own servers).
+   */
+  upstreamCa?: readonly string[];
   lookup?: LookupFunction;
   log?: { warn(obj: object, msg?: string): void; debug(obj: object, msg?: string): void };
 }
@@ -50,6 +66,11 @@ export interface EgressProxy {
   port: number;
   /** What sandboxes put in HTTP_PROXY / HTTPS_PROXY. */
   url: string;
+  /**
+   * What sandboxes trust when credential rules are on: the public roots plus this proxy's CA
+   * (PEM). Undefined: no HTTPS is ever terminated.
+   */
+  caBundle?: string;
   /**
    * Closes every connection from a source address (its sandbox is gone): its tunnels leave the
    * client's share at once, and an address Docker hands to the next container starts clean.
@@ -75,6 +96,14 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
   );
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
   const identify = options.identify ?? (() => '');
+  const credentialsOf = options.credentialsOf;
+  const ca = options.ca ?? (credentialsOf ? new EgressCa() : undefined);
+  const upstreamCa = options.upstreamCa?.length
+    ? [...rootCertificates, ...options.upstreamCa]
+    : undefined;
+  // Terminated HTTPS reuses its connections to the real hosts: one TLS handshake per host and
+  // address, not per request (the header goes per request; the connection carries no identity).
+  const upstreamAgent = new HttpsAgent({ keepAlive: true, maxSockets: 64, maxFreeSockets: 16 });
   const log = options.log;
   let open = 0;
   /** Tunnels and requests open now, per client. */
@@ -147,25 +176,34 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       return;
     }
     res.once('close', slot.release);
-    check(url).then(
-      (target) => forward(req, res, target),
-      (err: unknown) => {
+    const credentials = credentialsOf?.(sourceOf(req.socket));
+    check(url)
+      .then(async (target) => {
+        // After the guard: only a destination it passed gets the header.
+        const added = credentials?.covers(target.url.hostname)
+          ? await credentials.headersFor(target.url.hostname)
+          : [];
+        forward(req, res, target, added);
+      })
+      .catch((err: unknown) => {
         log?.debug({ url: url.origin, reason: reasonOf(err) }, 'egress refused');
         res
           .writeHead(403, { 'content-type': 'text/plain' })
           .end(`toolgate egress: ${reasonOf(err)}\n`);
-      },
-    );
+      });
   });
 
   const forward = (
     req: IncomingMessage,
     res: import('node:http').ServerResponse,
     target: CheckedTarget,
+    added: [string, string][],
   ) => {
     const headers = { ...req.headers };
     delete headers['proxy-connection'];
     delete headers['proxy-authorization'];
+    // A rule's header replaces whatever the sandbox sent under that name.
+    for (const [name, value] of added) headers[name] = value;
     const upstream = httpRequest({
       host: target.addresses[0]!.address,
       port: target.port,
@@ -211,8 +249,14 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     // sockets) is gone: free its connection now, not when the upstream attempt times out.
     const gaveUp = () => client.destroy();
     client.once('end', gaveUp);
+    const credentials = credentialsOf?.(sourceOf(req.socket));
     check(url).then(
       (target) => {
+        if (ca && credentials?.covers(target.url.hostname)) {
+          client.off('end', gaveUp);
+          terminate(client as Socket, head, target, credentials, ca);
+          return;
+        }
         const upstream: Socket = connect({
           host: target.addresses[0]!.address,
           port: Number(m[2]),
@@ -241,6 +285,86 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       },
     );
   });
+  /**
+   * HTTPS to a host with a credential rule: the proxy answers the sandbox's TLS itself, with a
+   * certificate for that host from its CA (which only sandboxes trust), reads each request,
+   * adds the rule's headers and sends it on to the checked address over a new TLS connection
+   * that verifies the real host's certificate as any client would.
+   */
+  const terminated = new WeakMap<object, { target: CheckedTarget; credentials: CallCredentials }>();
+  const inner = createServer((req, res) => {
+    const info = terminated.get(req.socket);
+    if (!info) {
+      res.writeHead(400).end();
+      return;
+    }
+    const { target, credentials } = info;
+    const host = target.url.hostname;
+    const bare = host.replace(/^\[|\]$/g, '');
+    credentials.headersFor(host).then(
+      (added) => {
+        const headers = { ...req.headers };
+        for (const [name, value] of added) headers[name] = value;
+        // The request goes to the host the tunnel was opened (and checked) for, whatever Host
+        // the sandbox wrote inside it.
+        headers.host = target.url.host;
+        const upstream = httpsRequest({
+          host: target.addresses[0]!.address,
+          port: target.port,
+          method: req.method,
+          path: req.url,
+          headers,
+          agent: upstreamAgent,
+          ...(isIP(bare) ? {} : { servername: bare }),
+          checkServerIdentity: (_name, cert) => checkServerIdentity(bare, cert),
+          ...(upstreamCa ? { ca: upstreamCa } : {}),
+          timeout: idleTimeoutMs,
+        });
+        upstream.on('response', (up) => {
+          res.writeHead(up.statusCode ?? 502, up.headers);
+          up.pipe(res);
+        });
+        upstream.on('timeout', () => upstream.destroy(new Error('upstream timed out')));
+        upstream.on('error', (err) => {
+          log?.debug({ host, reason: err.message }, 'egress upstream failed');
+          if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' });
+          res.end(`toolgate egress: ${host}: ${err.message}\n`);
+        });
+        req.pipe(upstream);
+      },
+      (err: unknown) => {
+        // credential_missing and the like: the sandbox's client reads why.
+        res
+          .writeHead(403, { 'content-type': 'text/plain' })
+          .end(`toolgate egress: ${reasonOf(err)}\n`);
+      },
+    );
+  });
+  inner.on('clientError', (_err, socket) => socket.destroy());
+  inner.headersTimeout = 10_000;
+  inner.requestTimeout = 0;
+
+  const terminate = (
+    client: Socket,
+    head: Buffer,
+    target: CheckedTarget,
+    credentials: CallCredentials,
+    authority: EgressCa,
+  ) => {
+    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (head.length > 0) client.unshift(head);
+    const tls = new TLSSocket(client, {
+      isServer: true,
+      secureContext: authority.contextFor(target.url.hostname.replace(/^\[|\]$/g, '')),
+      ALPNProtocols: ['http/1.1'],
+    });
+    tls.on('error', () => client.destroy());
+    tls.setTimeout(idleTimeoutMs, () => tls.destroy());
+    client.once('close', () => tls.destroy());
+    terminated.set(tls, { target, credentials });
+    inner.emit('connection', tls);
+  };
+
   server.on('connection', (socket: Socket) => {
     const source = sourceOf(socket);
     let set = sockets.get(source);
@@ -266,10 +390,13 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     host: options.host,
     port,
     url: `http://${hostForUrl}:${port}`,
+    ...(ca ? { caBundle: ca.bundlePem } : {}),
     disconnect(address: string) {
       for (const socket of sockets.get(normalizeAddress(address)) ?? []) socket.destroy();
     },
     async close() {
+      upstreamAgent.destroy();
+      inner.closeAllConnections();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },

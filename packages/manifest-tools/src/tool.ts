@@ -81,6 +81,8 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
           onOutput: (stream, text) => ctx.events?.output(stream, text),
           callId: ctx.callId,
           clientId: ctx.clientId,
+          // The proxy adds the rules' headers on the way out; the sandbox never holds a value.
+          ...(m.network && ctx.credentials ? { credentials: ctx.credentials } : {}),
         });
       } catch (err) {
         throw toToolError(err);

@@ -24,10 +24,11 @@ import {
   LABEL_PID,
 } from './docker-reaper.js';
 import { LABEL_COMPOSE_PROJECT, ownComposeProject } from './docker-leftovers.js';
-import { EgressNetwork } from './egress.js';
+import { EgressNetwork, SANDBOX_CA_FILE, caEnv } from './egress.js';
 import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
   DriverOptions,
+  EgressCredentials,
   ResourceLimits,
   RunRequest,
   RunResult,
@@ -231,6 +232,7 @@ export class DockerDriver implements SandboxDriver {
         { [LABEL]: '1', [LABEL_OWNER]: this.owner, [LABEL_DEPLOYMENT]: this.deployment },
         this.owner,
         start,
+        this.config.stateDir,
       );
       this.log.info(
         { network: this.egress.info.name, proxy: this.egress.info.proxyUrl },
@@ -307,6 +309,7 @@ export class DockerDriver implements SandboxDriver {
         network: req.network,
         workspace: req.workspace,
         clientId: req.clientId,
+        credentials: req.credentials,
       });
     }
     const checkedOut = performance.now();
@@ -409,6 +412,7 @@ export class DockerDriver implements SandboxDriver {
       network?: boolean;
       workspace?: string | undefined;
       clientId?: string | undefined;
+      credentials?: EgressCredentials | undefined;
     },
   ): Promise<Armed> {
     const t0 = performance.now();
@@ -437,6 +441,7 @@ export class DockerDriver implements SandboxDriver {
           'LANG=C.UTF-8',
           'TMPDIR=/tmp',
           ...(egress ? proxyEnv(egress.proxyUrl) : []),
+          ...(egress?.caFile ? caEnv() : []),
         ],
         WorkingDir: WORKSPACE_MOUNT,
         OpenStdin: true,
@@ -478,17 +483,30 @@ export class DockerDriver implements SandboxDriver {
           IpcMode: 'private',
           LogConfig: { Type: 'none', Config: {} },
           ...(this.config.docker.runtime ? { Runtime: this.config.docker.runtime } : {}),
-          Mounts: source
-            ? [
-                {
-                  Type: 'bind',
-                  Source: source,
-                  Target: WORKSPACE_MOUNT,
-                  ReadOnly: false,
-                  ...(slot ? { BindOptions: { Propagation: 'rslave' } } : {}),
-                },
-              ]
-            : [],
+          Mounts: [
+            ...(source
+              ? [
+                  {
+                    Type: 'bind' as const,
+                    Source: source,
+                    Target: WORKSPACE_MOUNT,
+                    ReadOnly: false,
+                    ...(slot ? { BindOptions: { Propagation: 'rslave' as const } } : {}),
+                  },
+                ]
+              : []),
+            // What the sandbox's TLS clients trust: the public roots and the egress CA.
+            ...(egress?.caFile
+              ? [
+                  {
+                    Type: 'bind' as const,
+                    Source: egress.caFile,
+                    Target: SANDBOX_CA_FILE,
+                    ReadOnly: true,
+                  },
+                ]
+              : []),
+          ],
         },
       });
     } catch (err) {
@@ -533,7 +551,7 @@ export class DockerDriver implements SandboxDriver {
       if (egressNetwork) {
         // Known to the proxy before the program runs (it waits for its call on stdin).
         address = armed.address = await this.egressAddress(container, egressNetwork.info.name);
-        egressNetwork.admit(address, how.clientId);
+        egressNetwork.admit(address, how.clientId, how.credentials);
       }
       this.options.hooks?.onStart?.({
         image: key,

@@ -13,10 +13,16 @@
  */
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
-import type { EgressProxyHandle, SandboxLogger, StartEgressProxy } from './types.js';
+import type {
+  EgressCredentials,
+  EgressProxyHandle,
+  SandboxLogger,
+  StartEgressProxy,
+} from './types.js';
 
 const run = promisify(execFile);
 const BRIDGE_NF_CALL_IPTABLES = '/proc/sys/net/bridge/bridge-nf-call-iptables';
@@ -30,6 +36,25 @@ export interface EgressNetworkInfo {
   name: string;
   /** What sandboxes get as HTTP_PROXY / HTTPS_PROXY. */
   proxyUrl: string;
+  /**
+   * Host file of the CA bundle sandboxes trust (public roots + the proxy's CA), when the
+   * proxy terminates HTTPS for credential rules; mounted read-only at SANDBOX_CA_FILE.
+   */
+  caFile?: string;
+}
+
+/** Where a network-enabled sandbox finds the CA bundle it trusts. */
+export const SANDBOX_CA_FILE = '/etc/toolgate/ca-bundle.pem';
+
+/** The variables OpenSSL, curl, Python requests/httpx, pip and Node read a CA bundle from. */
+export function caEnv(): string[] {
+  return [
+    'SSL_CERT_FILE',
+    'CURL_CA_BUNDLE',
+    'REQUESTS_CA_BUNDLE',
+    'PIP_CERT',
+    'NODE_EXTRA_CA_CERTS',
+  ].map((name) => `${name}=${SANDBOX_CA_FILE}`);
 }
 
 /** Bridge interface names are ≤ 15 characters: `tge-` and 10 hex digits of the owner. */
@@ -62,6 +87,7 @@ export class EgressNetwork {
     readonly info: EgressNetworkInfo,
     private readonly networkId: string,
     private readonly clients: Map<string, string>,
+    private readonly credentials: Map<string, EgressCredentials>,
   ) {}
 
   /**
@@ -73,6 +99,7 @@ export class EgressNetwork {
     labels: Record<string, string>,
     owner: string,
     startProxy: StartEgressProxy,
+    stateDir: string,
   ): Promise<EgressNetwork> {
     const bridge = bridgeName(owner);
     const name = `toolgate-egress-${bridge.slice(4)}`;
@@ -98,8 +125,26 @@ export class EgressNetwork {
       if (!gateway) throw new Error(`network ${name} has no gateway address`);
       await assertBridgeFiltered();
       const clients = new Map<string, string>();
-      const proxy = await startProxy(gateway, (address) => clients.get(address));
-      egress = new EgressNetwork(docker, { name, proxyUrl: proxy.url }, network.id, clients);
+      const credentials = new Map<string, EgressCredentials>();
+      const proxy = await startProxy(
+        gateway,
+        (address) => clients.get(address),
+        (address) => credentials.get(address),
+      );
+      // The bundle is public (roots and a CA certificate); the CA's key stays in the proxy.
+      let caFile: string | undefined;
+      if (proxy.caBundle) {
+        caFile = path.join(stateDir, 'egress', `${bridge}-ca-bundle.pem`);
+        await mkdir(path.dirname(caFile), { recursive: true });
+        await writeFile(caFile, proxy.caBundle, { mode: 0o644 });
+      }
+      egress = new EgressNetwork(
+        docker,
+        { name, proxyUrl: proxy.url, ...(caFile ? { caFile } : {}) },
+        network.id,
+        clients,
+        credentials,
+      );
       egress.proxy = proxy;
       const port = Number(new URL(proxy.url).port);
       for (const spec of ruleSpecs(bridge, port).reverse()) {
@@ -118,19 +163,27 @@ export class EgressNetwork {
    * A container of `clientId` now holds `address` on this network: the proxy counts its
    * connections against that client's share. Call before its program runs.
    */
-  admit(address: string, clientId: string | undefined): void {
+  admit(
+    address: string,
+    clientId: string | undefined,
+    credentials?: EgressCredentials | undefined,
+  ): void {
     this.clients.set(address, clientId ?? '');
+    if (credentials) this.credentials.set(address, credentials);
+    else this.credentials.delete(address);
   }
 
   /** The container at `address` is gone: forget it and close what it still holds open. */
   release(address: string): void {
     this.clients.delete(address);
+    this.credentials.delete(address);
     this.proxy?.disconnect(address);
   }
 
   async close(): Promise<void> {
     for (const spec of this.rules.splice(0)) await deleteRule(spec);
     await this.proxy?.close().catch(() => undefined);
+    if (this.info.caFile) await rm(this.info.caFile, { force: true });
     await this.docker
       .getNetwork(this.networkId)
       .remove()

@@ -109,6 +109,7 @@ export type { SandboxErrorCode } from './errors.js';
 export type {
   DriverName,
   DriverOptions,
+  EgressCredentials,
   EgressProxyHandle,
   OutputStream,
   ResourceLimits,

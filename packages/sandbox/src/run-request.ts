@@ -4,7 +4,13 @@ import { hostname } from 'node:os';
 import path from 'node:path';
 import type { SandboxConfig, SandboxImage } from './config.js';
 import { SandboxError } from './errors.js';
-import type { OutputStream, ResourceLimits, RunRequest, SandboxLogger } from './types.js';
+import type {
+  EgressCredentials,
+  OutputStream,
+  ResourceLimits,
+  RunRequest,
+  SandboxLogger,
+} from './types.js';
 
 export interface PreparedRun {
   key: string;
@@ -22,6 +28,7 @@ export interface PreparedRun {
   onOutput: ((stream: OutputStream, text: string) => void) | undefined;
   callId: string | undefined;
   clientId: string | undefined;
+  credentials: EgressCredentials | undefined;
 }
 
 export function prepareRun(config: SandboxConfig, request: RunRequest): PreparedRun {
@@ -74,6 +81,7 @@ export function prepareRun(config: SandboxConfig, request: RunRequest): Prepared
     onOutput: request.onOutput,
     callId: request.callId,
     clientId: request.clientId,
+    credentials: request.credentials,
   };
 }
 

@@ -46,6 +46,11 @@ export interface RunRequest {
    * share of the egress proxy's connections (docs/network-sandboxes.md).
    */
   clientId?: string;
+  /**
+   * The call's credential rules (docs/credentials.md): the egress proxy adds their headers to
+   * this sandbox's requests to the hosts they name. Only its `covers`/`headersFor` are used.
+   */
+  credentials?: EgressCredentials;
 }
 
 export interface RunResult {
@@ -168,11 +173,23 @@ export interface DriverOptions {
 export type StartEgressProxy = (
   host: string,
   identify: (address: string) => string | undefined,
+  credentialsOf?: (address: string) => EgressCredentials | undefined,
 ) => Promise<EgressProxyHandle>;
+
+/** A call's credential rules as the egress proxy uses them (the registry's CallCredentials). */
+export interface EgressCredentials {
+  covers(host: string): boolean;
+  headersFor(host: string): Promise<[string, string][]>;
+}
 
 export interface EgressProxyHandle {
   /** What sandboxes get as HTTP_PROXY / HTTPS_PROXY. */
   url: string;
+  /**
+   * The CA bundle sandboxes trust (PEM) when the proxy terminates HTTPS for credential rules;
+   * the driver mounts it and points SSL_CERT_FILE and friends at it.
+   */
+  caBundle?: string;
   disconnect(address: string): void;
   close(): Promise<void>;
 }

@@ -25,7 +25,12 @@ export function createToolRegistry(extra: readonly AnyToolSpec[] = []): ToolRegi
 }
 
 export { calculator, currentTime, evaluate, sandboxedTools, httpTools };
-export { createHttpServices, createGuardedFetch, startEgressProxy } from './http/index.js';
+export {
+  createHttpServices,
+  createGuardedFetch,
+  startEgressProxy,
+  EgressCa,
+} from './http/index.js';
 export { memoryTools, createMemoryStore, MemoryStore } from './memory/index.js';
 export { metaTools, findTools, createToolCatalog } from './meta/index.js';
 export type { ToolCatalog } from './meta/index.js';

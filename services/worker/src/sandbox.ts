@@ -100,10 +100,13 @@ export async function startSandbox(
         ownerId: shared.workerId,
         isOwnerAlive: (owner) => workerAlive(shared.redis, shared.keys, owner).catch(() => true),
         // Network-enabled sandboxes reach only what the http tools may (policy.http).
-        startEgressProxy: (host, identify) =>
+        // Credential rules: their headers go out through the proxy, which terminates HTTPS
+        // only to the hosts they name (docs/credentials.md).
+        startEgressProxy: (host, identify, credentialsOf) =>
           startEgressProxy({
             host,
             identify,
+            ...(credentialsOf ? { credentialsOf } : {}),
             policy: config.policy.http,
             maxConnections: config.sandbox.egress.maxConnections,
             maxConnectionsPerClient: config.sandbox.egress.maxConnectionsPerClient,

@@ -8,6 +8,7 @@ export const httpTools: AnyToolSpec[] = [httpGet, httpPost];
 export { httpGet, httpPost, HTTP_TOOL_TIMEOUT_MS, MAX_POST_BODY_CHARS } from './http-tools.js';
 export { createHttpServices, httpServices } from './services.js';
 export { startEgressProxy } from './egress-proxy.js';
+export { EgressCa } from './egress-ca.js';
 export { SafeHttpClient, DEFAULT_USER_AGENT } from './safe-http-client.js';
 export { createGuardedFetch } from './guarded-fetch.js';
 export type { GuardedFetch } from './guarded-fetch.js';

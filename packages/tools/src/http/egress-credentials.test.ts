@@ -16,9 +16,9 @@ const VALUE = 'proxy-secret-value-4711';
 
 /** The credentials a call's rules give: `api.test` gets Authorization, `missing.test` cannot. */
 const credentials: CallCredentials = {
-  covers: (host) => host === 'api.test' || host === 'missing.test',
+  covers: (host) => host === 'api.test' || host === 'missing.test' || host === 'wrong.test',
   headersFor: (host) =>
-    host === 'api.test'
+    host !== 'missing.test'
       ? Promise.resolve([['authorization', `Bearer ${VALUE}`]])
       : Promise.reject(
           new ToolError('credential_missing', 'requests to missing.test need the secret "nope"'),
@@ -44,7 +44,11 @@ beforeAll(async () => {
       res.end('hello from upstream');
     };
   httpsServer = createHttpsServer(
-    { SNICallback: (name, cb) => cb(null, upstreamCa.contextFor(name)) },
+    // wrong.test answers with a certificate for another name.
+    {
+      SNICallback: (name, cb) =>
+        cb(null, upstreamCa.contextFor(name === 'wrong.test' ? 'other.test' : name)),
+    },
     record(true),
   );
   httpServer = createHttpServer(record(false));
@@ -52,7 +56,10 @@ beforeAll(async () => {
   httpPort = await listen(httpServer);
   proxy = await startEgressProxy({
     host: '127.0.0.1',
-    policy: { allowPrivateNetworks: false, allowHosts: ['api.test', 'plain.test', 'missing.test'] },
+    policy: {
+      allowPrivateNetworks: false,
+      allowHosts: ['api.test', 'plain.test', 'missing.test', 'wrong.test'],
+    },
     lookup: () => Promise.resolve([{ address: '127.0.0.1', family: 4 }]),
     credentialsOf: (address) => (address === '127.0.0.1' ? credentials : undefined),
     upstreamCa: [upstreamCa.certPem],
@@ -102,6 +109,14 @@ describe('egress proxy: credential injection', () => {
     // A client that does not trust the proxy's CA (only the upstream's) is refused: the
     // certificate it was shown for api.test is the proxy's.
     await expect(get(`https://api.test:${httpsPort}/secure`, upstreamCa.certPem)).rejects.toThrow();
+  });
+
+  it('does not send the header to a host whose certificate does not match its name', async () => {
+    const before = seen.length;
+    const res = await get(`https://wrong.test:${httpsPort}/x`, proxy.caBundle);
+    expect(res.status).toBe(502);
+    expect(res.body).toMatch(/toolgate egress: wrong\.test: .*(altnames|certificate)/i);
+    expect(seen.length).toBe(before);
   });
 
   it('tunnels HTTPS to a host without a rule untouched: the real certificate, no header', async () => {

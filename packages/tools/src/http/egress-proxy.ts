@@ -10,7 +10,7 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { connect, isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { TLSSocket, checkServerIdentity, rootCertificates } from 'node:tls';
+import { TLSSocket, rootCertificates } from 'node:tls';
 import { ToolError, type CallCredentials } from '@toolgate/registry';
 import { EgressCa } from './egress-ca.js';
 import {
@@ -80,6 +80,16 @@ export interface EgressProxy {
 }
 
 const CHECK_TIMEOUT_MS = 10_000;
+/** Headers of one connection (RFC 9110 §7.6.1), never passed on by terminated HTTPS. */
+const HOP_BY_HOP = [
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'upgrade',
+];
 const STATUS_TEXT: Record<number, string> = {
   400: 'Bad Request',
   403: 'Forbidden',
@@ -304,6 +314,9 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     credentials.headersFor(host).then(
       (added) => {
         const headers = { ...req.headers };
+        // Hop-by-hop: about the sandbox's connection to the proxy, not the proxy's to the host
+        // (whose kept-alive connection serves every sandbox's next request).
+        for (const name of HOP_BY_HOP) delete headers[name];
         for (const [name, value] of added) headers[name] = value;
         // The request goes to the host the tunnel was opened (and checked) for, whatever Host
         // the sandbox wrote inside it.
@@ -315,13 +328,17 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
           path: req.url,
           headers,
           agent: upstreamAgent,
+          // The certificate is checked against servername (a name), else against the address
+          // connected to, which for an IP host is that IP. (A checkServerIdentity option
+          // would do the same but keeps the agent from reusing connections.)
           ...(isIP(bare) ? {} : { servername: bare }),
-          checkServerIdentity: (_name, cert) => checkServerIdentity(bare, cert),
           ...(upstreamCa ? { ca: upstreamCa } : {}),
           timeout: idleTimeoutMs,
         });
         upstream.on('response', (up) => {
-          res.writeHead(up.statusCode ?? 502, up.headers);
+          const answer = { ...up.headers };
+          for (const name of HOP_BY_HOP) delete answer[name];
+          res.writeHead(up.statusCode ?? 502, answer);
           up.pipe(res);
         });
         upstream.on('timeout', () => upstream.destroy(new Error('upstream timed out')));

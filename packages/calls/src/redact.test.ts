@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { maskText, redact, TEXT_RULES } from './redact.js';
+import { maskText, redact, redactValues, TEXT_RULES } from './redact.js';
 
 describe('redact', () => {
   it('masks secret-looking fields at any depth and bearer tokens in text', () => {
@@ -220,5 +220,37 @@ describe('redact budget', () => {
     const out = JSON.stringify(redact(value));
     expect(Buffer.byteLength(out)).toBeLessThan(4096);
     expect(out).toContain('more keys');
+  });
+});
+
+describe('redactValues (a call injected credentials)', () => {
+  it('replaces every occurrence of the values in strings and keys, at any depth, raw or JSON-escaped', () => {
+    const secret = 'plain-looking-1234';
+    const quoted = 'with"quote\\and\nline';
+    let deep: unknown = { text: `x ${secret} y` };
+    for (let i = 0; i < 100; i++) deep = [deep];
+    const out = redactValues(
+      {
+        body: `{"authorization":"Bearer ${secret}"}`,
+        [`key-${secret}`]: 1,
+        list: [secret, 'other', quoted],
+        deep,
+        n: 7,
+      },
+      new Set([secret, quoted]),
+    );
+    const text = JSON.stringify(out);
+    expect(text).not.toContain(secret);
+    expect(text).not.toContain(JSON.stringify(quoted).slice(1, -1));
+    expect(out).toMatchObject({
+      body: '{"authorization":"Bearer [redacted]"}',
+      'key-[redacted]': 1,
+      list: ['[redacted]', 'other', '[redacted]'],
+      n: 7,
+    });
+    // Nothing to take out: the same value, not a copy.
+    const same = { a: 'b' };
+    expect(redactValues(same, new Set([secret]))).toBe(same);
+    expect(redactValues('text', new Set())).toBe('text');
   });
 });

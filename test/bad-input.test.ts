@@ -6,7 +6,11 @@ let stack: Stack;
 beforeAll(async () => {
   stack = await startStack({
     tools: testTools,
-    config: { server: { port: 0, host: '127.0.0.1', bodyLimitBytes: 65536 } },
+    config: {
+      server: { port: 0, host: '127.0.0.1', bodyLimitBytes: 65536 },
+      // The secret routes seal what they are sent: a key, so bad input reaches the store.
+      secrets: { key: 'a'.repeat(64) },
+    },
   });
 });
 afterAll(async () => {
@@ -78,6 +82,9 @@ const ROUTES: [string, string][] = [
   ['GET', '/v1/upstreams'],
   ['POST', '/v1/upstreams/x/tools/y/approve'],
   ['GET', '/v1/stats'],
+  ['GET', '/v1/secrets/alice'],
+  ['PUT', '/v1/secrets/alice/token'],
+  ['DELETE', '/v1/secrets/alice/token'],
   ['DELETE', '/tools'],
   ['PUT', '/tools/calculator/execute'],
   // Every route with a parameter, with every odd segment in each parameter.
@@ -90,6 +97,9 @@ const ROUTES: [string, string][] = [
     ['POST', `/v1/approvals/${s}/reject`],
     ['POST', `/v1/approvals/00000000-0000-4000-8000-000000000000/${s}`],
     ['POST', `/v1/upstreams/${s}/tools/${s}/approve`],
+    ['PUT', `/v1/secrets/${s}/${s}`],
+    ['PUT', `/v1/secrets/alice/${s}`],
+    ['DELETE', `/v1/secrets/alice/${s}`],
   ]),
 ];
 

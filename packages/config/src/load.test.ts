@@ -72,10 +72,11 @@ clients:
     credentials:
       - { host: "*.corp.example", header: X-Api-Key, value: "\${KEY_PREFIX}-\${secret:corp.key}" }
 `);
+    const key = 'ab'.repeat(32);
     const config = loadConfig({
       TOOLGATE_CONFIG: path,
       KEY_PREFIX: 'v2',
-      TOOLGATE_SECRETS_KEY: 'k',
+      TOOLGATE_SECRETS_KEY: key,
     });
     expect(config.credentials).toEqual([
       { host: 'api.github.com', header: 'Authorization', value: 'Bearer ${secret:github_token}' },
@@ -83,7 +84,29 @@ clients:
     expect(config.clients[0]!.credentials).toEqual([
       { host: '*.corp.example', header: 'X-Api-Key', value: 'v2-${secret:corp.key}' },
     ]);
-    expect(config.secrets).toEqual({ key: 'k', previousKeyFiles: [] });
+    expect(config.secrets).toEqual({ key, previousKeyFiles: [] });
+  });
+
+  it('refuses credential rules without a secrets key, a bad key and a bad rule, naming the field', () => {
+    const rule = { host: 'api.github.com', header: 'Authorization', value: 'Bearer ${secret:gh}' };
+    expect(() => parseConfig({ credentials: [rule] })).toThrow(
+      'invalid configuration: /secrets/keyFile: credential rules need a secrets key',
+    );
+    expect(() => parseConfig({ credentials: [rule] }, { TOOLGATE_SECRETS_KEY: 'short' })).toThrow(
+      /invalid configuration: TOOLGATE_SECRETS_KEY: must be 32 random bytes/,
+    );
+    expect(() =>
+      parseConfig(
+        { credentials: [{ ...rule, value: 'Bearer hardcoded' }] },
+        { TOOLGATE_SECRETS_KEY: 'a'.repeat(64) },
+      ),
+    ).toThrow('invalid configuration: /credentials/0/value: names no secret');
+    expect(
+      checkConfig({ secrets: { keyFile: '/nonexistent/key' } }).problems.map((p) => p.path),
+    ).toEqual(['/secrets/keyFile']);
+    expect(
+      parseConfig({ credentials: [rule] }, { TOOLGATE_SECRETS_KEY: 'a'.repeat(64) }).credentials,
+    ).toEqual([rule]);
   });
 
   it('lets env vars override the important fields', () => {

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { sandboxConfigProblems } from '@toolgate/sandbox';
+import { CredentialRules, KeyRing, SecretConfigError } from '@toolgate/secrets';
 import { ConfigSchema, type Config } from './schema.js';
 import { upstreamProblems } from './upstreams.js';
 
@@ -84,7 +85,10 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
     throw new ConfigError(fieldOf(validate.errors?.[0]), messageOf(validate.errors));
   checkClients(doc);
   const redisProblem =
-    redisProblems(doc)[0] ?? sandboxProblems(doc)[0] ?? upstreamProblems(doc.upstreams)[0];
+    redisProblems(doc)[0] ??
+    sandboxProblems(doc)[0] ??
+    upstreamProblems(doc.upstreams)[0] ??
+    secretProblems(doc)[0];
   if (redisProblem) throw new ConfigError(redisProblem.path, redisProblem.message);
   for (const client of doc.clients) {
     if (client.key !== undefined) {
@@ -152,6 +156,7 @@ export function checkConfig(
     problems.push(...redisProblems(doc as Config));
   if (schemaProblems.length === 0) problems.push(...sandboxProblems(doc as Config));
   if (schemaProblems.length === 0) problems.push(...upstreamProblems((doc as Config).upstreams));
+  if (schemaProblems.length === 0) problems.push(...secretProblems(doc as Config));
   if (problems.length > 0) return { problems };
   return { config: parseConfig(raw, env), problems };
 }
@@ -236,6 +241,29 @@ function redisProblems(config: Config): ConfigProblem[] {
 /** The sandbox section's checks across fields (egress share ≤ its total). */
 function sandboxProblems(config: Config): ConfigProblem[] {
   return sandboxConfigProblems(config.sandbox).map((p) => ({ ...p, path: `/sandbox${p.path}` }));
+}
+
+/**
+ * Credential rules that parse, and a secrets key that is 32 readable bytes — present whenever
+ * a rule is (docs/credentials.md): found here, not when the first call would need them.
+ */
+function secretProblems(config: Config): ConfigProblem[] {
+  try {
+    const rules = new CredentialRules(config.credentials, config.clients);
+    if (KeyRing.load(config.secrets) === undefined && rules.size > 0) {
+      return [
+        {
+          path: '/secrets/keyFile',
+          message:
+            'credential rules need a secrets key: set secrets.keyFile or TOOLGATE_SECRETS_KEY',
+        },
+      ];
+    }
+  } catch (err) {
+    if (!(err instanceof SecretConfigError)) throw err;
+    return [{ path: err.field, message: err.reason }];
+  }
+  return [];
 }
 
 function checkClients(config: Config): void {

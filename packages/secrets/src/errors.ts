@@ -37,12 +37,16 @@ export class SecretError extends Error {
  * a configuration error, raised at start so a process never runs with what it cannot use.
  */
 export class SecretConfigError extends Error {
+  /** What is wrong, without the field (the config checker lists field and reason apart). */
+  readonly reason: string;
+
   constructor(
     readonly field: string,
-    message: string,
+    reason: string,
     options: { cause?: unknown } = {},
   ) {
-    super(`invalid configuration: ${field}: ${message}`, options);
+    super(`invalid configuration: ${field}: ${reason}`, options);
     this.name = 'SecretConfigError';
+    this.reason = reason;
   }
 }

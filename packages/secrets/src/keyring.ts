@@ -69,16 +69,16 @@ export class KeyRing {
   /** From the config: undefined when no key is configured (the store is then off). */
   static load(sources: SecretKeySources): KeyRing | undefined {
     const previous = (sources.previousKeyFiles ?? []).map((file, i) =>
-      readKeyFile(file, `secrets.previousKeyFiles[${i}]`),
+      readKeyFile(file, `/secrets/previousKeyFiles/${i}`),
     );
     let current: Buffer | undefined;
     if (sources.key !== undefined && sources.key !== '')
       current = parseKey(sources.key, 'TOOLGATE_SECRETS_KEY');
-    else if (sources.keyFile) current = readKeyFile(sources.keyFile, 'secrets.keyFile');
+    else if (sources.keyFile) current = readKeyFile(sources.keyFile, '/secrets/keyFile');
     if (!current) {
       if (previous.length > 0)
         throw new SecretConfigError(
-          'secrets.keyFile',
+          '/secrets/keyFile',
           'previousKeyFiles are set but no current key (secrets.keyFile or TOOLGATE_SECRETS_KEY)',
         );
       return undefined;

@@ -35,7 +35,7 @@ describe('KeyRing', () => {
       /invalid configuration: TOOLGATE_SECRETS_KEY: must be 32 random bytes/,
     );
     expect(() => KeyRing.load({ keyFile: join(dir, 'missing') })).toThrow(
-      /secrets.keyFile: cannot read/,
+      /\/secrets\/keyFile: cannot read/,
     );
   });
 
@@ -113,9 +113,7 @@ describe('CredentialRules', () => {
         },
       ],
     );
-    expect(rules.match('b', 'api.github.com').map((r) => r.parts)).toEqual([
-      ['Bearer ', 'gh', ''],
-    ]);
+    expect(rules.match('b', 'api.github.com').map((r) => r.parts)).toEqual([['Bearer ', 'gh', '']]);
     expect(rules.match('a', 'api.github.com').map((r) => r.parts)).toEqual([
       ['token ', 'mine', ''],
     ]);

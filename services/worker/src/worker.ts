@@ -578,7 +578,7 @@ function startCredentials(
   const ring = KeyRing.load(config.secrets);
   if (!ring) {
     throw new SecretConfigError(
-      'secrets.keyFile',
+      '/secrets/keyFile',
       'credential rules are configured but no secrets key (secrets.keyFile or TOOLGATE_SECRETS_KEY)',
     );
   }

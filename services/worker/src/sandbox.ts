@@ -91,6 +91,9 @@ export async function startSandbox(
   services: Partial<ToolServices>;
 }> {
   const log = logger.child({ component: 'sandbox' });
+  // Without rules the proxy makes no CA and sandboxes keep their image's own trust store.
+  const credentialRules =
+    config.credentials.length > 0 || config.clients.some((c) => (c.credentials?.length ?? 0) > 0);
   let sandbox: Sandbox;
   try {
     sandbox = new TracedSandbox(
@@ -106,7 +109,7 @@ export async function startSandbox(
           startEgressProxy({
             host,
             identify,
-            ...(credentialsOf ? { credentialsOf } : {}),
+            ...(credentialsOf && credentialRules ? { credentialsOf } : {}),
             policy: config.policy.http,
             maxConnections: config.sandbox.egress.maxConnections,
             maxConnectionsPerClient: config.sandbox.egress.maxConnectionsPerClient,

@@ -122,6 +122,30 @@ describe('CredentialRules', () => {
     expect(rules.match('b', 'github.com')).toHaveLength(0);
   });
 
+  it("a call's headers use its user's secret, else the client's; missing says how to set it", async () => {
+    const store = new SecretStore(redis, freshKeys(), KeyRing.of(randomBytes(32)));
+    const rules = new CredentialRules(
+      [{ host: 'api.example', header: 'Authorization', value: 'Bearer ${secret:tok}' }],
+      [],
+    );
+    await store.set('acme', 'tok', 'client-wide');
+    await store.set('acme', 'tok', 'ann-only', 'ann');
+    const ann = rules.forCall(store, 'acme', 'ann');
+    expect(ann.covers('API.example')).toBe(true);
+    expect(ann.covers('other.example')).toBe(false);
+    expect(await ann.headersFor('api.example')).toEqual([['authorization', 'Bearer ann-only']]);
+    expect([...ann.used]).toEqual(['ann-only']);
+    expect(await rules.forCall(store, 'acme', 'bob').headersFor('api.example')).toEqual([
+      ['authorization', 'Bearer client-wide'],
+    ]);
+    const missing = rules.forCall(store, 'other', 'carl').headersFor('api.example');
+    await expect(missing).rejects.toMatchObject({
+      code: 'credential_missing',
+      message: expect.stringContaining('toolgate secrets set other --user carl tok'),
+      details: { secret: 'tok', api: 'PUT /v1/secrets/other/tok?user=carl' },
+    });
+  });
+
   it('refuses a rule that names no secret or a bad one, naming the field', () => {
     expect(
       () => new CredentialRules([{ host: 'h.example', header: 'X', value: 'plain' }], []),

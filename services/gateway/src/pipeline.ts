@@ -34,6 +34,7 @@ import { runPrecheck, type Tool, type ToolRegistry, type ToolServices } from '@t
 import { injectContext, withSpan } from '@toolgate/telemetry';
 import type { RedisClient, Replication, ReplicaWait } from '@toolgate/calls';
 import type { ApprovalFeed } from './approval-feed.js';
+import { outOfScope } from './auth/oauth.js';
 import type { Client } from './clients.js';
 import { pendingApproval } from './views.js';
 import { ApiError } from './errors.js';
@@ -218,9 +219,7 @@ export class CallPipeline {
           );
         throw new ApiError('unknown_tool', `no tool named "${req.tool}"`);
       }
-      if (!client.scope.allows(tool)) {
-        throw new ApiError('forbidden', `client "${client.id}" may not call "${tool.name}"`);
-      }
+      if (!client.scope.allows(tool)) throw outOfScope(client, tool);
       if (typeof req.args !== 'object' || req.args === null || Array.isArray(req.args)) {
         throw new ApiError('invalid_json', 'the arguments must be a JSON object');
       }

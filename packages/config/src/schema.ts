@@ -90,9 +90,9 @@ const AuthSchema = Type.Object(
       Type.Object(
         {
           /** The authorization server's issuer URL (exactly as in its metadata and tokens' `iss`). */
-          issuer: Type.String({ pattern: '^https?://[^\s#?]+$' }),
+          issuer: Type.String({ pattern: '^https?://[^\\s#?]+$' }),
           /** toolgate's canonical resource URL: a token's `aud` must hold it (RFC 8707). */
-          audience: Type.String({ pattern: '^https?://[^\s#?]+$' }),
+          audience: Type.String({ pattern: '^https?://[^\\s#?]+$' }),
           /** Overrides the metadata's `jwks_uri`. */
           jwksUri: Type.Optional(Type.String({ pattern: '^https?://' })),
           /** The claim naming the client (a `clients[].id`); absent: `client_id`, then `azp`. */
@@ -101,7 +101,7 @@ const AuthSchema = Type.Object(
           userClaim: Type.String({ minLength: 1, default: 'sub' }),
           /** OAuth scope → tool patterns (as `clients[].tools`) a token with that scope may call. */
           scopes: Type.Record(
-            Type.String({ pattern: '^[\x21\x23-\x5B\x5D-\x7E]+$' }),
+            Type.String({ pattern: '^[!#-\\[\\]-~]+$' }), // an RFC 6749 scope-token
             Type.Array(Type.String({ minLength: 1 }), { minItems: 1 }),
             { default: {} },
           ),

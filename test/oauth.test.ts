@@ -90,6 +90,7 @@ beforeAll(async () => {
       clients: [
         { id: 'alice', key: KEYS.alice, tools: ['*'] },
         { id: 'carol', tools: ['*'] }, // tokens only
+        { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true },
       ],
       policy: { authFailures: { perMinute: 12 } },
       auth: {
@@ -350,6 +351,12 @@ describe('the MCP SDK client, knowing only the URL', () => {
       headers: from('10.0.4.1', provider.tokens()!.access_token),
     });
     expect(await record.json()).toMatchObject({ client: 'carol', user, tool: 'current_time' });
+    await expect
+      .poll(async () => {
+        const audit = await stack.call(`/v1/audit?client=carol&callId=${id}`, { key: KEYS.admin });
+        return (await audit.json()) as unknown[];
+      })
+      .toEqual([expect.objectContaining({ event: 'call', client: 'carol', user, callId: id })]);
 
     // calculator needs tools:math: 403 insufficient_scope → the SDK signs in again for it.
     as.signIn.grantable = ['tools:time', 'tools:math'];

@@ -78,6 +78,14 @@ export async function startAuthServer(options: {
     jwks: { keys: [privateJwk] },
     cookies: { keys: ['test-cookie-key-0123456789'] },
     pkce: { required: () => true },
+    ttl: {
+      AccessToken: 300,
+      AuthorizationCode: 60,
+      ClientCredentials: 300,
+      Grant: 600,
+      Interaction: 600,
+      Session: 600,
+    },
     scopes: ['openid', 'offline_access'],
     features: {
       devInteractions: { enabled: false },

@@ -13,6 +13,8 @@ export interface AuditEntry {
    */
   event: 'call' | 'refused' | 'approval' | 'cancel' | 'upstream';
   client: string;
+  /** The user the client acted for (an OAuth token's user claim), when known. */
+  user?: string;
   tool: string;
   status: string;
   callId?: string;

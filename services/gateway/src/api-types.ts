@@ -58,6 +58,8 @@ export interface CallView {
   createdAt: string;
   /** The client that made the call. */
   client: string;
+  /** The user the client acted for (an OAuth token's user claim), when known. */
+  user?: string;
   /** The call's arguments, redacted (as the audit log keeps them). */
   arguments?: unknown;
   /** The trace of the call, when tracing was on. */

@@ -289,6 +289,7 @@ export class CallPipeline {
         tool: tool.name,
         args,
         clientId: client.id,
+        ...(client.user === undefined ? {} : { user: client.user }),
         acceptedAt: Date.now(),
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
         ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
@@ -720,6 +721,7 @@ export class CallPipeline {
     const entry = this.o.audit.entry({
       event: 'call',
       client: client.id,
+      ...(client.user === undefined ? {} : { user: client.user }),
       tool: tool.name,
       status,
       callId: outcome.id,
@@ -731,6 +733,7 @@ export class CallPipeline {
       id: outcome.id,
       tool: tool.name,
       clientId: client.id,
+      ...(client.user === undefined ? {} : { user: client.user }),
       acceptedAt: Date.now(),
       redactedArgs: entry.args,
     };
@@ -773,6 +776,7 @@ export class CallPipeline {
     const entry = this.o.audit.entry({
       event: 'refused',
       client: client.id,
+      ...(client.user === undefined ? {} : { user: client.user }),
       tool: req.tool.length > 128 ? `${req.tool.slice(0, 128)}…` : req.tool,
       status: err.code,
       args: req.args,

@@ -7,7 +7,10 @@
 import { createServer } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
-import { UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
+import {
+  UnauthorizedError,
+  type OAuthClientProvider,
+} from '@modelcontextprotocol/sdk/client/auth.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type {
   OAuthClientInformationFull,
@@ -19,8 +22,19 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OTHER_RESOURCE, startAuthServer, type AuthServer } from './support/auth-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 
-const CAROL = { client_id: 'carol', client_secret: 'carol-secret-0123456789', scope: 'tools:math tools:time' };
-const STRANGER = { client_id: 'stranger', client_secret: 'stranger-secret-012345', scope: 'tools:math tools:time' };
+const CAROL = {
+  client_id: 'carol',
+  client_secret: 'carol-secret-0123456789',
+  scope: 'tools:math tools:time',
+};
+const DAVE = { client_id: 'dave', client_secret: 'dave-secret-0123456789', scope: 'tools:math' };
+/** toolgate's own credentials at the authorization server, for introspection. */
+const INTROSPECTOR = { client_id: 'toolgate', client_secret: 'toolgate-secret-01234', scope: '' };
+const STRANGER = {
+  client_id: 'stranger',
+  client_secret: 'stranger-secret-012345',
+  scope: 'tools:math tools:time',
+};
 
 async function freePort(): Promise<number> {
   const server = createServer();
@@ -80,8 +94,12 @@ beforeAll(async () => {
     clients: [
       { client_id: 'alice', client_secret: 'alice-secret-0123456789', scope: CAROL.scope },
       CAROL,
+      DAVE,
+      INTROSPECTOR,
       STRANGER,
     ],
+    opaqueClients: ['dave'],
+    opaqueTtlSeconds: 2,
   });
   stack = await startStack({
     port,
@@ -90,6 +108,7 @@ beforeAll(async () => {
       clients: [
         { id: 'alice', key: KEYS.alice, tools: ['*'] },
         { id: 'carol', tools: ['*'] }, // tokens only
+        { id: 'dave', tools: ['*'] },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true },
       ],
       policy: { authFailures: { perMinute: 12 } },
@@ -98,6 +117,11 @@ beforeAll(async () => {
           issuer: as.issuer,
           audience,
           scopes: { 'tools:math': ['category:math'], 'tools:time': ['current_time'] },
+          introspection: {
+            clientId: INTROSPECTOR.client_id,
+            clientSecret: INTROSPECTOR.client_secret,
+            cacheSeconds: 60,
+          },
         },
       },
     },
@@ -111,7 +135,10 @@ afterAll(async () => {
 
 describe('protected-resource metadata (RFC 9728)', () => {
   it('names the resource, the authorization server and the scopes, at the root and under /mcp', async () => {
-    for (const path of ['/.well-known/oauth-protected-resource/mcp', '/.well-known/oauth-protected-resource']) {
+    for (const path of [
+      '/.well-known/oauth-protected-resource/mcp',
+      '/.well-known/oauth-protected-resource',
+    ]) {
       const res = await fetch(stack.url + path);
       expect(res.status).toBe(200);
       expect(await res.json()).toMatchObject({
@@ -167,9 +194,14 @@ describe('client-credentials tokens', () => {
     expect(res.headers.get('www-authenticate')).toMatch(
       /^Bearer error="insufficient_scope", scope="tools:math tools:time", resource_metadata="[^"]+\/\.well-known\/oauth-protected-resource\/mcp"/,
     );
-    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('insufficient_scope');
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe(
+      'insufficient_scope',
+    );
     // The listing shows only what the token may call.
-    const tools = await stack.call('/tools', { key: null, headers: from('10.0.0.2', access_token) });
+    const tools = await stack.call('/tools', {
+      key: null,
+      headers: from('10.0.0.2', access_token),
+    });
     const names = ((await tools.json()) as { name: string }[]).map((t) => t.name);
     expect(names).toContain('calculator');
     expect(names).not.toContain('current_time');
@@ -182,11 +214,39 @@ describe('client-credentials tokens', () => {
   });
 });
 
+describe('opaque tokens (RFC 7662 introspection)', () => {
+  it('are introspected once, reused from the cache, and not past their expiry', async () => {
+    const { access_token } = await as.clientCredentials(DAVE, 'tools:math');
+    expect(access_token.split('.')).toHaveLength(1); // opaque, not a JWT
+    const before = as.requests.get('/token/introspection') ?? 0;
+    for (let i = 0; i < 3; i++)
+      expect((await calculate(access_token, '10.0.5.1')).status).toBe(200);
+    expect(as.requests.get('/token/introspection')).toBe(before + 1);
+    // The token lives 2 s; the cache (60 s) must not outlive it.
+    await new Promise((r) => setTimeout(r, 2600));
+    const late = await calculate(access_token, '10.0.5.1');
+    expect(late.status).toBe(401);
+    expect(late.headers.get('www-authenticate')).toMatch(/error="invalid_token"/);
+    expect(as.requests.get('/token/introspection')).toBe(before + 2);
+  });
+
+  it('an opaque token for another resource is refused', async () => {
+    const { access_token } = await as.clientCredentials(DAVE, 'tools:math', OTHER_RESOURCE);
+    const res = await calculate(access_token, '10.0.5.2');
+    expect(res.status).toBe(401);
+    expect(res.headers.get('www-authenticate')).toMatch(/not for this resource/);
+  });
+});
+
 describe('refused tokens', () => {
   const cases: [string, () => Promise<string>, RegExp][] = [
     ['expired', () => signed({ exp: Math.floor(Date.now() / 1000) - 120 }), /expired/],
     ['not yet valid', () => signed({ nbf: Math.floor(Date.now() / 1000) + 600 }), /not valid yet/],
-    ['for another audience', () => signed({ aud: 'https://elsewhere.example/mcp' }), /not for this resource/],
+    [
+      'for another audience',
+      () => signed({ aud: 'https://elsewhere.example/mcp' }),
+      /not for this resource/,
+    ],
     ['from another issuer', () => signed({ iss: 'https://evil.example' }), /another issuer/],
     [
       'signed with an unknown key',
@@ -213,7 +273,9 @@ describe('refused tokens', () => {
     [
       'HS256-signed with the JWKS public key',
       async () => {
-        const pem = await exportSPKI(await importJWK(as.publicJwk, 'RS256', { extractable: true }) as CryptoKey);
+        const pem = await exportSPKI(
+          (await importJWK(as.publicJwk, 'RS256', { extractable: true })) as CryptoKey,
+        );
         return new SignJWT({ client_id: 'carol', scope: 'tools:math' })
           .setProtectedHeader({ alg: 'HS256', kid: 'as-key-1' })
           .setIssuer(as.issuer)
@@ -239,7 +301,9 @@ describe('refused tokens', () => {
     const res = await calculate(token, `10.0.2.${cases.findIndex((c) => c[0] === _name)}`);
     expect(res.status).toBe(401);
     const challenge = res.headers.get('www-authenticate') ?? '';
-    expect(challenge).toMatch(/^Bearer resource_metadata="[^"]+", error="invalid_token", error_description="/);
+    expect(challenge).toMatch(
+      /^Bearer resource_metadata="[^"]+", error="invalid_token", error_description="/,
+    );
     expect(challenge).toMatch(reason);
     const body = (await res.json()) as { error: { code: string; details: { reason: string } } };
     expect(body.error.code).toBe('unauthorized');
@@ -324,9 +388,9 @@ describe('the MCP SDK client, knowing only the URL', () => {
 
     // No token: 401 → metadata → authorization server → the browser → back with a code.
     const first = new StreamableHTTPClientTransport(url, { authProvider: provider });
-    await expect(new McpClient({ name: 'oauth-test', version: '1.0.0' }).connect(first)).rejects.toThrow(
-      UnauthorizedError,
-    );
+    await expect(
+      new McpClient({ name: 'oauth-test', version: '1.0.0' }).connect(first),
+    ).rejects.toThrow(UnauthorizedError);
     const params = await provider.callback!;
     expect(params.get('code')).toBeTruthy();
     await first.finishAuth(params.get('code')!);

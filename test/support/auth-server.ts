@@ -22,6 +22,8 @@ export interface AuthServer {
   /** The signing key pair's private JWK (tests sign malformed tokens with it) and public JWK. */
   privateJwk: JWK;
   publicJwk: JWK;
+  /** Requests served, by path (`/token/introspection`, `/jwks`, …). */
+  requests: Map<string, number>;
   /** Who signs in at the next authorization, and which scopes that person grants. */
   signIn: { user: string; grantable: string[] };
   /** The callback every client is registered with. */
@@ -47,26 +49,37 @@ export async function startAuthServer(options: {
   /** Resource scopes toolgate's tokens may carry. */
   scopes: string[];
   clients: AuthServerClient[];
+  /** Clients whose tokens for toolgate are opaque (introspected), living `opaqueTtlSeconds`. */
+  opaqueClients?: string[];
+  opaqueTtlSeconds?: number;
 }): Promise<AuthServer> {
   const { privateKey, publicKey } = await generateKeyPair('RS256', { extractable: true });
-  const privateJwk = { ...(await exportJWK(privateKey)), kid: 'as-key-1', alg: 'RS256', use: 'sig' };
+  const privateJwk = {
+    ...(await exportJWK(privateKey)),
+    kid: 'as-key-1',
+    alg: 'RS256',
+    use: 'sig',
+  };
   const publicJwk = { ...(await exportJWK(publicKey)), kid: 'as-key-1', alg: 'RS256', use: 'sig' };
   const redirectUri = 'http://127.0.0.1/callback';
-  let provider: Provider | undefined;
+  const requests = new Map<string, number>();
   const server: Server = createServer((req, res) => {
+    const path = (req.url ?? '').split('?')[0]!;
+    requests.set(path, (requests.get(path) ?? 0) + 1);
     if (req.url?.startsWith('/interaction/')) {
       interact(req, res).catch((err: unknown) => {
         res.writeHead(500).end(String(err));
       });
       return;
     }
-    void provider!.callback()(req, res);
+    void provider.callback()(req, res);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const issuer = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const signIn = { user: 'user-1', grantable: [...options.scopes] };
 
-  provider = new Provider(issuer, {
+  // Requests reach it only after it exists: the server's handler runs once tests ask.
+  const provider = new Provider(issuer, {
     clients: options.clients.map(({ scope: _resourceScopes, ...c }) => ({
       ...c,
       grant_types: ['client_credentials', 'authorization_code', 'refresh_token'],
@@ -79,9 +92,10 @@ export async function startAuthServer(options: {
     cookies: { keys: ['test-cookie-key-0123456789'] },
     pkce: { required: () => true },
     ttl: {
-      AccessToken: 300,
+      // The resource server's lifetime (getResourceServerInfo below) decides.
+      AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 300,
       AuthorizationCode: 60,
-      ClientCredentials: 300,
+      ClientCredentials: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 300,
       Grant: 600,
       Interaction: 600,
       Session: 600,
@@ -90,14 +104,25 @@ export async function startAuthServer(options: {
     features: {
       devInteractions: { enabled: false },
       clientCredentials: { enabled: true },
-      introspection: { enabled: true },
+      // toolgate introspects with credentials of its own; no other client may.
+      introspection: {
+        enabled: true,
+        allowedPolicy: (_ctx, client) => client.clientId === 'toolgate',
+      },
       resourceIndicators: {
         enabled: true,
         defaultResource: () => options.audience,
         useGrantedResource: () => true,
-        getResourceServerInfo: (_ctx, resource) => {
+        getResourceServerInfo: (_ctx, resource, client) => {
           if (resource !== options.audience && resource !== OTHER_RESOURCE)
             throw new errors.InvalidTarget();
+          if (options.opaqueClients?.includes(client.clientId))
+            return {
+              scope: options.scopes.join(' '),
+              audience: resource,
+              accessTokenTTL: options.opaqueTtlSeconds ?? 300,
+              accessTokenFormat: 'opaque',
+            };
           return {
             scope: options.scopes.join(' '),
             audience: resource,
@@ -117,10 +142,10 @@ export async function startAuthServer(options: {
     req: Parameters<Provider['interactionDetails']>[0],
     res: Parameters<Provider['interactionDetails']>[1],
   ): Promise<void> {
-    const details = await provider!.interactionDetails(req, res);
+    const details = await provider.interactionDetails(req, res);
     const { prompt, params } = details;
     if (prompt.name === 'login') {
-      await provider!.interactionFinished(
+      await provider.interactionFinished(
         req,
         res,
         { login: { accountId: signIn.user } },
@@ -130,8 +155,8 @@ export async function startAuthServer(options: {
     }
     const accountId = details.session!.accountId;
     const grant = details.grantId
-      ? (await provider!.Grant.find(details.grantId))!
-      : new provider!.Grant({ accountId, clientId: params.client_id as string });
+      ? (await provider.Grant.find(details.grantId))!
+      : new provider.Grant({ accountId, clientId: params.client_id as string });
     const asked = String(params.scope ?? '').split(' ');
     const resource = (params.resource as string | undefined) ?? options.audience;
     const granted = asked.filter((s) => signIn.grantable.includes(s));
@@ -140,7 +165,7 @@ export async function startAuthServer(options: {
     if (refused.length > 0) grant.rejectResourceScope(resource, refused.join(' '));
     if (asked.includes('offline_access')) grant.addOIDCScope('offline_access');
     const grantId = await grant.save();
-    await provider!.interactionFinished(
+    await provider.interactionFinished(
       req,
       res,
       { consent: { grantId } },
@@ -150,6 +175,7 @@ export async function startAuthServer(options: {
 
   return {
     issuer,
+    requests,
     privateJwk,
     publicJwk,
     signIn,

@@ -145,6 +145,48 @@ server:
     ]);
   });
 
+  it('takes auth.oauth, token-only clients, and reports what would lock everyone out', () => {
+    const oauth = {
+      issuer: 'https://login.example.com/realms/x',
+      audience: 'https://tg.example/mcp',
+    };
+    const config = parseConfig({
+      clients: [{ id: 'assistant', tools: ['*'] }],
+      auth: { oauth: { ...oauth, scopes: { 'tools:files': ['file_*'] } } },
+    });
+    expect(config.auth).toMatchObject({
+      apiKeys: true,
+      oauth: { userClaim: 'sub', clockSkewSeconds: 30, scopes: { 'tools:files': ['file_*'] } },
+    });
+    expect(config.auth.oauth?.algorithms).not.toContain('HS256');
+    expect(config.clients[0]!.keySha256).toBeUndefined();
+    // Without auth.oauth a client still needs a key.
+    expect(checkConfig({ clients: [{ id: 'assistant' }] }).problems).toEqual([
+      {
+        path: '/clients/0',
+        message: expect.stringContaining(
+          'or auth.oauth, for a client signing in with tokens only',
+        ) as unknown,
+      },
+    ]);
+    expect(
+      checkConfig({ clients: [{ id: 'a', key: 'k'.repeat(16) }], auth: { apiKeys: false } })
+        .problems,
+    ).toEqual([
+      {
+        path: '/auth/apiKeys',
+        message: 'with apiKeys false, auth.oauth must be set (nobody could sign in)',
+      },
+    ]);
+    expect(
+      checkConfig({
+        auth: {
+          oauth: { issuer: 'http://as.example', audience: oauth.audience, algorithms: ['HS256'] },
+        },
+      }).problems.map((p) => p.path),
+    ).toEqual(['/auth/oauth/algorithms/0', '/auth/oauth', '/auth/oauth/issuer']);
+  });
+
   it('names a missing environment variable and a bad override', () => {
     expect(() => parseConfig({ clients: [{ id: 'a', key: '${NOPE_NOT_SET}' }] })).toThrow(
       /\/clients\/0\/key: environment variable NOPE_NOT_SET is not set/,

@@ -141,9 +141,7 @@ export class TokenVerifier {
   }
 
   private grantOf(claims: Record<string, unknown>): VerifiedToken {
-    const clientClaims = this.config.clientClaim
-      ? [this.config.clientClaim]
-      : ['client_id', 'azp'];
+    const clientClaims = this.config.clientClaim ? [this.config.clientClaim] : ['client_id', 'azp'];
     const clientId = clientClaims.map((c) => claims[c]).find((v) => typeof v === 'string');
     if (typeof clientId !== 'string')
       throw new TokenRefused(`the token has no client claim (${clientClaims.join(' or ')})`);
@@ -188,7 +186,9 @@ export class TokenVerifier {
       throw new TokenRefused('the token is from another issuer');
     const aud = Array.isArray(claims.aud) ? claims.aud : [claims.aud];
     if (!aud.includes(this.config.audience))
-      throw new TokenRefused(`the token is not for this resource (aud must be ${this.config.audience})`);
+      throw new TokenRefused(
+        `the token is not for this resource (aud must be ${this.config.audience})`,
+      );
     const skew = this.config.clockSkewSeconds;
     const nowSeconds = now / 1000;
     if (typeof claims.exp === 'number' && claims.exp + skew <= nowSeconds)

@@ -274,7 +274,9 @@ describe('refused tokens', () => {
       'HS256-signed with the JWKS public key',
       async () => {
         const pem = await exportSPKI(
-          (await importJWK(as.publicJwk, 'RS256', { extractable: true })) as CryptoKey,
+          (await importJWK(as.publicJwk, 'RS256', { extractable: true })) as Parameters<
+            typeof exportSPKI
+          >[0],
         );
         return new SignJWT({ client_id: 'carol', scope: 'tools:math' })
           .setProtectedHeader({ alg: 'HS256', kid: 'as-key-1' })

@@ -181,6 +181,12 @@ describe('client-credentials tokens', () => {
       headers: from('10.0.0.1', access_token),
     });
     expect(await record.json()).toMatchObject({ client: 'carol', tool: 'calculator' });
+    const me = await stack.call('/v1/me', { key: null, headers: from('10.0.0.1', access_token) });
+    expect(await me.json()).toMatchObject({
+      client: 'carol',
+      admin: false,
+      scopes: ['tools:math'],
+    });
   });
 
   it('a tool its client has but its scopes lack is a 403 step-up naming the scope', async () => {

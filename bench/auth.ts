@@ -73,6 +73,7 @@ const env = {
   PORT: String(port),
   HOST: '127.0.0.1',
   WORKER_METRICS_PORT: '0',
+  GATEWAY_METRICS_PORT: '0', // off: a fixed port may be another run's
   TOOLGATE_REDIS_PREFIX: 'benchauth',
   TOOLGATE_LOG_LEVEL: 'info',
   TOOLGATE_WORKER_QUEUES: 'fast',

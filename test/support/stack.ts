@@ -43,6 +43,8 @@ export interface StackOptions {
   worker?: boolean;
   /** Where the gateway and worker log (default: silent, or TEST_LOG_LEVEL). */
   logger?: Logger;
+  /** The gateway's port (default: any free one). */
+  port?: number;
 }
 
 /**
@@ -90,7 +92,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         });
   await worker?.start();
   const gateway = createGateway({ config, registry, logger });
-  const { port } = await gateway.listen(0, '127.0.0.1');
+  const { port } = await gateway.listen(options.port ?? 0, '127.0.0.1');
   const url = `http://127.0.0.1:${port}`;
   const metricsUrl = `http://127.0.0.1:${await gateway.serveMetrics(0, '127.0.0.1')}/metrics`;
   return {

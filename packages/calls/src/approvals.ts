@@ -69,6 +69,7 @@ export class Approvals {
       id: job.id,
       tool: job.tool,
       clientId: job.clientId,
+      ...(job.user === undefined ? {} : { user: job.user }),
       status: 'pending_approval',
       queue,
       createdAt: job.acceptedAt,

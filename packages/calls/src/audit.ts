@@ -14,6 +14,11 @@ export interface AuditEntry {
    */
   event: 'call' | 'refused' | 'approval' | 'cancel' | 'upstream' | 'secret';
   client: string;
+  /**
+   * The user the client acted for (an OAuth token's user claim), when known; for secret events
+   * on a user's secret, that user.
+   */
+  user?: string;
   tool: string;
   status: string;
   callId?: string;
@@ -25,8 +30,6 @@ export interface AuditEntry {
   reason?: string;
   /** For secret events: the secret's name. */
   secret?: string;
-  /** For secret events on a user's secret: that user. */
-  user?: string;
   /** For upstream events: the sha256 of the tool's definition (canonical JSON). */
   hash?: string;
   /** The entry was over `audit.maxEntryBytes` and was cut to fit. */

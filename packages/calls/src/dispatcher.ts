@@ -211,6 +211,7 @@ export class Dispatcher {
         id,
         tool: job.tool,
         clientId: job.clientId,
+        ...(job.user === undefined ? {} : { user: job.user }),
         queue: kind,
         createdAt: job.acceptedAt,
       };

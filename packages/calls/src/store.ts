@@ -157,7 +157,10 @@ function cutText(text: string, chars: number): string {
 
 /** The record of a call that ran (or was answered) and finished with `outcome`. */
 export function finishedRecord(
-  call: Pick<CallJob, 'id' | 'tool' | 'clientId' | 'acceptedAt' | 'approvedBy' | 'trace'> & {
+  call: Pick<
+    CallJob,
+    'id' | 'tool' | 'clientId' | 'user' | 'acceptedAt' | 'approvedBy' | 'trace'
+  > & {
     /** Already redacted (the audit entry's copy); stored as a preview. */
     redactedArgs?: unknown;
   },
@@ -169,6 +172,7 @@ export function finishedRecord(
     id: call.id,
     tool: call.tool,
     clientId: call.clientId,
+    ...(call.user === undefined ? {} : { user: call.user }),
     status: outcome.status,
     queue,
     createdAt: call.acceptedAt,

@@ -52,7 +52,7 @@ export interface CallJob {
   tool: string;
   args: Record<string, unknown>;
   clientId: string;
-  /** The user the call acts for, where one is known (its per-user secrets come first). */
+  /** The user the client acts for (an OAuth token's user claim), when known. */
   user?: string;
   conversationId?: string;
   /** Epoch ms at acceptance by the gateway. */
@@ -73,6 +73,8 @@ export interface CallRecord {
   id: string;
   tool: string;
   clientId: string;
+  /** The user the client acted for (an OAuth token's user claim), when known. */
+  user?: string;
   status: CallStatus;
   /** Which queue holds the job (for queued/running/ok/error). */
   queue: QueueKind;

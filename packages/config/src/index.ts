@@ -1,6 +1,6 @@
 export { loadConfig, parseConfig, checkConfig, ConfigError, sha256 } from './load.js';
-export { ConfigSchema, CLIENT_LIMIT_DEFAULTS } from './schema.js';
-export type { Config, ClientConfig, RedisConfig } from './schema.js';
+export { ConfigSchema, CLIENT_LIMIT_DEFAULTS, OAUTH_ALGORITHMS } from './schema.js';
+export type { Config, ClientConfig, RedisConfig, AuthConfig, OAuthConfig } from './schema.js';
 export type { ConfigProblem } from './load.js';
 export {
   UpstreamSchema,

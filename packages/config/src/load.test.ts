@@ -192,6 +192,61 @@ clients:
     ]);
   });
 
+  it('takes auth.oauth, token-only clients, and reports what would lock everyone out', () => {
+    const oauth = {
+      issuer: 'https://login.example.com/realms/x',
+      audience: 'https://tg.example/mcp',
+    };
+    const config = parseConfig({
+      clients: [{ id: 'assistant', tools: ['*'] }],
+      auth: { oauth: { ...oauth, scopes: { 'tools:files': ['file_*'] } } },
+    });
+    expect(config.auth).toMatchObject({
+      apiKeys: true,
+      oauth: { userClaim: 'sub', clockSkewSeconds: 30, scopes: { 'tools:files': ['file_*'] } },
+    });
+    expect(config.auth.oauth?.algorithms).not.toContain('HS256');
+    expect(config.clients[0]!.keySha256).toBeUndefined();
+    // Without auth.oauth a client still needs a key.
+    expect(checkConfig({ clients: [{ id: 'assistant' }] }).problems).toEqual([
+      {
+        path: '/clients/0',
+        message: expect.stringContaining(
+          'or auth.oauth, for a client signing in with tokens only',
+        ) as unknown,
+      },
+    ]);
+    expect(
+      checkConfig({ clients: [{ id: 'a', key: 'k'.repeat(16) }], auth: { apiKeys: false } })
+        .problems,
+    ).toEqual([
+      {
+        path: '/auth/apiKeys',
+        message: 'with apiKeys false, auth.oauth must be set (nobody could sign in)',
+      },
+    ]);
+    expect(
+      checkConfig({
+        auth: {
+          oauth: { issuer: 'http://as.example', audience: oauth.audience, algorithms: ['HS256'] },
+        },
+      }).problems.map((p) => p.path),
+    ).toEqual(['/auth/oauth/algorithms/0', '/auth/oauth', '/auth/oauth/issuer']);
+    // An audience that is not a URL (Entra ID v2: an application id) needs toolgate's URL apart.
+    const entra = { issuer: oauth.issuer, audience: '7f3c0e2a-1111-2222-3333-444455556666' };
+    const clients = [{ id: 'a', key: 'k'.repeat(16) }];
+    expect(checkConfig({ clients, auth: { oauth: entra } }).problems).toEqual([
+      {
+        path: '/auth/oauth/audience',
+        message: expect.stringContaining('set auth.oauth.resource') as unknown,
+      },
+    ]);
+    expect(
+      checkConfig({ clients, auth: { oauth: { ...entra, resource: 'https://tg.example/mcp' } } })
+        .problems,
+    ).toEqual([]);
+  });
+
   it('names a missing environment variable and a bad override', () => {
     expect(() => parseConfig({ clients: [{ id: 'a', key: '${NOPE_NOT_SET}' }] })).toThrow(
       /\/clients\/0\/key: environment variable NOPE_NOT_SET is not set/,

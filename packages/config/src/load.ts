@@ -95,7 +95,7 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
       client.keySha256 = sha256(client.key);
       delete client.key;
     }
-    client.keySha256 = client.keySha256!.toLowerCase();
+    if (client.keySha256 !== undefined) client.keySha256 = client.keySha256.toLowerCase();
   }
   return doc;
 }
@@ -277,16 +277,66 @@ function clientProblems(config: Config): ConfigProblem[] {
   config.clients.forEach((client, i) => {
     const hasKey = client.key !== undefined;
     const hasHash = client.keySha256 !== undefined;
-    if (hasKey === hasHash) {
+    // A client without a key signs in with OAuth tokens only.
+    const tokensOnly = !hasKey && !hasHash && config.auth?.oauth !== undefined;
+    if (hasKey === hasHash && !tokensOnly) {
       problems.push({
         path: `/clients/${i}`,
-        message: `client "${client.id}" needs exactly one of key or keySha256`,
+        message: `client "${client.id}" needs exactly one of key or keySha256${hasKey ? '' : ' (or auth.oauth, for a client signing in with tokens only)'}`,
       });
     }
     if (seen.has(client.id))
       problems.push({ path: `/clients/${i}/id`, message: `duplicate client id "${client.id}"` });
     seen.add(client.id);
   });
+  problems.push(...authProblems(config));
+  return problems;
+}
+
+/** `auth:` against the clients: someone must be able to sign in, and scopes must name tools. */
+function authProblems(config: Config): ConfigProblem[] {
+  const auth = config.auth;
+  if (typeof auth !== 'object' || auth === null) return [];
+  const problems: ConfigProblem[] = [];
+  const oauth = auth.oauth;
+  if (auth.apiKeys === false && oauth === undefined)
+    problems.push({
+      path: '/auth/apiKeys',
+      message: 'with apiKeys false, auth.oauth must be set (nobody could sign in)',
+    });
+  if (oauth === undefined) return problems;
+  if (config.clients.length === 0)
+    problems.push({
+      path: '/auth/oauth',
+      message:
+        "needs at least one client in clients: a token's client claim must name a configured client id",
+    });
+  const urls = [
+    ['issuer', oauth.issuer],
+    oauth.resource === undefined ? ['audience', oauth.audience] : ['resource', oauth.resource],
+  ] as const;
+  for (const [name, url] of urls) {
+    if (typeof url !== 'string') continue;
+    let parsed: URL | undefined;
+    try {
+      parsed = new URL(url);
+    } catch {
+      problems.push({
+        path: `/auth/oauth/${name}`,
+        message:
+          name === 'audience'
+            ? `"${url}" is not a URL: set auth.oauth.resource to toolgate's URL`
+            : `"${url}" is not a URL`,
+      });
+      continue;
+    }
+    const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(parsed.hostname);
+    if (parsed.protocol !== 'https:' && !loopback)
+      problems.push({
+        path: `/auth/oauth/${name}`,
+        message: `must be an https URL (http only on localhost); got "${url}"`,
+      });
+  }
   return problems;
 }
 

@@ -33,7 +33,10 @@ const CredentialRuleSchema = Type.Object(
 const ClientSchema = Type.Object(
   {
     id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' }),
-    /** Plain key (usually `${ENV_VAR}`); hashed at load, never kept in memory as given. */
+    /**
+     * Plain key (usually `${ENV_VAR}`); hashed at load, never kept in memory as given. Neither
+     * key nor keySha256: the client signs in with OAuth tokens only (auth.oauth).
+     */
     key: Type.Optional(Type.String({ minLength: 16 })),
     keySha256: Type.Optional(Type.String({ pattern: '^[0-9a-fA-F]{64}$' })),
     tools: Type.Array(Type.String({ minLength: 1 }), { default: ['*'] }),
@@ -70,6 +73,94 @@ const ClientSchema = Type.Object(
     credentials: Type.Optional(Type.Array(CredentialRuleSchema, { maxItems: 256 })),
   },
   { additionalProperties: false },
+);
+
+/**
+ * Asymmetric JWS algorithms an access token may be signed with. `none` and the HMAC family
+ * (HS*) are never accepted: with HS* a token "signed" with the issuer's public key would pass.
+ */
+export const OAUTH_ALGORITHMS = [
+  'RS256',
+  'RS384',
+  'RS512',
+  'PS256',
+  'PS384',
+  'PS512',
+  'ES256',
+  'ES384',
+  'ES512',
+  'EdDSA',
+  'Ed25519',
+] as const;
+
+/**
+ * `auth:` — how requests prove their client: API keys (`clients[].key`) and/or OAuth 2.1
+ * bearer tokens from one authorization server (docs/auth.md).
+ */
+const AuthSchema = Type.Object(
+  {
+    /** `Authorization: Bearer <client key>` keeps working beside tokens; false: tokens only. */
+    apiKeys: Type.Boolean({ default: true }),
+    oauth: Type.Optional(
+      Type.Object(
+        {
+          /** The authorization server's issuer URL (exactly as in its metadata and tokens' `iss`). */
+          issuer: Type.String({ pattern: '^https?://[^\\s#?]+$' }),
+          /**
+           * What a token's `aud` must hold: toolgate's canonical resource URL (RFC 8707), or the
+           * identifier the server puts there (Entra ID v2: the API's application id).
+           */
+          audience: Type.String({ minLength: 1 }),
+          /**
+           * The URL clients know toolgate by (RFC 9728 `resource`, where the metadata and
+           * challenges point); default: `audience`, which must then be a URL.
+           */
+          resource: Type.Optional(Type.String({ pattern: '^https?://[^\\s#?]+$' })),
+          /** Overrides the metadata's `jwks_uri`. */
+          jwksUri: Type.Optional(Type.String({ pattern: '^https?://' })),
+          /** The claim naming the client (a `clients[].id`); absent: `client_id`, then `azp`. */
+          clientClaim: Type.Optional(Type.String({ minLength: 1 })),
+          /** The claim naming the user acting through the client. */
+          userClaim: Type.String({ minLength: 1, default: 'sub' }),
+          /** OAuth scope → tool patterns (as `clients[].tools`) a token with that scope may call. */
+          scopes: Type.Record(
+            Type.String({ pattern: '^[!#-\\[\\]-~]+$' }), // an RFC 6749 scope-token
+            Type.Array(Type.String({ minLength: 1 }), { minItems: 1 }),
+            { default: {} },
+          ),
+          /** Signature algorithms accepted (asymmetric only). */
+          algorithms: Type.Array(
+            Type.Unsafe<(typeof OAUTH_ALGORITHMS)[number]>({
+              type: 'string',
+              enum: [...OAUTH_ALGORITHMS],
+            }),
+            { minItems: 1, uniqueItems: true, default: [...OAUTH_ALGORITHMS] },
+          ),
+          /** Clock skew allowed on `exp`/`nbf`/`iat`, seconds. */
+          clockSkewSeconds: Type.Integer({ minimum: 0, maximum: 300, default: 30 }),
+          /**
+           * Opaque (non-JWT) tokens are checked at the server's RFC 7662 introspection endpoint
+           * with these client credentials; absent: only JWT access tokens are accepted.
+           */
+          introspection: Type.Optional(
+            Type.Object(
+              {
+                clientId: Type.String({ minLength: 1 }),
+                clientSecret: Type.String({ minLength: 1 }),
+                /** Overrides the metadata's `introspection_endpoint`. */
+                endpoint: Type.Optional(Type.String({ pattern: '^https?://' })),
+                /** An answer is reused at most this long (and never past the token's `exp`). */
+                cacheSeconds: Type.Integer({ minimum: 0, maximum: 3600, default: 60 }),
+              },
+              { additionalProperties: false },
+            ),
+          ),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+  },
+  { additionalProperties: false, default: {} },
 );
 
 const closed = { additionalProperties: false, default: {} } as const;
@@ -195,6 +286,7 @@ export const ConfigSchema = Type.Object(
       },
       closed,
     ),
+    auth: AuthSchema,
     /** MCP servers whose tools toolgate serves (docs/upstreams.md). */
     upstreams: Type.Array(UpstreamSchema, { default: [] }),
     policy: Type.Object(
@@ -338,4 +430,6 @@ export const ConfigSchema = Type.Object(
 
 export type Config = Static<typeof ConfigSchema>;
 export type ClientConfig = Static<typeof ClientSchema>;
+export type AuthConfig = Static<typeof AuthSchema>;
+export type OAuthConfig = NonNullable<AuthConfig['oauth']>;
 export type RedisConfig = Config['redis'];

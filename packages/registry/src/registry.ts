@@ -20,7 +20,7 @@ export type ValidationResult =
 export type ResultCheck = { ok: true } | { ok: false; issues: ValidationIssue[] };
 
 export interface ListOptions {
-  scope?: ToolScope;
+  scope?: Pick<ToolScope, 'allows'>;
   /** Free-text query: ranks by relevance (fuzzy, prefix) and drops non-matches. */
   q?: string;
   category?: string;

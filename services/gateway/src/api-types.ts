@@ -29,6 +29,9 @@ export interface ErrorAnswer {
 export interface WhoAmI {
   client: string;
   admin: boolean;
+  /** Signed in with an OAuth token: the user it names (if any) and its scopes. */
+  user?: string;
+  scopes?: string[];
   /** A trace viewer URL with `{traceId}` in it (`console.traceUrl`), when configured. */
   traceUrl?: string;
 }
@@ -58,6 +61,8 @@ export interface CallView {
   createdAt: string;
   /** The client that made the call. */
   client: string;
+  /** The user the client acted for (an OAuth token's user claim), when known. */
+  user?: string;
   /** The call's arguments, redacted (as the audit log keeps them). */
   arguments?: unknown;
   /** The trace of the call, when tracing was on. */

@@ -1,12 +1,22 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { ClientConfig, Config } from '@toolgate/config';
 import { CLIENT_LIMIT_DEFAULTS, sha256 } from '@toolgate/config';
-import { ToolScope } from '@toolgate/registry';
+import { ToolScope, type Tool } from '@toolgate/registry';
+import type { TokenGrant } from './auth/oauth.js';
+
+/** Which tools a caller may see and call. */
+export interface ToolFilter {
+  allows(tool: Pick<Tool, 'name' | 'category'>): boolean;
+}
 
 export interface Client {
   id: string;
   admin: boolean;
-  scope: ToolScope;
+  scope: ToolFilter;
+  /** The user a client signed in with an OAuth token acts for (the token's user claim). */
+  user?: string;
+  /** Set when the client signed in with an OAuth token: its scopes (docs/auth.md). */
+  grant?: TokenGrant;
   rateLimitPerMinute: number;
   /** Fair share of the workers (docs/scheduling.md). */
   limits: { queued: number; sandboxInFlight: number; pendingApprovals: number };
@@ -18,41 +28,45 @@ export interface Client {
  */
 export class Clients {
   private readonly byHash = new Map<string, { digest: Buffer; client: Client }>();
+  private readonly all = new Map<string, Client>();
 
   constructor(configs: readonly ClientConfig[]) {
     for (const c of configs) {
-      const hex = c.keySha256!;
-      this.byHash.set(hex, {
-        digest: Buffer.from(hex, 'hex'),
-        client: {
-          id: c.id,
-          admin: c.admin,
-          scope: new ToolScope(c.tools),
-          rateLimitPerMinute: c.rateLimit.perMinute,
-          limits: {
-            queued: c.limits.queued,
-            sandboxInFlight: c.limits.sandboxInFlight,
-            pendingApprovals: c.limits.pendingApprovals,
-          },
+      const client: Client = {
+        id: c.id,
+        admin: c.admin,
+        scope: new ToolScope(c.tools),
+        rateLimitPerMinute: c.rateLimit.perMinute,
+        limits: {
+          queued: c.limits.queued,
+          sandboxInFlight: c.limits.sandboxInFlight,
+          pendingApprovals: c.limits.pendingApprovals,
         },
-      });
+      };
+      this.all.set(c.id, client);
+      // A client without a key signs in with OAuth tokens only.
+      const hex = c.keySha256;
+      if (hex !== undefined) this.byHash.set(hex, { digest: Buffer.from(hex, 'hex'), client });
     }
   }
 
   get size(): number {
-    return this.byHash.size;
+    return this.all.size;
   }
 
   /** The configured client ids. */
   get ids(): ReadonlySet<string> {
-    return new Set([...this.byHash.values()].map((e) => e.client.id));
+    return new Set(this.all.keys());
+  }
+
+  /** The configured client with this id (a token's client claim names it). */
+  byId(id: string): Client | undefined {
+    return this.all.get(id);
   }
 
   /** Each client's `limits.pendingApprovals` (the console shows counts against them). */
   get pendingLimits(): ReadonlyMap<string, number> {
-    return new Map(
-      [...this.byHash.values()].map((e) => [e.client.id, e.client.limits.pendingApprovals]),
-    );
+    return new Map([...this.all.values()].map((c) => [c.id, c.limits.pendingApprovals]));
   }
 
   authenticate(key: string): Client | undefined {

@@ -4,6 +4,7 @@ import type { ValidationIssue } from '@toolgate/registry';
 export type ApiErrorCode =
   | 'unauthorized'
   | 'forbidden'
+  | 'insufficient_scope'
   | 'tool_quarantined'
   | 'unknown_tool'
   | 'not_found'
@@ -29,6 +30,7 @@ export type ApiErrorCode =
 const STATUS: Record<ApiErrorCode, number> = {
   unauthorized: 401,
   forbidden: 403,
+  insufficient_scope: 403,
   tool_quarantined: 403,
   unknown_tool: 404,
   not_found: 404,

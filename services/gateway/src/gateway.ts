@@ -26,6 +26,7 @@ import type { ToolRegistry } from '@toolgate/registry';
 import { createGuardedFetch } from '@toolgate/tools';
 import { UpstreamCatalog } from '@toolgate/upstreams';
 import express from 'express';
+import { OAuthResource } from './auth/oauth.js';
 import { resolveClients, type DevMode } from './clients.js';
 import { deferContinue, readJsonBody } from './body/read-json-body.js';
 import { ApiError } from './errors.js';
@@ -39,6 +40,7 @@ import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
 import { upstreamRoutes } from './routes/upstreams.js';
 import { secretRoutes } from './routes/secrets.js';
 import { KeyRing, SecretStore } from '@toolgate/secrets';
+import { protectedResourceRoutes } from './routes/well-known.js';
 import { ApprovalFeed } from './approval-feed.js';
 import { HeldConnections } from './held-connections.js';
 import { callRoutes } from './routes/calls.js';
@@ -269,7 +271,14 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     config.policy.authFailures.perMinute,
     () => metrics.limited.inc({ kind: 'auth', client: '(unauthenticated)' }),
   );
-  app.use(authenticate(clients, authFailures));
+  const oauth = config.auth.oauth ? new OAuthResource(config.auth.oauth, clients) : undefined;
+  if (oauth) app.use(protectedResourceRoutes(oauth));
+  app.use(
+    authenticate(clients, authFailures, {
+      apiKeys: config.auth.apiKeys,
+      ...(oauth ? { oauth } : {}),
+    }),
+  );
   app.use(chargeRequests(limits, redis, audit)); // before the body is read
   app.use(readJsonBody({ limitBytes: config.server.bodyLimitBytes }));
   app.use(executeRoutes(pipeline)); // the hot route first

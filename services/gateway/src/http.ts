@@ -1,32 +1,84 @@
 import type { AuditLog } from '@toolgate/calls';
 import type { NextFunction, Request, Response } from 'express';
 import type { RedisClient } from '@toolgate/calls';
+import { AuthServerError } from './auth/fetch-json.js';
+import type { OAuthResource } from './auth/oauth.js';
+import { TokenRefused } from './auth/verifier.js';
 import type { Client, Clients } from './clients.js';
 import { ApiError } from './errors.js';
 import type { AuthFailures } from './policy/auth-failures.js';
 import { Prepaid, type CallLimits } from './policy/limits.js';
 
 /**
- * Bearer-key auth; the client lands in `res.locals.client`. A missing or unknown key is
- * counted against the source address (`req.ip`: the socket's peer unless `server.trustProxy`)
- * and answered 401, or 429 once the address is over its budget.
+ * Bearer auth: a client's API key, or (with `auth.oauth`) an OAuth access token; the client
+ * lands in `res.locals.client`. A missing, unknown or invalid credential is counted against
+ * the source address (`req.ip`: the socket's peer unless `server.trustProxy`) and answered
+ * 401, or 429 once the address is over its budget. With OAuth on, a 401 carries the
+ * `WWW-Authenticate` challenge that leads a client to the authorization server (docs/auth.md).
  */
-export function authenticate(clients: Clients, failures?: AuthFailures) {
+export function authenticate(
+  clients: Clients,
+  failures?: AuthFailures,
+  options: { oauth?: OAuthResource; apiKeys?: boolean } = {},
+) {
+  const { oauth, apiKeys = true } = options;
+  const refuse = (req: Request, next: NextFunction, unauthorized: ApiError): void => {
+    if (!failures) return next(unauthorized);
+    failures.fail(req.ip ?? req.socket.remoteAddress ?? 'unknown', unauthorized).then(next, next);
+  };
   return (req: Request, res: Response, next: NextFunction): void => {
     const header = req.get('authorization') ?? '';
     const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    const client = m ? clients.authenticate(m[1]!) : undefined;
-    if (!client) {
+    // An API key is a hash and a map lookup: tried first, before any token work.
+    const client = m && apiKeys ? clients.authenticate(m[1]!) : undefined;
+    if (client) {
+      res.locals.client = client;
+      return next();
+    }
+    if (!oauth) {
+      return refuse(
+        req,
+        next,
+        new ApiError(
+          'unauthorized',
+          m ? 'unknown API key' : 'missing "Authorization: Bearer <key>" header',
+        ),
+      );
+    }
+    if (!m) {
       const unauthorized = new ApiError(
         'unauthorized',
-        m ? 'unknown API key' : 'missing "Authorization: Bearer <key>" header',
+        `missing "Authorization: Bearer <token>" header`,
+        { headers: { 'WWW-Authenticate': oauth.challenge() } },
       );
-      if (!failures) return next(unauthorized);
-      failures.fail(req.ip ?? req.socket.remoteAddress ?? 'unknown', unauthorized).then(next, next);
-      return;
+      return refuse(req, next, unauthorized);
     }
-    res.locals.client = client;
-    next();
+    oauth.authenticate(m[1]!).then(
+      (tokenClient) => {
+        res.locals.client = tokenClient;
+        next();
+      },
+      (err: unknown) => {
+        if (err instanceof AuthServerError)
+          return next(
+            new ApiError('unavailable', 'the authorization server could not be reached', {
+              cause: err,
+              headers: { 'Retry-After': '5' },
+            }),
+          );
+        const reason =
+          err instanceof TokenRefused ? err.message : 'the token could not be verified';
+        const message = apiKeys ? `unknown API key, and not a valid token: ${reason}` : reason;
+        refuse(
+          req,
+          next,
+          new ApiError('unauthorized', message, {
+            details: { error: 'invalid_token', reason },
+            headers: { 'WWW-Authenticate': oauth.challenge(reason) },
+          }),
+        );
+      },
+    );
   };
 }
 

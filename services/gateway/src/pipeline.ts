@@ -34,6 +34,7 @@ import { runPrecheck, type Tool, type ToolRegistry, type ToolServices } from '@t
 import { injectContext, withSpan } from '@toolgate/telemetry';
 import type { RedisClient, Replication, ReplicaWait } from '@toolgate/calls';
 import type { ApprovalFeed } from './approval-feed.js';
+import { outOfScope } from './auth/oauth.js';
 import type { Client } from './clients.js';
 import { pendingApproval } from './views.js';
 import { ApiError } from './errors.js';
@@ -218,9 +219,7 @@ export class CallPipeline {
           );
         throw new ApiError('unknown_tool', `no tool named "${req.tool}"`);
       }
-      if (!client.scope.allows(tool)) {
-        throw new ApiError('forbidden', `client "${client.id}" may not call "${tool.name}"`);
-      }
+      if (!client.scope.allows(tool)) throw outOfScope(client, tool);
       if (typeof req.args !== 'object' || req.args === null || Array.isArray(req.args)) {
         throw new ApiError('invalid_json', 'the arguments must be a JSON object');
       }
@@ -290,6 +289,7 @@ export class CallPipeline {
         tool: tool.name,
         args,
         clientId: client.id,
+        ...(client.user === undefined ? {} : { user: client.user }),
         acceptedAt: Date.now(),
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
         ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
@@ -721,6 +721,7 @@ export class CallPipeline {
     const entry = this.o.audit.entry({
       event: 'call',
       client: client.id,
+      ...(client.user === undefined ? {} : { user: client.user }),
       tool: tool.name,
       status,
       callId: outcome.id,
@@ -732,6 +733,7 @@ export class CallPipeline {
       id: outcome.id,
       tool: tool.name,
       clientId: client.id,
+      ...(client.user === undefined ? {} : { user: client.user }),
       acceptedAt: Date.now(),
       redactedArgs: entry.args,
     };
@@ -774,6 +776,7 @@ export class CallPipeline {
     const entry = this.o.audit.entry({
       event: 'refused',
       client: client.id,
+      ...(client.user === undefined ? {} : { user: client.user }),
       tool: req.tool.length > 128 ? `${req.tool.slice(0, 128)}…` : req.tool,
       status: err.code,
       args: req.args,

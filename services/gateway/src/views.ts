@@ -14,6 +14,7 @@ export function callView(record: CallRecord): CallView {
     status: record.status,
     createdAt: new Date(record.createdAt).toISOString(),
     client: record.clientId,
+    ...(record.user === undefined ? {} : { user: record.user }),
     ...(args === undefined ? {} : { arguments: args }),
     ...(record.traceId ? { traceId: record.traceId } : {}),
     ...(record.cancel ? { cancelledBy: record.cancel.by } : {}),

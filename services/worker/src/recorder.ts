@@ -120,6 +120,7 @@ export class Recorder {
       const entry = audit.entry({
         event: 'call',
         client: call.clientId,
+        ...(call.user === undefined ? {} : { user: call.user }),
         tool: call.tool,
         status:
           outcome.status === 'error' ? `error:${outcome.error?.code ?? 'unknown'}` : outcome.status,

@@ -12,6 +12,7 @@ import { createMcpHandler, ProtocolErrorCode } from '@modelcontextprotocol/serve
 import { Router, type Response } from 'express';
 import type { RedisClient } from '@toolgate/calls';
 import { ApiError } from '../errors.js';
+import type { Client } from '../clients.js';
 import type { HeldConnections } from '../held-connections.js';
 import { clientOf, prepaidOf } from '../http.js';
 import { LogLevels } from '../mcp/log-level.js';
@@ -71,6 +72,14 @@ export function mcpRoutes(deps: McpDeps): Router {
       jsonRpcError(res, 403, `Forbidden: ${verdict.reason}`);
       return;
     }
+    // A token whose scopes lack the tool is told so at the HTTP level (403 insufficient_scope),
+    // where an MCP client looks for a step-up challenge; a tool result could not carry it.
+    const stepUp = scopeStepUp(deps.registry, clientOf(res), req.body);
+    if (stepUp) {
+      res.status(stepUp.status).set(stepUp.headers);
+      jsonRpcError(res, 403, stepUp.message, requestIdOf(req.body));
+      return;
+    }
     // A request that waits for a call holds its connection: a slot of the client's budget,
     // taken before any await, given back when the response closes (ended, failed or cut).
     const held = waitsForCall(req.body) ? await deps.held.hold(res, clientOf(res)) : undefined;
@@ -87,7 +96,7 @@ export function mcpRoutes(deps: McpDeps): Router {
       auth: {
         token: '',
         clientId: caller.client.id,
-        scopes: [],
+        scopes: [...(caller.client.grant?.scopes ?? [])],
         extra: { 'toolgate/caller': caller },
       },
     });
@@ -143,10 +152,30 @@ function cancelledRequestId(body: unknown): string | number | undefined {
   return typeof id === 'string' || typeof id === 'number' ? id : undefined;
 }
 
-function jsonRpcError(res: Response, status: number, message: string): void {
+/** The step-up a `tools/call` for a tool outside the token's scopes needs, if it is one. */
+function scopeStepUp(registry: ToolRegistry, client: Client, body: unknown): ApiError | undefined {
+  if (!client.grant || typeof body !== 'object' || body === null || Array.isArray(body))
+    return undefined;
+  const { method, params } = body as { method?: unknown; params?: { name?: unknown } };
+  if (method !== 'tools/call' || typeof params?.name !== 'string') return undefined;
+  const tool = registry.get(params.name);
+  return tool && client.grant.stepUp(tool);
+}
+
+function requestIdOf(body: unknown): string | number | null {
+  const id = (body as { id?: unknown } | null)?.id;
+  return typeof id === 'string' || typeof id === 'number' ? id : null;
+}
+
+function jsonRpcError(
+  res: Response,
+  status: number,
+  message: string,
+  id: string | number | null = null,
+): void {
   res.status(status).json({
     jsonrpc: '2.0',
     error: { code: status === 405 ? -32000 : ProtocolErrorCode.InvalidRequest, message },
-    id: null,
+    id,
   });
 }

@@ -1,4 +1,4 @@
-export { Keys, isCallId } from './keys.js';
+export { Keys, isCallId, principal } from './keys.js';
 export { CallStore, BRIEF_MAX_BYTES, briefOf, finishedRecord } from './store.js';
 export type { LegacyBudget } from './store.js';
 export { capOutcome } from './result-cap.js';

@@ -83,6 +83,8 @@ export interface CallListItem {
   id: string;
   tool: string;
   client: string;
+  /** The user the client acted for (an OAuth token's user claim), when known. */
+  user?: string;
   status: CallStatus;
   createdAt: string;
   durationMs?: number;
@@ -91,8 +93,9 @@ export interface CallListItem {
 }
 
 /**
- * `GET /v1/calls?client=&tool=&status=&since=&limit=`: recent calls, newest first (a client
- * sees its own; admins everyone's, or one client's with `client=`).
+ * `GET /v1/calls?client=&user=&tool=&status=&since=&limit=`: recent calls, newest first (a
+ * client sees its own, a user signed in with a token only its own; admins everyone's, or one
+ * client's with `client=`, one user's with `user=`).
  */
 export interface CallList {
   calls: CallListItem[];

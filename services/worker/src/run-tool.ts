@@ -70,6 +70,7 @@ export async function runTool(
         tool.handler(job.args, {
           callId: job.id,
           clientId: job.clientId,
+          ...(job.space === undefined ? {} : { space: job.space }),
           signal: controller.signal,
           services,
           ...(events ? { events } : {}),

@@ -144,6 +144,13 @@ export function createWorker({
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
+  const userSandboxInFlight = new Map(
+    config.clients.flatMap((c) =>
+      c.limits.perUser?.sandboxInFlight === undefined
+        ? []
+        : [[c.id, c.limits.perUser.sandboxInFlight] as const],
+    ),
+  );
   /**
    * Sandbox calls this worker runs or is taking a lease for. Counted before the lease's await,
    * so two calls starting at once never both see a normal slot free: a call that finds all
@@ -257,7 +264,15 @@ export function createWorker({
       const cap = sandboxInFlight.get(job.clientId) ?? CLIENT_LIMIT_DEFAULTS.sandboxInFlight;
       const leaseMs = (registry.get(job.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
       // In the reserve, only a client's first running call: cap 1.
-      granted = await leases.acquire(job.clientId, 'sandbox', job.id, reserve ? 1 : cap, leaseMs);
+      const userCap = job.user === undefined ? undefined : userSandboxInFlight.get(job.clientId);
+      granted = await leases.acquire(
+        job.clientId,
+        'sandbox',
+        job.id,
+        reserve ? 1 : cap,
+        leaseMs,
+        userCap === undefined ? undefined : { id: job.user!, cap: userCap },
+      );
     } catch (err) {
       sandboxTaken--;
       throw err;
@@ -392,7 +407,7 @@ export function createWorker({
         // Cached before anyone hears of the result, so an identical call right after it hits.
         if (tool.cacheTtlSeconds > 0 && outcome.status === 'ok') {
           const write = redis.multi();
-          cache.addTo(write, tool, call.args, call.clientId, outcome.result);
+          cache.addTo(write, tool, call.args, call.space ?? call.clientId, outcome.result);
           await write
             .exec()
             .catch((err: unknown) =>

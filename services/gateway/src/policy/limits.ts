@@ -51,6 +51,7 @@ export class Prepaid {
  */
 export class CallLimits {
   private readonly perClient = new Map<number, RateLimiterRedis>();
+  private readonly perUser = new Map<number, RateLimiterRedis>();
   private readonly loop: RateLimiterRedis;
   private readonly budgets = new Map<string, Budget>();
   private readonly reserving = new Map<string, Promise<void>>();
@@ -97,6 +98,7 @@ export class CallLimits {
         },
       );
     }
+    await this.consumeUser(client, calls);
     if (!conversationId) return;
     try {
       await this.loop.consume(`${client.id}:${conversationId}`, calls);
@@ -129,6 +131,40 @@ export class CallLimits {
     const retryAfter = Number(err.headers['Retry-After'] ?? 1);
     this.reportedUntil.set(client.id, now + retryAfter * 1000);
     return true;
+  }
+
+  /**
+   * Counts `calls` against the rate of the user the client acts for (`limits.perUser.rateLimit`):
+   * one by one in Redis, one round trip per call, only for clients that set it.
+   */
+  private async consumeUser(client: Client, calls: number): Promise<void> {
+    const perMinute = client.perUser.rateLimitPerMinute;
+    if (client.user === undefined || perMinute === undefined || calls <= 0) return;
+    let limiter = this.perUser.get(perMinute);
+    if (!limiter) {
+      limiter = new RateLimiterRedis({
+        storeClient: this.redis,
+        keyPrefix: this.keys.userRatePrefix(perMinute),
+        points: perMinute,
+        duration: 60,
+      });
+      this.perUser.set(perMinute, limiter);
+    }
+    try {
+      await limiter.consume(`${client.id}:${client.user}`, calls);
+    } catch (err) {
+      if (!(err instanceof RateLimiterRes)) throw err;
+      this.onLimited('rate', client);
+      const retryAfter = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
+      throw new ApiError(
+        'rate_limited',
+        `this user of client "${client.id}" is over its rate of ${perMinute} calls per minute; retry in ${retryAfter} s`,
+        {
+          headers: { 'Retry-After': String(retryAfter) },
+          details: { limitPerMinute: perMinute, scope: 'user', retryAfterSeconds: retryAfter },
+        },
+      );
+    }
   }
 
   /** Counts `calls` against the client's rate: from its slice, a new slice, or one by one. */

@@ -181,6 +181,12 @@ describe('client-credentials tokens', () => {
       headers: from('10.0.0.1', access_token),
     });
     expect(await record.json()).toMatchObject({ client: 'carol', tool: 'calculator' });
+    const me = await stack.call('/v1/me', { key: null, headers: from('10.0.0.1', access_token) });
+    expect(await me.json()).toMatchObject({
+      client: 'carol',
+      admin: false,
+      scopes: ['tools:math'],
+    });
   });
 
   it('a tool its client has but its scopes lack is a 403 step-up naming the scope', async () => {
@@ -274,7 +280,9 @@ describe('refused tokens', () => {
       'HS256-signed with the JWKS public key',
       async () => {
         const pem = await exportSPKI(
-          (await importJWK(as.publicJwk, 'RS256', { extractable: true })) as CryptoKey,
+          (await importJWK(as.publicJwk, 'RS256', { extractable: true })) as Parameters<
+            typeof exportSPKI
+          >[0],
         );
         return new SignJWT({ client_id: 'carol', scope: 'tools:math' })
           .setProtectedHeader({ alg: 'HS256', kid: 'as-key-1' })

@@ -185,6 +185,19 @@ server:
         },
       }).problems.map((p) => p.path),
     ).toEqual(['/auth/oauth/algorithms/0', '/auth/oauth', '/auth/oauth/issuer']);
+    // An audience that is not a URL (Entra ID v2: an application id) needs toolgate's URL apart.
+    const entra = { issuer: oauth.issuer, audience: '7f3c0e2a-1111-2222-3333-444455556666' };
+    const clients = [{ id: 'a', key: 'k'.repeat(16) }];
+    expect(checkConfig({ clients, auth: { oauth: entra } }).problems).toEqual([
+      {
+        path: '/auth/oauth/audience',
+        message: expect.stringContaining('set auth.oauth.resource') as unknown,
+      },
+    ]);
+    expect(
+      checkConfig({ clients, auth: { oauth: { ...entra, resource: 'https://tg.example/mcp' } } })
+        .problems,
+    ).toEqual([]);
   });
 
   it('names a missing environment variable and a bad override', () => {

@@ -278,16 +278,23 @@ function authProblems(config: Config): ConfigProblem[] {
       message:
         "needs at least one client in clients: a token's client claim must name a configured client id",
     });
-  for (const [name, url] of [
+  const urls = [
     ['issuer', oauth.issuer],
-    ['audience', oauth.audience],
-  ] as const) {
+    oauth.resource === undefined ? ['audience', oauth.audience] : ['resource', oauth.resource],
+  ] as const;
+  for (const [name, url] of urls) {
     if (typeof url !== 'string') continue;
     let parsed: URL | undefined;
     try {
       parsed = new URL(url);
     } catch {
-      problems.push({ path: `/auth/oauth/${name}`, message: `"${url}" is not a URL` });
+      problems.push({
+        path: `/auth/oauth/${name}`,
+        message:
+          name === 'audience'
+            ? `"${url}" is not a URL: set auth.oauth.resource to toolgate's URL`
+            : `"${url}" is not a URL`,
+      });
       continue;
     }
     const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(parsed.hostname);

@@ -115,8 +115,16 @@ const AuthSchema = Type.Object(
         {
           /** The authorization server's issuer URL (exactly as in its metadata and tokens' `iss`). */
           issuer: Type.String({ pattern: '^https?://[^\\s#?]+$' }),
-          /** toolgate's canonical resource URL: a token's `aud` must hold it (RFC 8707). */
-          audience: Type.String({ pattern: '^https?://[^\\s#?]+$' }),
+          /**
+           * What a token's `aud` must hold: toolgate's canonical resource URL (RFC 8707), or the
+           * identifier the server puts there (Entra ID v2: the API's application id).
+           */
+          audience: Type.String({ minLength: 1 }),
+          /**
+           * The URL clients know toolgate by (RFC 9728 `resource`, where the metadata and
+           * challenges point); default: `audience`, which must then be a URL.
+           */
+          resource: Type.Optional(Type.String({ pattern: '^https?://[^\\s#?]+$' })),
           /** Overrides the metadata's `jwks_uri`. */
           jwksUri: Type.Optional(Type.String({ pattern: '^https?://' })),
           /** The claim naming the client (a `clients[].id`); absent: `client_id`, then `azp`. */

@@ -29,6 +29,9 @@ export interface ErrorAnswer {
 export interface WhoAmI {
   client: string;
   admin: boolean;
+  /** Signed in with an OAuth token: the user it names (if any) and its scopes. */
+  user?: string;
+  scopes?: string[];
   /** A trace viewer URL with `{traceId}` in it (`console.traceUrl`), when configured. */
   traceUrl?: string;
 }

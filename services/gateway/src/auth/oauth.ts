@@ -27,12 +27,12 @@ export class OAuthResource {
     this.verifier = new TokenVerifier(config, jwksOptions);
     this.byScope = new Map(Object.entries(config.scopes).map(([s, p]) => [s, new ToolScope(p)]));
     // RFC 9728 §3.1: the well-known segment goes between the host and the resource's path.
-    const audience = new URL(config.audience);
-    const path = audience.pathname.replace(/\/$/, '');
-    this.metadataUrl = `${audience.origin}/.well-known/oauth-protected-resource${path}`;
+    const resource = new URL(config.resource ?? config.audience);
+    const path = resource.pathname.replace(/\/$/, '');
+    this.metadataUrl = `${resource.origin}/.well-known/oauth-protected-resource${path}`;
   }
 
-  /** The paths this gateway answers the metadata on: the root one, `/mcp`, the audience's. */
+  /** The paths this gateway answers the metadata on: the root one, `/mcp`, the resource's. */
   get metadataPaths(): string[] {
     const own = new URL(this.metadataUrl).pathname;
     return [
@@ -47,7 +47,7 @@ export class OAuthResource {
   /** RFC 9728 protected-resource metadata. */
   resourceMetadata(): Record<string, unknown> {
     return {
-      resource: this.config.audience,
+      resource: this.config.resource ?? this.config.audience,
       authorization_servers: [this.config.issuer],
       ...(this.byScope.size > 0 ? { scopes_supported: [...this.byScope.keys()] } : {}),
       bearer_methods_supported: ['header'],

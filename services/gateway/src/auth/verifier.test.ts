@@ -47,22 +47,22 @@ async function fakeServer(): Promise<FakeServer> {
 
 const AUDIENCE = 'http://127.0.0.1:8080/mcp';
 
-function oauthConfig(issuer: string): OAuthConfig {
+function oauthConfig(issuer: string, extra: Record<string, unknown> = {}): OAuthConfig {
   return parseConfig({
     clients: [{ id: 'carol', keySha256: 'a'.repeat(64) }],
-    auth: { oauth: { issuer, audience: AUDIENCE } },
+    auth: { oauth: { issuer, audience: AUDIENCE, ...extra } },
   }).auth.oauth!;
 }
 
 async function keyPair(kid: string) {
   const { privateKey, publicKey } = await generateKeyPair('ES256', { extractable: true });
   const publicJwk = { ...(await exportJWK(publicKey)), kid, alg: 'ES256', use: 'sig' };
-  const sign = (issuer: string) =>
+  const sign = (issuer: string, expiresIn: string = '5m') =>
     new SignJWT({ client_id: 'carol', scope: 'tools:math', sub: 'u1' })
       .setProtectedHeader({ alg: 'ES256', kid })
       .setIssuer(issuer)
       .setAudience(AUDIENCE)
-      .setExpirationTime('5m')
+      .setExpirationTime(expiresIn)
       .sign(privateKey);
   return { publicJwk, sign };
 }
@@ -121,6 +121,18 @@ describe('TokenVerifier', () => {
       true,
     );
     expect(as.jwksFetches).toBe(1);
+  });
+
+  it('a verified token is reused from memory, but never past its expiry', async () => {
+    const as = await fakeServer();
+    const a = await keyPair('a');
+    as.keys = [a.publicJwk];
+    const verifier = new TokenVerifier(oauthConfig(as.issuer, { clockSkewSeconds: 0 }));
+    const token = await a.sign(as.issuer, '2s');
+    await expect(verifier.verify(token)).resolves.toMatchObject({ clientId: 'carol' });
+    await expect(verifier.verify(token)).resolves.toMatchObject({ clientId: 'carol' });
+    await new Promise((r) => setTimeout(r, 2100));
+    await expect(verifier.verify(token)).rejects.toThrow(/expired/);
   });
 
   it(`refuses a key set of more than ${MAX_KEYS} keys`, async () => {

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import type { OAuthConfig } from '@toolgate/config';
 import { errors, jwtVerify, type JWTPayload } from 'jose';
 import { AuthServerError, fetchJson } from './fetch-json.js';
-import { JwksCache } from './jwks.js';
+import { JWKS_MAX_AGE_MS, JwksCache } from './jwks.js';
 
 /** What toolgate takes from a valid token. */
 export interface VerifiedToken {
@@ -39,8 +39,13 @@ export interface AuthServerMetadata {
 
 export const MAX_METADATA_BYTES = 256 * 1024;
 export const MAX_INTROSPECTION_BYTES = 64 * 1024;
-/** Introspection answers kept at once; the oldest go first. */
-export const MAX_INTROSPECTION_ENTRIES = 10_000;
+/** Verified tokens (and introspection answers) kept at once, each; the oldest go first. */
+export const MAX_CACHED_TOKENS = 10_000;
+/**
+ * A JWT's verdict is reused at most this long (and never past its `exp`): as long as the JWKS
+ * is trusted without a fetch, so a key the server withdraws stops working within this time.
+ */
+export const VERIFIED_JWT_TTL_MS = JWKS_MAX_AGE_MS;
 /** After a failed discovery, how long the failure is answered before the server is asked again. */
 const DISCOVERY_RETRY_MS = 5000;
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
@@ -49,7 +54,12 @@ export class TokenVerifier {
   readonly jwks: JwksCache;
   private metadataPromise: Promise<AuthServerMetadata> | undefined;
   private metadataFailedAt = 0;
-  private readonly introspected = new Map<string, { token: VerifiedToken; until: number }>();
+  private readonly introspected = new TokenCache();
+  /**
+   * JWTs already verified: a signature check costs more than the rest of a calculator call,
+   * and an assistant sends the same token with every request until it expires.
+   */
+  private readonly verified = new TokenCache();
 
   constructor(
     private readonly config: OAuthConfig,
@@ -125,6 +135,10 @@ export class TokenVerifier {
   }
 
   private async verifyJwt(token: string): Promise<VerifiedToken> {
+    const digest = digestOf(token);
+    const now = Date.now();
+    const hit = this.verified.get(digest, now);
+    if (hit) return hit;
     let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, this.jwks.getKey, {
@@ -137,7 +151,11 @@ export class TokenVerifier {
     } catch (err) {
       throw refusal(err);
     }
-    return this.grantOf(payload);
+    const verified = this.grantOf(payload);
+    // jose accepted it until exp + the skew; nbf (if any) has passed and stays passed.
+    const expiresMs = (verified.expiresAt! + this.config.clockSkewSeconds) * 1000;
+    this.verified.set(digest, verified, Math.min(expiresMs, now + VERIFIED_JWT_TTL_MS), now);
+    return verified;
   }
 
   private grantOf(claims: Record<string, unknown>): VerifiedToken {
@@ -157,11 +175,10 @@ export class TokenVerifier {
   /** RFC 7662: asks the server; a positive answer is reused until the token expires (bounded). */
   private async introspect(token: string): Promise<VerifiedToken> {
     const intro = this.config.introspection!;
-    const digest = createHash('sha256').update(token).digest('base64url');
+    const digest = digestOf(token);
     const now = Date.now();
-    const cached = this.introspected.get(digest);
-    if (cached && cached.until > now) return cached.token;
-    if (cached) this.introspected.delete(digest);
+    const cached = this.introspected.get(digest, now);
+    if (cached) return cached;
     const endpoint = intro.endpoint ?? (await this.metadata()).introspection_endpoint;
     if (!endpoint)
       throw new AuthServerError(`${this.config.issuer} publishes no introspection_endpoint`);
@@ -200,15 +217,36 @@ export class TokenVerifier {
       now + intro.cacheSeconds * 1000,
       verified.expiresAt === undefined ? Infinity : verified.expiresAt * 1000,
     );
-    if (until > now) {
-      if (this.introspected.size >= MAX_INTROSPECTION_ENTRIES) {
-        const oldest = this.introspected.keys().next().value;
-        if (oldest !== undefined) this.introspected.delete(oldest);
-      }
-      this.introspected.set(digest, { token: verified, until });
-    }
+    this.introspected.set(digest, verified, until, now);
     return verified;
   }
+}
+
+/** Tokens by digest until a time, at most MAX_CACHED_TOKENS (the oldest entry goes first). */
+class TokenCache {
+  private readonly entries = new Map<string, { token: VerifiedToken; until: number }>();
+
+  get(digest: string, now: number): VerifiedToken | undefined {
+    const entry = this.entries.get(digest);
+    if (!entry) return undefined;
+    if (entry.until > now) return entry.token;
+    this.entries.delete(digest);
+    return undefined;
+  }
+
+  set(digest: string, token: VerifiedToken, until: number, now: number): void {
+    if (until <= now) return;
+    if (this.entries.size >= MAX_CACHED_TOKENS) {
+      const oldest = this.entries.keys().next().value;
+      if (oldest !== undefined) this.entries.delete(oldest);
+    }
+    this.entries.set(digest, { token, until });
+  }
+}
+
+/** Tokens are kept by digest: the cache never holds a usable credential. */
+function digestOf(token: string): string {
+  return createHash('sha256').update(token).digest('base64url');
 }
 
 /** `scope` (RFC 9068, space-separated) or `scp` (Entra ID, Okta: a string or an array). */

@@ -95,6 +95,8 @@ export function consoleApi(deps: {
     const body: WhoAmI = {
       client: client.id,
       admin: client.admin,
+      ...(client.user === undefined ? {} : { user: client.user }),
+      ...(client.grant ? { scopes: [...client.grant.scopes] } : {}),
       ...(deps.traceUrl ? { traceUrl: deps.traceUrl } : {}),
     };
     res.json(body);

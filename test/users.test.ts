@@ -193,7 +193,7 @@ describe("a user's calls are its own", () => {
     expect(await (await call(ben, `/v1/calls/${body.id}`)).json()).toMatchObject({ user: 'ben' });
   });
 
-  it('GET /v1/calls lists a user only its own calls; ?user= filters for an admin; audit shows the user', async () => {
+  it('GET /v1/calls lists a user only its own calls; ?user= filters for an admin; audit and stats show the user', async () => {
     const mine = (await (
       await call(ann, '/tools/calculator/execute', { json: { expression: '1+1' } })
     ).json()) as { id: string };
@@ -218,6 +218,20 @@ describe("a user's calls are its own", () => {
     expect(filtered.calls.every((c) => c.user === 'ben' && c.client === 'carol')).toBe(true);
 
     expect((await call(admin, `/v1/calls?user=${'x'.repeat(300)}`)).status).toBe(400);
+
+    // Stats per user: the admin sees both users of carol; Ann her own row and calls only.
+    type Report = { users?: { user: string; calls: number }[]; recent: { user?: string }[] };
+    await expect
+      .poll(async () => {
+        const report = (await (await call(admin, '/v1/stats?client=carol')).json()) as Report;
+        return (report.users ?? []).map((u) => u.user).sort();
+      })
+      .toEqual(['ann', 'ben']);
+    const annStats = (await (await call(ann, '/v1/stats')).json()) as Report;
+    expect(annStats.users?.map((u) => u.user)).toEqual(['ann']);
+    expect(annStats.users?.[0]?.calls).toBeGreaterThan(0);
+    expect(annStats.recent.length).toBeGreaterThan(0);
+    expect(annStats.recent.every((c) => c.user === 'ann')).toBe(true);
 
     await expect
       .poll(async () => {

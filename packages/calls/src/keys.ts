@@ -274,6 +274,15 @@ export class Keys {
   }
 
   /**
+   * A client's stats per user: a hash of `calls:<user>`, `errors:<user>`, `ms:<user>`, and a
+   * sorted set of its users by last call, which bounds the hash (USER_STATS_MAX users).
+   */
+  userStats(clientId: string): { counts: string; seen: string } {
+    const counts = `${this.prefix}:stats:client:${clientId}:users`;
+    return { counts, seen: `${counts}-seen` };
+  }
+
+  /**
    * rate-limiter-flexible's key prefix for clients allowed `perMinute` calls a minute; it
    * appends `:<clientId>`. One limiter per rate, so a changed rate starts a fresh count.
    */

@@ -424,7 +424,7 @@ export class CallPipeline {
       const multi = this.o.redis.multi();
       this.o.store.addTo(multi, cancelled);
       this.o.admission.releaseIn(multi, job.clientId, kind, id, job.user);
-      this.o.stats.addTo(multi, outcome, job.clientId);
+      this.o.stats.addTo(multi, outcome, job.clientId, job.user);
       if (job.replyTo) multi.publish(job.replyTo, JSON.stringify(outcome));
       await multi.exec();
       await this.ended(cancelled, { by, stage: 'queued' });
@@ -774,7 +774,7 @@ export class CallPipeline {
     this.o.index.addTo(multi, client.id, [outcome.id]);
     this.o.audit.addTo(multi, entry);
     await multi.exec();
-    this.o.statsBatch.add(outcome, client.id);
+    this.o.statsBatch.add(outcome, client.id, client.user);
     return outcome;
   }
 

@@ -22,6 +22,8 @@ const CAROL = {
   client_secret: 'carol-secret-0123456789',
   scope: 'tools:all',
 };
+/** A second client whose users have tight limits of their own. */
+const DORA = { client_id: 'dora', client_secret: 'dora-secret-0123456789', scope: 'tools:all' };
 const SCOPE = 'tools:all';
 
 async function freePort(): Promise<number> {
@@ -43,14 +45,14 @@ const tokens = new Map<string, string>();
  * An access token for `user` signed in at the authorization server through client `carol`:
  * authorization request with PKCE, sign-in and consent, code exchanged at the token endpoint.
  */
-async function signIn(user: string): Promise<string> {
-  const known = tokens.get(user);
+async function signIn(user: string, client = CAROL): Promise<string> {
+  const known = tokens.get(`${client.client_id}/${user}`);
   if (known) return known;
   const verifier = randomBytes(32).toString('base64url');
   const challenge = createHash('sha256').update(verifier).digest('base64url');
   const url = new URL(`${as.issuer}/auth`);
   url.search = new URLSearchParams({
-    client_id: CAROL.client_id,
+    client_id: client.client_id,
     response_type: 'code',
     redirect_uri: as.redirectUri,
     scope: SCOPE,
@@ -65,7 +67,7 @@ async function signIn(user: string): Promise<string> {
   const res = await fetch(`${as.issuer}/token`, {
     method: 'POST',
     headers: {
-      authorization: `Basic ${Buffer.from(`${CAROL.client_id}:${CAROL.client_secret}`).toString('base64')}`,
+      authorization: `Basic ${Buffer.from(`${client.client_id}:${client.client_secret}`).toString('base64')}`,
       'content-type': 'application/x-www-form-urlencoded',
     },
     body: new URLSearchParams({
@@ -78,17 +80,17 @@ async function signIn(user: string): Promise<string> {
   });
   const body = (await res.json()) as { access_token: string };
   if (!res.ok) throw new Error(`token endpoint: ${res.status} ${JSON.stringify(body)}`);
-  tokens.set(user, body.access_token);
+  tokens.set(`${client.client_id}/${user}`, body.access_token);
   return body.access_token;
 }
 
 /** A request as `user` (a real token), or with `key` (an API key). */
 async function call(
-  who: { user: string } | { key: string },
+  who: { user: string; client?: typeof CAROL } | { key: string },
   path: string,
   init: { json?: unknown; method?: string; headers?: Record<string, string> } = {},
 ): Promise<Response> {
-  const token = 'user' in who ? await signIn(who.user) : who.key;
+  const token = 'user' in who ? await signIn(who.user, who.client) : who.key;
   return stack.call(path, { ...init, key: token });
 }
 
@@ -99,7 +101,7 @@ const admin = { key: KEYS.admin };
 beforeAll(async () => {
   const port = await freePort();
   audience = `http://127.0.0.1:${port}/mcp`;
-  as = await startAuthServer({ audience, scopes: [SCOPE], clients: [CAROL] });
+  as = await startAuthServer({ audience, scopes: [SCOPE], clients: [CAROL, DORA] });
   dir = mkdtempSync(join(tmpdir(), 'toolgate-users-'));
   sandbox = await createSandbox(testSandboxConfig('docker', dir));
   stack = await startStack({
@@ -114,6 +116,11 @@ beforeAll(async () => {
           tools: ['*'],
           isolation: 'user',
           limits: { perUser: { queued: 3, rateLimit: { perMinute: 1000 } } },
+        },
+        {
+          id: 'dora',
+          tools: ['*'],
+          limits: { perUser: { rateLimit: { perMinute: 3 }, sandboxInFlight: 1 } },
         },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true },
       ],
@@ -292,6 +299,61 @@ describe('per-user limits and order', () => {
     expect(statuses[2]).not.toBe('ok');
     await settled(ids);
   });
+});
+
+describe('per-user limits (client dora: 3 calls a minute, 1 sandbox call running per user)', () => {
+  const dAnn = { user: 'ann', client: DORA };
+  const dBen = { user: 'ben', client: DORA };
+
+  it('a user over limits.perUser.rateLimit gets 429 rate_limited; another user of the client is served', async () => {
+    for (let i = 0; i < 3; i++) {
+      const res = await call(dAnn, '/tools/calculator/execute', { json: { expression: '1+1' } });
+      expect(res.status).toBe(200);
+    }
+    const over = await call(dAnn, '/tools/calculator/execute', { json: { expression: '1+1' } });
+    expect(over.status).toBe(429);
+    expect(Number(over.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(await over.json()).toMatchObject({
+      error: { code: 'rate_limited', details: { scope: 'user', limitPerMinute: 3 } },
+    });
+    const other = await call(dBen, '/tools/calculator/execute', { json: { expression: '2+2' } });
+    expect(other.status).toBe(200);
+  });
+
+  it('a user runs at most limits.perUser.sandboxInFlight sandbox calls at once; another user runs beside it (docker)', async () => {
+    const start = async (who: typeof dAnn) => {
+      const res = await call(who, '/tools/run_shell/execute?wait=false', {
+        json: { command: 'sleep 1' },
+      });
+      expect(res.status).toBe(202);
+      return ((await res.json()) as { id: string }).id;
+    };
+    // Fresh users of dora (Ann spent her rate above): Cy queues two, Dee one.
+    const cy = { user: 'cy', client: DORA };
+    const cyIds = [await start(cy), await start(cy)];
+    const dee = await start({ user: 'dee', client: DORA });
+    let cyMax = 0;
+    let besideDee = false;
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const statuses = await Promise.all(
+        [...cyIds, dee].map(
+          async (id) =>
+            ((await (await call(admin, `/v1/calls/${id}`)).json()) as { status: string }).status,
+        ),
+      );
+      const cyRunning = statuses.slice(0, 2).filter((s) => s === 'running').length;
+      cyMax = Math.max(cyMax, cyRunning);
+      if (cyRunning > 0 && statuses[2] === 'running') besideDee = true;
+      if (statuses.every((s) => s === 'ok') || Date.now() > deadline) {
+        expect(statuses).toEqual(['ok', 'ok', 'ok']);
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(cyMax).toBe(1);
+    expect(besideDee).toBe(true);
+  }, 40_000);
 });
 
 describe('isolation: user', () => {

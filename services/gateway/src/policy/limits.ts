@@ -82,8 +82,9 @@ export class CallLimits {
     conversationId?: string,
     prepaid?: Prepaid,
   ): Promise<void> {
+    // What the door charged (Prepaid) it charged to the user's rate too: not again here.
+    const charged = prepaid ? prepaid.cover(calls) : calls;
     try {
-      const charged = prepaid ? prepaid.cover(calls) : calls;
       if (charged > 0) await this.consumeRate(client, charged);
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err;
@@ -98,7 +99,7 @@ export class CallLimits {
         },
       );
     }
-    await this.consumeUser(client, calls);
+    await this.consumeUser(client, charged);
     if (!conversationId) return;
     try {
       await this.loop.consume(`${client.id}:${conversationId}`, calls);

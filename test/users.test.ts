@@ -200,7 +200,7 @@ describe("a user's calls are its own", () => {
     expect(await (await call(ben, `/v1/calls/${body.id}`)).json()).toMatchObject({ user: 'ben' });
   });
 
-  it('GET /v1/calls lists a user only its own calls; ?user= filters for an admin; audit and stats show the user', async () => {
+  it('GET /v1/calls lists a user only its own calls; ?user= filters for an admin; audit, stats and series show the user', async () => {
     const mine = (await (
       await call(ann, '/tools/calculator/execute', { json: { expression: '1+1' } })
     ).json()) as { id: string };
@@ -239,6 +239,22 @@ describe("a user's calls are its own", () => {
     expect(annStats.users?.[0]?.calls).toBeGreaterThan(0);
     expect(annStats.recent.length).toBeGreaterThan(0);
     expect(annStats.recent.every((c) => c.user === 'ann')).toBe(true);
+
+    // Series per user: each minute's calls of one user.
+    type Series = { user?: { id: string; calls: number[] } };
+    const sum = (s: Series) => (s.user?.calls ?? []).reduce((a, b) => a + b, 0);
+    await expect
+      .poll(async () => (await (await call(ann, '/v1/series?minutes=5')).json()) as Series)
+      .toMatchObject({ user: { id: 'ann' } });
+    expect(sum((await (await call(ann, '/v1/series?minutes=5')).json()) as Series)).toBeGreaterThan(
+      0,
+    );
+    expect((await call(ann, '/v1/series?minutes=5&user=ben')).status).toBe(403);
+    const benSeries = (await (
+      await call(admin, '/v1/series?minutes=5&client=carol&user=ben')
+    ).json()) as Series;
+    expect(benSeries.user?.id).toBe('ben');
+    expect(sum(benSeries)).toBeGreaterThan(0);
 
     await expect
       .poll(async () => {

@@ -178,6 +178,14 @@ export class Keys {
       : `${this.prefix}:series:${minute}:${clientId}`;
   }
 
+  /**
+   * One minute of a client's calls per user (a hash: `c:<user>`, `e:<user>`): at most as many
+   * users as the client's rate lets call in a minute, kept as long as the minute's other keys.
+   */
+  userSeries(minute: number, clientId: string): string {
+    return `${this.series(minute, clientId)}:users`;
+  }
+
   /** Hash worker id → warm sandboxes it holds now (written with its heartbeat). */
   get warm(): string {
     return `${this.prefix}:warm`;

@@ -177,4 +177,9 @@ export interface SeriesView {
   queue: { fast: (number | null)[]; sandbox: (number | null)[] };
   workers: (number | null)[];
   warm: (number | null)[];
+  /**
+   * One user's calls and errors per minute: a caller signed in as a user always gets its own;
+   * an admin asks with `?client=<id>&user=<sub>`.
+   */
+  user?: { id: string; calls: number[]; errors: number[] };
 }

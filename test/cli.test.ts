@@ -202,7 +202,7 @@ describe('toolgate config check', () => {
       '/server/port: must be <= 65535',
       '/server/colour: is not a known field',
       '/clients/0/key: must NOT have fewer than 16 characters',
-      '/clients/1: client "bob" needs exactly one of key or keySha256',
+      '/clients/1: client "bob" needs exactly one of key or keySha256 (or auth.oauth, for a client signing in with tokens only)',
       '/clients/2/id: duplicate client id "alice"',
       '/worker/queues/1: must be one of "fast", "sandbox"',
       '/log/level: must be one of "fatal", "error", "warn", "info", "debug", "trace", "silent"',

@@ -34,8 +34,12 @@ export class JwksCache {
     const now = Date.now();
     // The server was unreachable a moment ago: answer from that, not with another request.
     if (!this.keys && this.failure && now - this.fetchedAt < FAILED_RETRY_MS) throw this.failure;
-    if (!this.keys || now - this.fetchedAt > (this.options.maxAgeMs ?? JWKS_MAX_AGE_MS))
-      await this.refresh();
+    if (!this.keys) await this.refresh();
+    else if (now - this.fetchedAt > (this.options.maxAgeMs ?? JWKS_MAX_AGE_MS)) {
+      // Due for a re-read: with the server unreachable, the keys held still serve (a token
+      // signed with one of them is no less valid because the server is down).
+      await this.refresh().catch(() => undefined);
+    }
     try {
       return await this.keys!(header, token);
     } catch (err) {

@@ -10,8 +10,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
 import { testSandboxConfig } from '@toolgate/sandbox/testing';
+import { startTelemetry } from '@toolgate/telemetry';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startAuthServer, type AuthServer } from './support/auth-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
@@ -33,6 +35,12 @@ async function freePort(): Promise<number> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
 }
+
+const exporter = new InMemorySpanExporter();
+const telemetry = startTelemetry({
+  serviceName: 'toolgate-test',
+  spanProcessors: [new SimpleSpanProcessor({ exporter })],
+});
 
 let as: AuthServer;
 let stack: Stack;
@@ -133,6 +141,7 @@ afterAll(async () => {
   await stack?.close();
   await sandbox?.close();
   await as?.close();
+  await telemetry.shutdown();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -200,7 +209,7 @@ describe("a user's calls are its own", () => {
     expect(await (await call(ben, `/v1/calls/${body.id}`)).json()).toMatchObject({ user: 'ben' });
   });
 
-  it('GET /v1/calls lists a user only its own calls; ?user= filters for an admin; audit, stats and series show the user', async () => {
+  it('GET /v1/calls lists a user only its own calls; ?user= filters for an admin; audit, stats, series and traces show the user', async () => {
     const mine = (await (
       await call(ann, '/tools/calculator/execute', { json: { expression: '1+1' } })
     ).json()) as { id: string };
@@ -239,6 +248,21 @@ describe("a user's calls are its own", () => {
     expect(annStats.users?.[0]?.calls).toBeGreaterThan(0);
     expect(annStats.recent.length).toBeGreaterThan(0);
     expect(annStats.recent.every((c) => c.user === 'ann')).toBe(true);
+
+    // Traces: the gateway's and the worker's spans of Ben's call carry his user.
+    await expect
+      .poll(() =>
+        exporter
+          .getFinishedSpans()
+          .filter(
+            (span) =>
+              span.attributes['toolgate.user'] === 'ben' &&
+              (span.name === 'toolgate.call' || span.attributes['toolgate.call_id'] === theirs.id),
+          )
+          .map((span) => span.name)
+          .sort(),
+      )
+      .toEqual(expect.arrayContaining(['toolgate.call', 'toolgate.execute']));
 
     // Series per user: each minute's calls of one user.
     type Series = { user?: { id: string; calls: number[] } };

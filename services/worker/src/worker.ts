@@ -335,6 +335,7 @@ export function createWorker({
         attributes: {
           'toolgate.tool': call.tool,
           'toolgate.client': call.clientId,
+          ...(call.user === undefined ? {} : { 'toolgate.user': call.user }),
           'toolgate.call_id': call.id,
           'toolgate.queue': kind,
         },

@@ -1,8 +1,11 @@
-import type { Keys } from '@toolgate/calls';
+import { principal, type Keys } from '@toolgate/calls';
 import type { RedisClient } from '@toolgate/calls';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
+
+/** Refusal windows remembered before past ones are swept (one per client, or per user). */
+const REPORTED_MAX = 10_000;
 
 /** A client's budget is taken from Redis in slices of 1% of its per-minute rate, at most this. */
 const MAX_SLICE = 100;
@@ -128,9 +131,16 @@ export class CallLimits {
   firstRefusal(client: Client, err: ApiError): boolean {
     if (err.code !== 'rate_limited') return true;
     const now = Date.now();
-    if ((this.reportedUntil.get(client.id) ?? 0) > now) return false;
+    // A user over its own rate is on record apart from its client and the client's other users.
+    const byUser = (err.details as { scope?: string } | undefined)?.scope === 'user';
+    const who = byUser ? principal(client.id, client.user) : client.id;
+    if ((this.reportedUntil.get(who) ?? 0) > now) return false;
     const retryAfter = Number(err.headers['Retry-After'] ?? 1);
-    this.reportedUntil.set(client.id, now + retryAfter * 1000);
+    // Users are unbounded: past windows are forgotten before the map grows large.
+    if (this.reportedUntil.size >= REPORTED_MAX)
+      for (const [key, until] of this.reportedUntil)
+        if (until <= now) this.reportedUntil.delete(key);
+    this.reportedUntil.set(who, now + retryAfter * 1000);
     return true;
   }
 

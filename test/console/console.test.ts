@@ -306,6 +306,19 @@ describe.skipIf(reason !== undefined)('operator console (chromium)', () => {
     await context.close();
   }, 60_000);
 
+  it('the Calls page filters by user: a user with no calls lists none; the table has a User column', async () => {
+    const { context, page } = await open();
+    await signIn(page, KEYS.admin);
+    await page.goto(`${stack.url}/console/#/calls`);
+    await page.locator('tbody tr').first().waitFor();
+    await page.getByRole('columnheader', { name: 'User' }).waitFor();
+    await page.getByLabel('User').fill('nobody-has-this-user');
+    await page.getByLabel('User').press('Tab');
+    await page.getByText('No call matches.').waitFor();
+    expect(await page.locator('tbody tr').count()).toBe(0);
+    await context.close();
+  }, 60_000);
+
   it('the Tools form runs calculator', async () => {
     const { context, page } = await open();
     await signIn(page, KEYS.bob);

@@ -96,6 +96,12 @@ export function CallDetail({ id, who }: { id: string; who: WhoAmI }) {
             <dd>{call.tool}</dd>
             <dt>Client</dt>
             <dd>{call.client}</dd>
+            {call.user !== undefined && (
+              <>
+                <dt>User</dt>
+                <dd>{call.user}</dd>
+              </>
+            )}
             <dt>Started</dt>
             <dd>{new Date(call.createdAt).toLocaleString()}</dd>
             <dt>Duration</dt>

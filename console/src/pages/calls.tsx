@@ -15,6 +15,8 @@ const SINCE: [string, string, number | undefined][] = [
 
 export function Calls({ who }: { who: WhoAmI }) {
   const [client, setClient] = useState('');
+  // A user signed in with a token lists only its own calls: no user filter to offer.
+  const [user, setUser] = useState('');
   const [tool, setTool] = useState('');
   const [status, setStatus] = useState<CallStatus | ''>('');
   const [since, setSince] = useState('1h');
@@ -25,6 +27,7 @@ export function Calls({ who }: { who: WhoAmI }) {
       return get<CallList>(
         `/v1/calls${query({
           client: who.admin ? client.trim() : undefined,
+          user: who.user === undefined ? user.trim() : undefined,
           tool,
           status,
           since:
@@ -37,7 +40,7 @@ export function Calls({ who }: { who: WhoAmI }) {
       );
     },
     2000,
-    [client, tool, status, since, who.admin],
+    [client, user, tool, status, since, who.admin, who.user],
   );
 
   return (
@@ -50,6 +53,16 @@ export function Calls({ who }: { who: WhoAmI }) {
               value={client}
               placeholder="any"
               onChange={(e) => setClient(e.currentTarget.value)}
+            />
+          </label>
+        )}
+        {who.user === undefined && (
+          <label>
+            User
+            <input
+              value={user}
+              placeholder="any"
+              onChange={(e) => setUser(e.currentTarget.value)}
             />
           </label>
         )}
@@ -100,6 +113,7 @@ export function Calls({ who }: { who: WhoAmI }) {
                 <th scope="col">Status</th>
                 <th scope="col">Tool</th>
                 <th scope="col">Client</th>
+                <th scope="col">User</th>
                 <th scope="col">Started</th>
                 <th scope="col">Duration</th>
                 <th scope="col">Cached</th>
@@ -115,6 +129,7 @@ export function Calls({ who }: { who: WhoAmI }) {
                   </td>
                   <td>{c.tool}</td>
                   <td>{c.client}</td>
+                  <td>{c.user ?? ''}</td>
                   <td>{time(c.createdAt)}</td>
                   <td>{duration(c.durationMs)}</td>
                   <td>{c.cached ? 'yes' : ''}</td>

@@ -64,6 +64,7 @@ describe('Admission', () => {
     expect(await admission.admit('a', 'sandbox', 'a4', 3)).toEqual({
       admitted: false,
       inFlight: 3,
+      scope: 'client',
     });
     // Another client is not affected, and its first call comes first in the queue.
     expect(await admission.admit('b', 'sandbox', 'b1', 3)).toEqual({

@@ -25,9 +25,20 @@ export class Admission {
     readonly staleAfterMs: number,
   ) {}
 
-  /** Forgets a call inside a caller's pipeline or transaction (no extra round trip). */
-  releaseIn(pipeline: ChainableCommander, clientId: string, kind: QueueKind, id: string): void {
+  /**
+   * Forgets a call inside a caller's pipeline or transaction (no extra round trip); a user's
+   * call leaves the user's set too (the user stays in the client's users set until the next
+   * upkeep, ≤ 1 s: it counts one user too many in the fair order meanwhile).
+   */
+  releaseIn(
+    pipeline: ChainableCommander,
+    clientId: string,
+    kind: QueueKind,
+    id: string,
+    user?: string,
+  ): void {
     pipeline.zrem(this.keys.inFlight(clientId, kind), id);
+    if (user !== undefined) pipeline.zrem(this.keys.userInFlight(clientId, kind, user), id);
   }
 
   /** A client's calls in flight in both queues (the other queue's stale entries included until a refusal prunes them). */

@@ -95,11 +95,13 @@ export class Dispatcher {
     kind: QueueKind,
     limit: number,
     staleAfterMs: number,
+    /** The user's own limit (`limits.perUser.queued`) for a call made for a user. */
+    userLimit?: number,
   ): Promise<LaneAdmit> {
     await this.subscribed;
     try {
       const upkeep = this.upkeep.due(job.clientId);
-      return await this.lanes[kind].enqueue(job, limit, staleAfterMs, upkeep);
+      return await this.lanes[kind].enqueue(job, limit, staleAfterMs, upkeep, userLimit);
     } catch (err) {
       // Not accepted, so no outcome will come: end the wait registered for it rather than
       // leave its timers polling Redis until the tool's timeout (every call of an outage).
@@ -196,6 +198,7 @@ export class Dispatcher {
           id,
           tool: stub.tool,
           clientId: stub.clientId,
+          ...(stub.user === undefined ? {} : { user: stub.user }),
           queue: kind,
           createdAt: stub.acceptedAt,
         };
@@ -237,7 +240,13 @@ export class Dispatcher {
     for (const kind of KINDS) {
       const found = await this.lanes[kind].brief(id);
       if (!found) continue;
-      const base = { id, tool: found.tool, clientId, createdAt: found.acceptedAt };
+      const base = {
+        id,
+        tool: found.tool,
+        clientId,
+        ...(found.user === undefined ? {} : { user: found.user }),
+        createdAt: found.acceptedAt,
+      };
       if (found.state === 'failed') return { ...base, status: 'error', errorCode: 'worker_error' };
       if (found.state === 'waiting') return { ...base, status: 'queued' };
       // Ended: its record lands within milliseconds; until then it reads as running.

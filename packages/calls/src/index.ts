@@ -1,4 +1,4 @@
-export { Keys, isCallId } from './keys.js';
+export { Keys, isCallId, principal } from './keys.js';
 export { CallStore, BRIEF_MAX_BYTES, briefOf, finishedRecord } from './store.js';
 export type { LegacyBudget } from './store.js';
 export { capOutcome } from './result-cap.js';
@@ -27,7 +27,7 @@ export { ConnectionBudget } from './connection-budget.js';
 export { Approvals, cancelledOutcome } from './approvals.js';
 export { AuditLog } from './audit.js';
 export { ResultCache, canonicalDigest } from './cache.js';
-export { Stats, StatsBatch, percentile } from './stats.js';
+export { Stats, StatsBatch, percentile, USER_STATS_MAX, USER_STATS_SHOWN } from './stats.js';
 export { maskText, redact, redactValues } from './redact.js';
 export { WorkspaceResets } from './workspace-resets.js';
 export type { ScheduledReset } from './workspace-resets.js';
@@ -35,7 +35,14 @@ export type { ConnectionBudgetOptions, HeldSlot } from './connection-budget.js';
 export type { Decision } from './approvals.js';
 export type { AuditEntry, AuditLimits, AuditPage, AuditQuery } from './audit.js';
 export type { Cacheable } from './cache.js';
-export type { CallSummary, StatsReport, StatsView, ToolStats } from './stats.js';
+export type {
+  CallSummary,
+  StatCall,
+  StatsReport,
+  StatsView,
+  ToolStats,
+  UserStats,
+} from './stats.js';
 export { FINAL_STATUSES } from './types.js';
 export { CallIndex, CALL_INDEX_SIZE } from './call-index.js';
 export { Series, LATENCY_BUCKETS_MS } from './series.js';

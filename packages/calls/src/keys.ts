@@ -12,6 +12,16 @@ export function isCallId(id: string): boolean {
 }
 
 /**
+ * Whose data a call uses (its idempotency keys, and under `isolation: user` its workspace and
+ * memory): the client, or one user of it as `<client>@<user, base64url>`. Client ids cannot
+ * hold `@` and base64url holds no `:` or braces, so no user's name reads as another client's
+ * or another user's, whatever characters the token's user claim has.
+ */
+export function principal(clientId: string, user?: string): string {
+  return user === undefined ? clientId : `${clientId}@${Buffer.from(user).toString('base64url')}`;
+}
+
+/**
  * Every Redis key, channel and queue name toolgate uses, under one configurable prefix. No
  * other module builds a key name: each takes its key or prefix from here, so the families
  * listed in docs/redis-keys.md (owner, size bound, lifetime) are all the families there are.
@@ -86,6 +96,33 @@ export class Keys {
     return `${this.inFlightPrefix}${clientId}:${kind}`;
   }
 
+  /**
+   * Sorted set of one user's calls in flight in one queue (`limits.perUser.queued`), scored by
+   * accept time; the user comes last, raw, so the queue's scripts can name it from a job.
+   */
+  userInFlight(clientId: string, kind: QueueKind, user: string): string {
+    return `${this.userInFlightPrefix}${clientId}:${kind}:${user}`;
+  }
+
+  /** What every user's in-flight set's name starts with (client, queue and user follow). */
+  get userInFlightPrefix(): string {
+    return `${this.prefix}:inflight-user:`;
+  }
+
+  /**
+   * Sorted set of the users of a client with calls in flight in one queue, scored by their
+   * last accept time: how many share the client's turns (fair order between users). Bounded by
+   * the client's `limits.queued`.
+   */
+  usersInFlight(clientId: string, kind: QueueKind): string {
+    return `${this.prefix}:inflight-users:${clientId}:${kind}`;
+  }
+
+  /** Sorted set of one user's sandbox calls running now (`limits.perUser.sandboxInFlight`). */
+  userRunning(clientId: string, user: string): string {
+    return `${this.prefix}:running-user:${clientId}:sandbox:${user}`;
+  }
+
   /** Sorted set of a client's calls running now in one queue (worker leases), scored by lease expiry. */
   running(clientId: string, kind: QueueKind): string {
     return `${this.prefix}:running:${clientId}:${kind}`;
@@ -139,6 +176,14 @@ export class Keys {
     return clientId === undefined
       ? `${this.prefix}:series:${minute}`
       : `${this.prefix}:series:${minute}:${clientId}`;
+  }
+
+  /**
+   * One minute of a client's calls per user (a hash: `c:<user>`, `e:<user>`): at most as many
+   * users as the client's rate lets call in a minute, kept as long as the minute's other keys.
+   */
+  userSeries(minute: number, clientId: string): string {
+    return `${this.series(minute, clientId)}:users`;
   }
 
   /** Hash worker id → warm sandboxes it holds now (written with its heartbeat). */
@@ -256,11 +301,28 @@ export class Keys {
   }
 
   /**
+   * A client's stats per user: a hash of `calls:<user>`, `errors:<user>`, `ms:<user>`, and a
+   * sorted set of its users by last call, which bounds the hash (USER_STATS_MAX users).
+   */
+  userStats(clientId: string): { counts: string; seen: string } {
+    const counts = `${this.prefix}:stats:client:${clientId}:users`;
+    return { counts, seen: `${counts}-seen` };
+  }
+
+  /**
    * rate-limiter-flexible's key prefix for clients allowed `perMinute` calls a minute; it
    * appends `:<clientId>`. One limiter per rate, so a changed rate starts a fresh count.
    */
   ratePrefix(perMinute: number): string {
     return `${this.base}:rate:${perMinute}`;
+  }
+
+  /**
+   * rate-limiter-flexible's key prefix for users allowed `perMinute` calls a minute
+   * (`limits.perUser.rateLimit`); it appends `:<clientId>:<user>`.
+   */
+  userRatePrefix(perMinute: number): string {
+    return `${this.base}:rate-user:${perMinute}`;
   }
 
   /** rate-limiter-flexible's key prefix for the loop guard; it appends `:<clientId>:<conversationId>`. */

@@ -55,7 +55,11 @@ describe('Lane', () => {
     const [x1, x2, x3] = [job('x'), job('x'), job('x')];
     expect(await lane.enqueue(x1!, 2, HORIZON, false)).toEqual({ admitted: true, priority: 1 });
     expect(await lane.enqueue(x2!, 2, HORIZON, false)).toEqual({ admitted: true, priority: 2 });
-    expect(await lane.enqueue(x3!, 2, HORIZON, false)).toEqual({ admitted: false, inFlight: 2 });
+    expect(await lane.enqueue(x3!, 2, HORIZON, false)).toEqual({
+      admitted: false,
+      inFlight: 2,
+      scope: 'client',
+    });
     // A call that must not be refused (approved by an admin) is counted all the same.
     const approved = job('x');
     expect(await lane.enqueue(approved, 0, HORIZON, false)).toMatchObject({ admitted: true });
@@ -204,5 +208,38 @@ describe('Lane', () => {
     await lane.enqueue(job('w'), 10, HORIZON, false);
     expect((await woken) - sent).toBeLessThan(4000);
     await drain();
+  });
+  it('shares a client’s turns between its users, holds each user to its own limit, and forgets a user whose calls ended', async () => {
+    await drain();
+    const of = (user: string) => ({ ...job('u'), user });
+    const ann = [of('ann'), of('ann'), of('ann')];
+    // Ann alone: 1, 2, 3 (as a client alone); her fourth is over her own limit of 3.
+    for (const [i, j] of ann.entries()) {
+      expect(await lane.enqueue(j, 10, HORIZON, false, 3)).toEqual({
+        admitted: true,
+        priority: i + 1,
+      });
+    }
+    expect(await lane.enqueue(of('ann'), 10, HORIZON, false, 3)).toEqual({
+      admitted: false,
+      inFlight: 3,
+      scope: 'user',
+    });
+    // Ben, of the same client, is not held by Ann's limit, and his first call goes at 2 (two
+    // users share the client's turns), not at 4 behind Ann's whole backlog.
+    const ben = of('ben');
+    expect(await lane.enqueue(ben, 10, HORIZON, false, 3)).toEqual({
+      admitted: true,
+      priority: 2,
+    });
+    expect(await redis.zrange(keys.usersInFlight('u', 'fast'), 0, -1)).toEqual(['ann', 'ben']);
+    const order = (await lane.claim(10, 60_000)).calls.map((c) => c.job.id);
+    expect(order).toEqual([ann[0]!.id, ann[1]!.id, ben.id, ann[2]!.id]);
+    // Ben's call ends: he leaves the users set and his in-flight set; Ann stays.
+    await lane.finish(ben, outcome(ben.id), { claimNext: false, leaseMs: 1 });
+    expect(await redis.zrange(keys.usersInFlight('u', 'fast'), 0, -1)).toEqual(['ann']);
+    expect(await redis.zcard(keys.userInFlight('u', 'fast', 'ben'))).toBe(0);
+    for (const j of ann) await lane.finish(j, outcome(j.id), { claimNext: false, leaseMs: 1 });
+    expect(await redis.exists(keys.usersInFlight('u', 'fast'))).toBe(0);
   });
 });

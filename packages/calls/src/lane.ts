@@ -44,16 +44,19 @@ const PROMOTE_BATCH = 100;
  * Bytes of a job key a brief reads: the job is stored with its short fields first and its
  * arguments last, so a listing reads bounded bytes per call whatever the arguments' size.
  */
-const BRIEF_BYTES = 1024;
+const BRIEF_BYTES = 2048;
 /** Characters kept of a failure's reason in an ended call's stub. */
 const REASON_CHARS = 500;
 const SCORE_SPAN = 2 ** 32;
+/** Users one upkeep looks at to drop those without calls in flight (a cancel leaves them). */
+const USERS_UPKEEP = 100;
 
 /** What the job key holds once the call ended (or failed outside its tool). */
 export interface LaneStub {
   ended: true;
   tool: string;
   clientId: string;
+  user?: string;
   acceptedAt: number;
   /** Set when the call failed outside its tool (no record is written then). */
   failed?: string;
@@ -115,6 +118,71 @@ return {1, priority}
 `);
 
 /**
+ * ENQUEUE for a call made for a user (an OAuth token's user claim): the client's admission as
+ * above, then the user's (`limits.perUser.queued`, both queues, 0 = none), and a priority that
+ * shares the client's turns between its users: the user's position in its own backlog times
+ * the number of the client's users with calls in this queue. A client whose calls all come
+ * from one user gets the priorities ENQUEUE gives; with u users, each user's n-th call gets
+ * n·u, so the client still has about one call per priority level (fair to other clients) and
+ * its users take turns (fair between them). Upkeep also drops users without calls in flight
+ * from the users set (a cancel leaves them there).
+ *   KEYS: as ENQUEUE, then the user's in-flight set (this queue), (the other), the client's
+ *         users in flight (this queue)
+ *   ARGV: as ENQUEUE, then the user's limit (0 = none), the user, the users' in-flight key
+ *         prefix for this queue (`…:inflight-user:<client>:<kind>:`)
+ *   → {1, priority} or {0, calls in flight, 0 (the client's limit) or 1 (the user's)}
+ */
+const ENQUEUE_USER = new LuaScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local horizon = tonumber(ARGV[3])
+local limit = tonumber(ARGV[2])
+local ulimit = tonumber(ARGV[6])
+local upkeep = ARGV[5] == '1'
+if upkeep then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - horizon)
+  redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - horizon)
+  for _, u in ipairs(redis.call('ZRANGE', KEYS[9], 0, ${USERS_UPKEEP - 1})) do
+    if redis.call('ZCARD', ARGV[8] .. u) == 0 then redis.call('ZREM', KEYS[9], u) end
+  end
+end
+local here = redis.call('ZCARD', KEYS[1])
+local there = redis.call('ZCARD', KEYS[2])
+if limit > 0 and here + there >= limit then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - horizon)
+  here = redis.call('ZCARD', KEYS[1])
+  there = redis.call('ZCARD', KEYS[2])
+  if here + there >= limit then return {0, here + there, 0} end
+end
+local uhere = redis.call('ZCARD', KEYS[7])
+if ulimit > 0 then
+  local uthere = redis.call('ZCARD', KEYS[8])
+  if uhere + uthere >= ulimit then
+    redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - horizon)
+    redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now - horizon)
+    uhere = redis.call('ZCARD', KEYS[7])
+    uthere = redis.call('ZCARD', KEYS[8])
+    if uhere + uthere >= ulimit then return {0, uhere + uthere, 1} end
+  end
+end
+local added = redis.call('ZADD', KEYS[1], now, ARGV[1])
+if upkeep or (here == 0 and added == 1) then redis.call('PEXPIRE', KEYS[1], horizon) end
+redis.call('ZADD', KEYS[7], now, ARGV[1])
+redis.call('PEXPIRE', KEYS[7], horizon)
+redis.call('ZADD', KEYS[9], now, ARGV[7])
+redis.call('PEXPIRE', KEYS[9], horizon)
+local users = redis.call('ZCARD', KEYS[9])
+local priority = math.min(math.max(1, (uhere + 1) * users), ${MAX_PRIORITY})
+local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
+redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
+redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
+redis.call('ZADD', KEYS[6], 0, '0')
+return {1, priority}
+`);
+
+/**
  * Takes up to n waiting calls (put-back ones that are due first rejoin the queue): each
  * leaves the queue for the active set with a lease. Another idle worker is woken when calls
  * remain. With nothing to take: when the next put-back call is due ('' if none).
@@ -155,15 +223,18 @@ return out
 /**
  * Ends a call in one step: into its client's index before out of its in-flight set (a
  * listing sees it in one or the other), out of the active set (and, for a sandbox call, its
- * client's running set: RunLeases), its job replaced by a stub, the waiting gateway and the
+ * client's running set: RunLeases; for a user's call, the user's in-flight and running sets,
+ * and the user out of the client's users in flight when it has no call left there), its job replaced by a stub, the waiting gateway and the
  * call's watchers told. Then, unless ARGV[8] is 0, takes the
  * next waiting call for the same slot (as CLAIM, without waking others; put-back calls that
  * are due rejoin the queue first when ARGV[11] is 1).
- *   KEYS: queue, active, job key, in-flight set, call index, delayed, scores, running set
+ *   KEYS: queue, active, job key, in-flight set, call index, delayed, scores, running set,
+ *         the user's in-flight set, the client's users in flight, the user's running set
+ *         (unused without a user)
  *   ARGV: id, stub text, stub ms, reply channel ('' = none), events channel ('' = none: the
  *         worker's record batch publishes the outcome with the record), outcome JSON,
  *         outcome event JSON, claim n, lease ms, job key prefix, sandbox (1: promote due
- *         put-back calls, end the running lease)
+ *         put-back calls, end the running lease), user ('' = none)
  *   → {} or {next id, next score, next job}
  */
 const FINISH = new LuaScript(`
@@ -173,6 +244,11 @@ redis.call('ZADD', KEYS[5], now, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if ARGV[11] == '1' then redis.call('ZREM', KEYS[8], ARGV[1]) end
+if ARGV[12] ~= '' then
+  redis.call('ZREM', KEYS[9], ARGV[1])
+  if redis.call('ZCARD', KEYS[9]) == 0 then redis.call('ZREM', KEYS[10], ARGV[12]) end
+  if ARGV[11] == '1' then redis.call('ZREM', KEYS[11], ARGV[1]) end
+end
 redis.call('SET', KEYS[3], ARGV[2], 'PX', tonumber(ARGV[3]))
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
 if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
@@ -216,7 +292,8 @@ return deferrals
  * restarts + 1; a call that lapsed twice fails instead (stub with the reason, its in-flight
  * entry ended). Returns the ids handed out again and the ids failed.
  *   KEYS: queue, active, seq, wake
- *   ARGV: job key prefix, in-flight key prefix, batch, failed stub ms, stale horizon ms, kind
+ *   ARGV: job key prefix, in-flight key prefix, batch, failed stub ms, stale horizon ms, kind,
+ *         users' in-flight key prefix
  */
 const SWEEP = new LuaScript(`
 local t = redis.call('TIME')
@@ -238,9 +315,12 @@ for _, id in ipairs(lapsed) do
       local ok, job = pcall(cjson.decode, rest)
       if ok and type(job) == 'table' then
         redis.call('SET', key, 'E|' .. cjson.encode({ended = true, tool = job.tool,
-          clientId = job.clientId, acceptedAt = job.acceptedAt,
+          clientId = job.clientId, user = job.user, acceptedAt = job.acceptedAt,
           failed = 'its workers stopped twice while running it'}), 'PX', tonumber(ARGV[4]))
         redis.call('ZREM', ARGV[2] .. tostring(job.clientId) .. ':' .. ARGV[6], id)
+        if type(job.user) == 'string' then
+          redis.call('ZREM', ARGV[7] .. tostring(job.clientId) .. ':' .. ARGV[6] .. ':' .. job.user, id)
+        end
       else
         redis.call('DEL', key)
       end
@@ -272,7 +352,8 @@ return text
 `);
 
 export type LaneAdmit =
-  { admitted: true; priority: number } | { admitted: false; inFlight: number };
+  | { admitted: true; priority: number }
+  | { admitted: false; inFlight: number; scope: 'client' | 'user' };
 
 /** A call a worker took: its job, its place in the queue, and its history. */
 export interface LaneCall {
@@ -317,21 +398,37 @@ export class Lane {
     limit: number,
     staleAfterMs: number,
     upkeep: boolean,
+    /** A user's calls in flight (both queues); 0 or absent: none beyond the client's. */
+    userLimit = 0,
   ): Promise<LaneAdmit> {
     const k = this.keys;
-    const [ok, n] = (await ENQUEUE.run(
-      this.redis,
-      [
-        k.inFlight(job.clientId, this.kind),
-        k.inFlight(job.clientId, this.other),
-        k.laneQueue(this.kind),
-        k.laneSeq(this.kind),
-        k.laneJob(this.kind, job.id),
-        k.laneWake(this.kind),
-      ],
-      [job.id, limit, staleAfterMs, `J0.0|${serialize(job)}`, upkeep ? 1 : 0],
-    )) as [number, number];
-    return ok === 1 ? { admitted: true, priority: n } : { admitted: false, inFlight: n };
+    const keys = [
+      k.inFlight(job.clientId, this.kind),
+      k.inFlight(job.clientId, this.other),
+      k.laneQueue(this.kind),
+      k.laneSeq(this.kind),
+      k.laneJob(this.kind, job.id),
+      k.laneWake(this.kind),
+    ];
+    const args = [job.id, limit, staleAfterMs, `J0.0|${serialize(job)}`, upkeep ? 1 : 0];
+    const user = job.user;
+    const [ok, n, scope] = (
+      user === undefined
+        ? await ENQUEUE.run(this.redis, keys, args)
+        : await ENQUEUE_USER.run(
+            this.redis,
+            [
+              ...keys,
+              k.userInFlight(job.clientId, this.kind, user),
+              k.userInFlight(job.clientId, this.other, user),
+              k.usersInFlight(job.clientId, this.kind),
+            ],
+            [...args, userLimit, user, k.userInFlight(job.clientId, this.kind, '')],
+          )
+    ) as [number, number, number?];
+    return ok === 1
+      ? { admitted: true, priority: n }
+      : { admitted: false, inFlight: n, scope: scope === 1 ? 'user' : 'client' };
   }
 
   /** Takes up to `n` waiting calls, each with a lease of `leaseMs`. */
@@ -372,6 +469,7 @@ export class Lane {
       ended: true,
       tool: call.tool,
       clientId: call.clientId,
+      ...(call.user === undefined ? {} : { user: call.user }),
       acceptedAt: call.acceptedAt,
       ...(options.failed ? { failed: options.failed.slice(0, REASON_CHARS) } : {}),
     };
@@ -386,6 +484,10 @@ export class Lane {
         k.laneDelayed(this.kind),
         k.laneScores(this.kind),
         k.running(call.clientId, this.kind),
+        // Unused without a user (no command runs on them), but named all the same.
+        k.userInFlight(call.clientId, this.kind, call.user ?? ''),
+        k.usersInFlight(call.clientId, this.kind),
+        k.userRunning(call.clientId, call.user ?? ''),
       ],
       [
         call.id,
@@ -400,6 +502,7 @@ export class Lane {
         this.jobPrefix,
         // Only the sandbox queue puts calls back and holds running leases.
         this.kind === 'sandbox' ? 1 : 0,
+        call.user ?? '',
       ],
     )) as (string | null)[];
     return this.calls(flat);
@@ -447,7 +550,15 @@ export class Lane {
         k.laneSeq(this.kind),
         k.laneWake(this.kind),
       ],
-      [this.jobPrefix, k.inFlightPrefix, SWEEP_BATCH, LANE_FAILED_MS, staleAfterMs, this.kind],
+      [
+        this.jobPrefix,
+        k.inFlightPrefix,
+        SWEEP_BATCH,
+        LANE_FAILED_MS,
+        staleAfterMs,
+        this.kind,
+        k.userInFlightPrefix,
+      ],
     )) as [string[], string[]];
     return { again, failed };
   }
@@ -487,10 +598,13 @@ export class Lane {
    * What a listing shows of a call in the lane, from the first BRIEF_BYTES of its job key
    * (never its arguments): tool, accept time and state. Undefined when the lane has no such call.
    */
-  async brief(
-    id: string,
-  ): Promise<
-    | { tool: string; acceptedAt: number; state: 'waiting' | 'active' | 'ended' | 'failed' }
+  async brief(id: string): Promise<
+    | {
+        tool: string;
+        user?: string;
+        acceptedAt: number;
+        state: 'waiting' | 'active' | 'ended' | 'failed';
+      }
     | undefined
   > {
     const k = this.keys;
@@ -503,14 +617,22 @@ export class Lane {
     if (head.startsWith('E|')) {
       const stub = parse(head);
       if (!stub || !('stub' in stub)) return undefined;
-      const { tool, acceptedAt, failed } = stub.stub;
-      return { tool, acceptedAt, state: failed === undefined ? 'ended' : 'failed' };
+      const { tool, user, acceptedAt, failed } = stub.stub;
+      return {
+        tool,
+        ...(user === undefined ? {} : { user }),
+        acceptedAt,
+        state: failed === undefined ? 'ended' : 'failed',
+      };
     }
     const tool = /"tool":("(?:[^"\\]|\\.)*")/.exec(head)?.[1];
     const acceptedAt = /"acceptedAt":(\d+)/.exec(head)?.[1];
     if (tool === undefined || acceptedAt === undefined) return undefined;
+    // Right after acceptedAt (see serialize), never a "user" inside the arguments.
+    const user = /"acceptedAt":\d+,"user":("(?:[^"\\]|\\.)*")/.exec(head)?.[1];
     return {
       tool: JSON.parse(tool) as string,
+      ...(user === undefined ? {} : { user: JSON.parse(user) as string }),
       acceptedAt: Number(acceptedAt),
       state: active === null ? 'waiting' : 'active',
     };
@@ -550,8 +672,8 @@ export class Lane {
 
 /** A job as stored: its short fields first, its arguments last (see BRIEF_BYTES). */
 function serialize(job: CallJob): string {
-  const { id, tool, clientId, acceptedAt, args, ...rest } = job;
-  return JSON.stringify({ id, tool, clientId, acceptedAt, ...rest, args });
+  const { id, tool, clientId, acceptedAt, user, args, ...rest } = job;
+  return JSON.stringify({ id, tool, clientId, acceptedAt, user, ...rest, args });
 }
 
 /** A job key's value: a call waiting or running (with its counters), or an ended call's stub. */

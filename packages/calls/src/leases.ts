@@ -25,6 +25,31 @@ return 1
 `);
 
 /**
+ * ACQUIRE for a call made for a user with `limits.perUser.sandboxInFlight`: the client's cap
+ * and the user's, both or neither taken. Returns 1 when granted, 0 when refused.
+ *   KEYS: the client's running set, the user's running set
+ *   ARGV: call id, cap, lease ms, the user's cap
+ */
+const ACQUIRE_USER = new LuaScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+  return 0
+end
+for i = 1, 2 do
+  redis.call('ZADD', KEYS[i], now + tonumber(ARGV[3]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[i], last[2])
+end
+return 1
+`);
+
+/**
  * Worker-side cap on the calls one client runs at once across all workers (its
  * `limits.sandboxInFlight`). A worker takes a lease before running a call and gives it back
  * when the call ends; a lease expires on its own after the tool's timeout plus a grace, so a
@@ -36,19 +61,26 @@ export class RunLeases {
     private readonly keys: Keys,
   ) {}
 
-  /** Takes a lease for the call unless its client runs `cap` calls already; true if taken. */
+  /**
+   * Takes a lease for the call unless its client runs `cap` calls already (or, with `user`,
+   * that user runs `user.cap`); true if taken. The user's lease ends with the call (FINISH).
+   */
   async acquire(
     clientId: string,
     kind: QueueKind,
     id: string,
     cap: number,
     leaseMs: number,
+    user?: { id: string; cap: number },
   ): Promise<boolean> {
-    const granted = await ACQUIRE.run(
-      this.redis,
-      [this.keys.running(clientId, kind)],
-      [id, Math.max(1, cap), Math.max(1, Math.ceil(leaseMs))],
-    );
+    const args = [id, Math.max(1, cap), Math.max(1, Math.ceil(leaseMs))];
+    const granted = user
+      ? await ACQUIRE_USER.run(
+          this.redis,
+          [this.keys.running(clientId, kind), this.keys.userRunning(clientId, user.id)],
+          [...args, Math.max(1, user.cap)],
+        )
+      : await ACQUIRE.run(this.redis, [this.keys.running(clientId, kind)], args);
     return Number(granted) === 1;
   }
 

@@ -27,6 +27,8 @@ export interface SeriesPoints {
   queue: { fast: (number | null)[]; sandbox: (number | null)[] };
   workers: (number | null)[];
   warm: (number | null)[];
+  /** One user's calls and errors per minute (`read` with a client and a user). */
+  user?: { id: string; calls: number[]; errors: number[] };
 }
 
 const minuteOf = (ms: number) => Math.floor(ms / 60_000);
@@ -51,7 +53,7 @@ export class Series {
    */
   addTo(
     multi: ChainableCommander,
-    calls: readonly { outcome: CallOutcome; clientId: string }[],
+    calls: readonly { outcome: CallOutcome; clientId: string; user?: string }[],
     at = Date.now(),
   ): void {
     if (calls.length === 0) return;
@@ -62,11 +64,17 @@ export class Series {
       if (!fields) counts.set(key, (fields = new Map()));
       fields.set(field, (fields.get(field) ?? 0) + 1);
     };
-    for (const { outcome: o, clientId } of calls) {
+    for (const { outcome: o, clientId, user } of calls) {
       for (const key of [this.keys.series(minute), this.keys.series(minute, clientId)]) {
         add(key, `c:${o.tool}`);
         if (o.status === 'error') add(key, `e:${o.tool}`);
         add(key, `h:${o.tool}:${bucketOf(o.durationMs)}`);
+      }
+      // Per user only calls and errors: a user's fields a minute are two, whatever its tools.
+      if (user !== undefined) {
+        const key = this.keys.userSeries(minute, clientId);
+        add(key, `c:${user}`);
+        if (o.status === 'error') add(key, `e:${user}`);
       }
     }
     for (const [key, fields] of counts) {
@@ -99,15 +107,22 @@ export class Series {
     /** One client's calls; everyone's (and the gauges) without it. */
     clientId?: string,
     now = Date.now(),
+    /** With `clientId`: also this user's calls and errors (`user`). */
+    user?: string,
   ): Promise<SeriesPoints> {
     const last = minuteOf(now);
     const first = last - minutes + 1;
     const multi = this.redis.multi();
     for (let m = first; m <= last; m++) multi.hgetall(this.keys.series(m, clientId));
-    const hashes = ((await multi.exec()) ?? []).map(([err, h]) => {
+    const perUser = clientId !== undefined && user !== undefined;
+    if (perUser)
+      for (let m = first; m <= last; m++)
+        multi.hmget(this.keys.userSeries(m, clientId), `c:${user}`, `e:${user}`);
+    const replies = ((await multi.exec()) ?? []).map(([err, h]) => {
       if (err) throw err;
-      return h as Record<string, string>;
+      return h;
     });
+    const hashes = replies.slice(0, minutes) as Record<string, string>[];
     const out: SeriesPoints = {
       from: first * 60_000,
       points: minutes,
@@ -149,6 +164,14 @@ export class Series {
       }
       for (const [tool, counts] of histograms) out.tools[tool]!.p95Ms[i] = p95(counts);
     });
+    if (perUser) {
+      const rows = replies.slice(minutes) as (string | null)[][];
+      out.user = {
+        id: user,
+        calls: rows.map(([c]) => Number(c ?? 0)),
+        errors: rows.map(([, e]) => Number(e ?? 0)),
+      };
+    }
     return out;
   }
 }

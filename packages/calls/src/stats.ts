@@ -16,6 +16,52 @@ const CLIENT_SAMPLE_SIZE = 200;
  * cap's worth was added since: each holds at most twice its cap.
  */
 const TRIM_EVERY_MS = 1000;
+/**
+ * Users whose stats a client keeps: users are unbounded (any token's user claim), so past this
+ * the user whose last call is oldest is dropped with the next call of a new one.
+ */
+export const USER_STATS_MAX = 1000;
+/** Users a client's report shows, most recently active first. */
+export const USER_STATS_SHOWN = 100;
+
+/**
+ * Adds calls to a client's per-user stats and drops the users past USER_STATS_MAX whose last
+ * call is oldest, in one step (a check and its eviction must not be split).
+ *   KEYS: counts hash, users-seen sorted set
+ *   ARGV: cap, now ms, then per user: user, calls, errors, total ms
+ */
+const USER_STATS = `
+for i = 3, #ARGV, 4 do
+  local u = ARGV[i]
+  redis.call('HINCRBY', KEYS[1], 'calls:' .. u, ARGV[i + 1])
+  if ARGV[i + 2] ~= '0' then redis.call('HINCRBY', KEYS[1], 'errors:' .. u, ARGV[i + 2]) end
+  redis.call('HINCRBYFLOAT', KEYS[1], 'ms:' .. u, ARGV[i + 3])
+  redis.call('ZADD', KEYS[2], ARGV[2], u)
+end
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[1])
+if over > 0 then
+  for _, u in ipairs(redis.call('ZRANGE', KEYS[2], 0, over - 1)) do
+    redis.call('HDEL', KEYS[1], 'calls:' .. u, 'errors:' .. u, 'ms:' .. u)
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, over - 1)
+end
+`;
+
+/** A finished call as the stats count it. */
+export interface StatCall {
+  outcome: CallOutcome;
+  clientId: string;
+  /** The user the client acted for, when known (its client's per-user stats). */
+  user?: string;
+}
+
+/** One user's calls in its client's stats. */
+export interface UserStats {
+  user: string;
+  calls: number;
+  errors: number;
+  avgMs: number;
+}
 /** The sets that list tools with stats are re-added once a minute per process. */
 const LIST_EVERY_MS = 60_000;
 
@@ -34,6 +80,11 @@ interface StatKeys {
 export interface StatsView {
   /** Only this client's calls; everyone's when absent. */
   client?: string;
+  /**
+   * With `client`: a caller signed in as a user: its own row in `users` and its own calls in
+   * `recent` and `slowestCalls` (the per-tool counters stay the client's).
+   */
+  user?: string;
   /** Only tools this returns true for (the caller's scope). */
   tools?: (name: string) => boolean;
   /** Live cache keys; the report's cache keys/evictions (shared by all clients) only with it. */
@@ -57,6 +108,7 @@ export interface CallSummary {
   id: string;
   tool: string;
   client: string;
+  user?: string;
   status: CallOutcome['status'];
   errorCode?: string;
   durationMs: number;
@@ -71,6 +123,11 @@ export interface StatsReport {
   recent: CallSummary[];
   /** keys and evictions count the whole shared cache: in admin reports only. */
   cache: { hits: number; misses: number; hitRate: number; keys?: number; evictions?: number };
+  /**
+   * One client's report: its users, most recently active first (USER_STATS_SHOWN at most, of
+   * the USER_STATS_MAX it keeps); a caller signed in as a user sees only its own row.
+   */
+  users?: UserStats[];
 }
 
 /**
@@ -91,8 +148,8 @@ export class Stats {
   ) {}
 
   /** Adds one finished call to a MULTI/pipeline the caller is building. */
-  addTo(multi: ChainableCommander, outcome: CallOutcome, clientId: string): void {
-    this.addBatch(multi, [{ outcome, clientId }]);
+  addTo(multi: ChainableCommander, outcome: CallOutcome, clientId: string, user?: string): void {
+    this.addBatch(multi, [{ outcome, clientId, ...(user === undefined ? {} : { user }) }]);
   }
 
   /**
@@ -101,7 +158,7 @@ export class Stats {
    */
   addBatch(
     multi: ChainableCommander,
-    calls: readonly { outcome: CallOutcome; clientId: string }[],
+    calls: readonly StatCall[],
     /** Also add the calls to their clients' index (false: the caller did already). */
     { index = true }: { index?: boolean } = {},
   ): void {
@@ -109,7 +166,7 @@ export class Stats {
     const at = new Date().toISOString();
     this.write(multi, this.statKeys(), calls, at);
     this.also.series?.addTo(multi, calls);
-    const byClient = new Map<string, { outcome: CallOutcome; clientId: string }[]>();
+    const byClient = new Map<string, StatCall[]>();
     for (const call of calls) {
       let list = byClient.get(call.clientId);
       if (!list) byClient.set(call.clientId, (list = []));
@@ -117,6 +174,7 @@ export class Stats {
     }
     for (const [clientId, list] of byClient) {
       this.write(multi, this.statKeys(clientId), list, at);
+      this.writeUsers(multi, clientId, list);
       if (index)
         this.also.index?.addTo(
           multi,
@@ -124,6 +182,34 @@ export class Stats {
           list.map((c) => c.outcome.id),
         );
     }
+  }
+
+  /** A client's calls made for users, per user: one script per client and batch. */
+  private writeUsers(
+    multi: ChainableCommander,
+    clientId: string,
+    calls: readonly StatCall[],
+  ): void {
+    const perUser = new Map<string, { calls: number; errors: number; ms: number }>();
+    for (const { outcome, user } of calls) {
+      if (user === undefined) continue;
+      let u = perUser.get(user);
+      if (!u) perUser.set(user, (u = { calls: 0, errors: 0, ms: 0 }));
+      u.calls++;
+      if (outcome.status === 'error') u.errors++;
+      u.ms += outcome.durationMs;
+    }
+    if (perUser.size === 0) return;
+    const { counts, seen } = this.keys.userStats(clientId);
+    multi.eval(
+      USER_STATS,
+      2,
+      counts,
+      seen,
+      USER_STATS_MAX,
+      Date.now(),
+      ...[...perUser].flatMap(([user, u]) => [user, u.calls, u.errors, u.ms]),
+    );
   }
 
   private statKeys(clientId?: string): StatKeys {
@@ -152,7 +238,7 @@ export class Stats {
   private write(
     multi: ChainableCommander,
     keys: StatKeys,
-    calls: readonly { outcome: CallOutcome; clientId: string }[],
+    calls: readonly StatCall[],
     at: string,
   ): void {
     const perTool = new Map<
@@ -169,11 +255,12 @@ export class Stats {
     >();
     const recent: string[] = [];
     const slowest: (string | number)[] = [];
-    for (const { outcome, clientId } of calls) {
+    for (const { outcome, clientId, user } of calls) {
       const summary: CallSummary = {
         id: outcome.id,
         tool: outcome.tool,
         client: clientId,
+        ...(user === undefined ? {} : { user }),
         status: outcome.status,
         // Cut: a plugin's tool names its own codes, and these lists are read whole.
         ...(outcome.error ? { errorCode: String(outcome.error.code).slice(0, 128) } : {}),
@@ -244,6 +331,8 @@ export class Stats {
       .lrange(keys.recent, 0, RECENT_SIZE - 1)
       .zrevrange(keys.slowest, 0, SLOWEST_SIZE - 1)
       .hgetall(keys.cache);
+    if (view.client !== undefined)
+      multi.zrevrange(this.keys.userStats(view.client).seen, 0, USER_STATS_SHOWN - 1);
     const replies = ((await multi.exec()) ?? []).map(([err, value]) => {
       if (err) throw err;
       return value;
@@ -267,10 +356,17 @@ export class Stats {
     });
     const base = names.length * 2;
     const summaries = (list: string[]) =>
-      list.map((s) => JSON.parse(s) as CallSummary).filter((c) => visible(c.tool));
+      list
+        .map((s) => JSON.parse(s) as CallSummary)
+        // A user reads its own calls among its client's recent and slowest, no one else's.
+        .filter((c) => visible(c.tool) && (view.user === undefined || c.user === view.user));
     const recent = summaries(replies[base] as string[]);
     const slowestCalls = summaries(replies[base + 1] as string[]);
     const cache = replies[base + 2] as Record<string, string>;
+    const users =
+      view.client === undefined
+        ? undefined
+        : await this.users(view.client, (replies[base + 3] as string[]) ?? [], view.user);
     const hits = Number(cache.hits ?? 0);
     const misses = Number(cache.misses ?? 0);
     const top = (key: (t: ToolStats) => number) =>
@@ -296,7 +392,23 @@ export class Stats {
           ? {}
           : { keys: view.cacheKeys, evictions: Number(cache.evictions ?? 0) }),
       },
+      ...(users === undefined ? {} : { users }),
     };
+  }
+
+  /** The rows of a client's users (`only`: that user's alone, if it has stats). */
+  private async users(clientId: string, recent: string[], only?: string): Promise<UserStats[]> {
+    const names = only === undefined ? recent : [only];
+    if (names.length === 0) return [];
+    const fields = names.flatMap((u) => [`calls:${u}`, `errors:${u}`, `ms:${u}`]);
+    const values = await this.redis.hmget(this.keys.userStats(clientId).counts, ...fields);
+    return names.flatMap((user, i) => {
+      const calls = Number(values[3 * i] ?? 0);
+      if (calls === 0) return [];
+      const errors = Number(values[3 * i + 1] ?? 0);
+      const ms = Number(values[3 * i + 2] ?? 0);
+      return [{ user, calls, errors, avgMs: round(ms / calls, 2) }];
+    });
   }
 }
 
@@ -325,7 +437,7 @@ const BATCH_RETRY_FOR_MS = 10_000;
  * only the counters, which nobody reads per call, wait up to BATCH_DELAY_MS.
  */
 export class StatsBatch {
-  private pending: { outcome: CallOutcome; clientId: string }[] = [];
+  private pending: StatCall[] = [];
   private timer: NodeJS.Timeout | undefined;
   private readonly writing = new Set<Promise<void>>();
 
@@ -335,8 +447,8 @@ export class StatsBatch {
     private readonly onDropped: (err: unknown, calls: number) => void,
   ) {}
 
-  add(outcome: CallOutcome, clientId: string): void {
-    this.pending.push({ outcome, clientId });
+  add(outcome: CallOutcome, clientId: string, user?: string): void {
+    this.pending.push({ outcome, clientId, ...(user === undefined ? {} : { user }) });
     if (this.pending.length >= BATCH_MAX) this.flush();
     else this.timer ??= setTimeout(() => this.flush(), BATCH_DELAY_MS);
   }
@@ -360,7 +472,7 @@ export class StatsBatch {
   }
 
   /** One transaction, so a batch tried again never counts a call twice. */
-  private async write(batch: { outcome: CallOutcome; clientId: string }[]): Promise<void> {
+  private async write(batch: StatCall[]): Promise<void> {
     const hits = new Map<string, number>();
     for (const { outcome, clientId } of batch) {
       if (outcome.cached) hits.set(clientId, (hits.get(clientId) ?? 0) + 1);

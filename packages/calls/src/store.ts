@@ -137,6 +137,8 @@ export function briefOf(record: CallRecord): CallBrief {
     id: record.id,
     tool: cutText(record.tool, BRIEF_FIELD_CHARS),
     clientId: cutText(record.clientId, BRIEF_FIELD_CHARS),
+    // Not cut: at most MAX_USER_LENGTH (256) characters, checked when the token is read.
+    ...(record.user === undefined ? {} : { user: record.user }),
     status: record.status,
     createdAt: record.createdAt,
     ...(record.outcome

@@ -54,6 +54,11 @@ export interface CallJob {
   clientId: string;
   /** The user the client acts for (an OAuth token's user claim), when known. */
   user?: string;
+  /**
+   * Whose workspace and memory the call uses when not its client's: `<client>@<user>`
+   * (`principal`) under `isolation: user`.
+   */
+  space?: string;
   conversationId?: string;
   /** Epoch ms at acceptance by the gateway. */
   acceptedAt: number;
@@ -109,6 +114,8 @@ export interface CallBrief {
   id: string;
   tool: string;
   clientId: string;
+  /** The user the client acted for, when known (whole: listings filter on it). */
+  user?: string;
   status: CallStatus;
   createdAt: number;
   durationMs?: number;

@@ -49,6 +49,7 @@ server:
       tools: ['calculator', 'category:time'],
       rateLimit: { perMinute: 60 },
       limits: { queued: 64, sandboxInFlight: 4, pendingApprovals: 16 },
+      isolation: 'client',
       admin: false,
     });
     expect(config.clients[0]).not.toHaveProperty('key');
@@ -252,6 +253,34 @@ clients:
       /\/clients\/0\/key: environment variable NOPE_NOT_SET is not set/,
     );
     expect(() => loadConfig({ PORT: 'abc' })).toThrow(/PORT: must be an integer/);
+  });
+
+  it('reads per-user limits and isolation, and names bad ones', () => {
+    const [c] = parseConfig({
+      clients: [
+        {
+          id: 'a',
+          key: 'a-very-long-secret-key',
+          isolation: 'user',
+          limits: { perUser: { rateLimit: { perMinute: 60 }, queued: 8, sandboxInFlight: 1 } },
+        },
+      ],
+    }).clients;
+    expect(c).toMatchObject({
+      isolation: 'user',
+      limits: {
+        queued: 64,
+        perUser: { rateLimit: { perMinute: 60 }, queued: 8, sandboxInFlight: 1 },
+      },
+    });
+    expect(() =>
+      parseConfig({
+        clients: [{ id: 'a', key: 'a-very-long-secret-key', limits: { perUser: { queued: 0 } } }],
+      }),
+    ).toThrow(/\/clients\/0\/limits\/perUser\/queued/);
+    expect(() =>
+      parseConfig({ clients: [{ id: 'a', key: 'a-very-long-secret-key', isolation: 'person' }] }),
+    ).toThrow(/\/clients\/0\/isolation/);
   });
 
   it('reports an unreadable or unparsable file', () => {

@@ -65,9 +65,33 @@ const ClientSchema = Type.Object(
         }),
         /** This client's workspace size, MiB; overrides sandbox.limits.workspaceMb. */
         workspaceMb: Type.Optional(Type.Integer({ minimum: 8 })),
+        /**
+         * What one user of this client (an OAuth token's user claim) may take of the client's
+         * share; each absent: only the client's limit applies (docs/auth.md, users).
+         */
+        perUser: Type.Optional(
+          Type.Object(
+            {
+              rateLimit: Type.Optional(
+                Type.Object(
+                  { perMinute: Type.Integer({ minimum: 1 }) },
+                  { additionalProperties: false },
+                ),
+              ),
+              queued: Type.Optional(Type.Integer({ minimum: 1 })),
+              sandboxInFlight: Type.Optional(Type.Integer({ minimum: 1 })),
+            },
+            { additionalProperties: false },
+          ),
+        ),
       },
       { additionalProperties: false, default: {} },
     ),
+    /**
+     * Whose workspace and memory a call uses: the client's (shared by all its users), or,
+     * with `user`, each user's own (calls without a user, e.g. by API key, use the client's).
+     */
+    isolation: StringEnum(['client', 'user'] as const, 'client'),
     admin: Type.Boolean({ default: false }),
     /** This client's credential rules; a rule for the same host and header overrides the shared one. */
     credentials: Type.Optional(Type.Array(CredentialRuleSchema, { maxItems: 256 })),

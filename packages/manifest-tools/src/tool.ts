@@ -3,7 +3,7 @@
  * arguments as JSON on stdin, and reads stdout as the result.
  */
 import { toToolError } from '@toolgate/tools';
-import { ToolError, type AnyToolSpec, type ToolContext } from '@toolgate/registry';
+import { ToolError, spaceOf, type AnyToolSpec, type ToolContext } from '@toolgate/registry';
 import type { RunResult, Sandbox, Workspaces } from '@toolgate/sandbox';
 import type { LoadedManifest } from './manifest.js';
 
@@ -65,7 +65,7 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
       if (!sandbox) throw new ToolError('sandbox_error', 'this worker has no sandbox configured');
       let result: RunResult;
       try {
-        const workspace = m.workspace ? await workspaces?.ensure(ctx.clientId) : undefined;
+        const workspace = m.workspace ? await workspaces?.ensure(spaceOf(ctx)) : undefined;
         if (m.workspace && !workspace) {
           throw new ToolError('sandbox_error', 'this worker has no workspaces configured');
         }

@@ -1,7 +1,7 @@
 export { ToolError } from './errors.js';
 export { ToolRegistry, RegistryError } from './registry.js';
 export { ToolScope } from './scope.js';
-export { defineTool, runPrecheck, DEFAULT_TIMEOUT_MS, TOOL_NAME } from './tool.js';
+export { defineTool, runPrecheck, spaceOf, DEFAULT_TIMEOUT_MS, TOOL_NAME } from './tool.js';
 export { closeObjects } from './schema.js';
 export { strictSchemaIssue, STRICT_LIMITS } from './strict.js';
 export { fromStrictArguments, toStrictSchema } from './strict-form.js';

@@ -43,11 +43,21 @@ export interface ToolContext {
   user?: string;
   /** Credential rules for this call's requests (absent: none configured). */
   credentials?: CallCredentials;
+  /**
+   * Whose workspace and memory the call uses when not its client's: one user's
+   * (`<client>@<user>`, under the client's `isolation: user`). Read it through `spaceOf`.
+   */
+  space?: string;
   /** Aborted when the tool's timeout passes, the call is cancelled or the worker shuts down. */
   signal: AbortSignal;
   services: ToolServices;
   /** Live output and progress; absent where nobody listens (unit tests). */
   events?: ToolEvents;
+}
+
+/** Whose workspace and memory a call uses: its user's under `isolation: user`, else its client's. */
+export function spaceOf(ctx: Pick<ToolContext, 'clientId' | 'space'>): string {
+  return ctx.space ?? ctx.clientId;
 }
 
 /**

@@ -86,6 +86,8 @@ export interface CallListItem {
   id: string;
   tool: string;
   client: string;
+  /** The user the client acted for (an OAuth token's user claim), when known. */
+  user?: string;
   status: CallStatus;
   createdAt: string;
   durationMs?: number;
@@ -94,8 +96,9 @@ export interface CallListItem {
 }
 
 /**
- * `GET /v1/calls?client=&tool=&status=&since=&limit=`: recent calls, newest first (a client
- * sees its own; admins everyone's, or one client's with `client=`).
+ * `GET /v1/calls?client=&user=&tool=&status=&since=&limit=`: recent calls, newest first (a
+ * client sees its own, a user signed in with a token only its own; admins everyone's, or one
+ * client's with `client=`, one user's with `user=`).
  */
 export interface CallList {
   calls: CallListItem[];
@@ -174,4 +177,9 @@ export interface SeriesView {
   queue: { fast: (number | null)[]; sandbox: (number | null)[] };
   workers: (number | null)[];
   warm: (number | null)[];
+  /**
+   * One user's calls and errors per minute: a caller signed in as a user always gets its own;
+   * an admin asks with `?client=<id>&user=<sub>`.
+   */
+  user?: { id: string; calls: number[]; errors: number[] };
 }

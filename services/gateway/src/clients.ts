@@ -20,6 +20,10 @@ export interface Client {
   rateLimitPerMinute: number;
   /** Fair share of the workers (docs/scheduling.md). */
   limits: { queued: number; sandboxInFlight: number; pendingApprovals: number };
+  /** One user's share of the client's (docs/auth.md, users); absent: the client's only. */
+  perUser: { rateLimitPerMinute?: number; queued?: number };
+  /** Whose workspace and memory calls use: the client's, or each user's own. */
+  isolation: 'client' | 'user';
 }
 
 /**
@@ -42,6 +46,13 @@ export class Clients {
           sandboxInFlight: c.limits.sandboxInFlight,
           pendingApprovals: c.limits.pendingApprovals,
         },
+        perUser: {
+          ...(c.limits.perUser?.rateLimit
+            ? { rateLimitPerMinute: c.limits.perUser.rateLimit.perMinute }
+            : {}),
+          ...(c.limits.perUser?.queued === undefined ? {} : { queued: c.limits.perUser.queued }),
+        },
+        isolation: c.isolation,
       };
       this.all.set(c.id, client);
       // A client without a key signs in with OAuth tokens only.
@@ -95,6 +106,7 @@ export function resolveClients(config: Config): { clients: Clients; dev?: DevMod
     admin: true,
     rateLimit: { perMinute: 6000 },
     limits: { ...CLIENT_LIMIT_DEFAULTS },
+    isolation: 'client',
   };
   return { clients: new Clients([dev]), dev: { key } };
 }

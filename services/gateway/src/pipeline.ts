@@ -12,6 +12,7 @@ import {
   isConnectionLost,
   isRedisDown,
   liveWorkers,
+  principal,
   type Admission,
   type Approvals,
   type AuditLog,
@@ -44,6 +45,8 @@ import type { CallLimits, Prepaid } from './policy/limits.js';
 
 export interface CallListQuery {
   client?: string;
+  /** One user's calls (a caller signed in as a user always lists only its own). */
+  user?: string;
   tool?: string;
   status?: CallRecord['status'];
   /** Epoch ms. */
@@ -156,7 +159,13 @@ export class CallPipeline {
   async call(client: Client, req: CallRequest): Promise<CallResponse> {
     return withSpan(
       'toolgate.call',
-      { attributes: { 'toolgate.tool': req.tool, 'toolgate.client': client.id } },
+      {
+        attributes: {
+          'toolgate.tool': req.tool,
+          'toolgate.client': client.id,
+          ...(client.user === undefined ? {} : { 'toolgate.user': client.user }),
+        },
+      },
       async (span) => {
         const response = await this.measured(client, req);
         span.setAttribute(
@@ -243,7 +252,8 @@ export class CallPipeline {
       const needsApproval = this.o.requiresApproval(tool);
 
       if (!needsApproval && tool.cacheTtlSeconds > 0) {
-        const hit = await this.o.cache.get(tool, args, client.id);
+        // A client-scoped result is its user's own under `isolation: user` (see CallJob.space).
+        const hit = await this.o.cache.get(tool, args, spaceFor(client));
         if (hit) {
           this.o.metrics.cache.inc({ tool: tool.name, result: 'hit' });
           return {
@@ -268,8 +278,9 @@ export class CallPipeline {
         // Bound to the request: the same key with another tool or other arguments is refused
         // rather than answered with another call's result (docs/http-api.md, idempotency).
         const fingerprint = canonicalDigest({ tool: tool.name, args });
+        // A user's keys are its own: another user of the client reusing one gets a call of its own.
         const holder = await this.o.store.claimIdempotencyKey(
-          client.id,
+          principal(client.id, client.user),
           req.idempotencyKey,
           id,
           fingerprint,
@@ -290,6 +301,7 @@ export class CallPipeline {
         args,
         clientId: client.id,
         ...(client.user === undefined ? {} : { user: client.user }),
+        ...(spaceFor(client) === client.id ? {} : { space: spaceFor(client) }),
         acceptedAt: Date.now(),
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
         ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
@@ -322,8 +334,9 @@ export class CallPipeline {
               kind,
               client.limits.queued,
               this.o.admission.staleAfterMs,
+              client.perUser.queued,
             );
-            if (!admitted.admitted) throw this.tooManyInFlight(client, admitted.inFlight);
+            if (!admitted.admitted) throw this.tooManyInFlight(client, admitted);
           } catch (err) {
             stopEvents?.();
             this.o.dispatcher.forget(id);
@@ -334,7 +347,7 @@ export class CallPipeline {
         // Not accepted: free the idempotency key so a retry can run the call.
         if (req.idempotencyKey) {
           await this.o.store
-            .releaseIdempotencyKey(client.id, req.idempotencyKey, id)
+            .releaseIdempotencyKey(principal(client.id, client.user), req.idempotencyKey, id)
             .catch(() => undefined);
         }
         throw err;
@@ -410,8 +423,8 @@ export class CallPipeline {
       const cancelled = finishedRecord({ ...job, redactedArgs: redact(job.args) }, kind, outcome);
       const multi = this.o.redis.multi();
       this.o.store.addTo(multi, cancelled);
-      this.o.admission.releaseIn(multi, job.clientId, kind, id);
-      this.o.stats.addTo(multi, outcome, job.clientId);
+      this.o.admission.releaseIn(multi, job.clientId, kind, id, job.user);
+      this.o.stats.addTo(multi, outcome, job.clientId, job.user);
       if (job.replyTo) multi.publish(job.replyTo, JSON.stringify(outcome));
       await multi.exec();
       await this.ended(cancelled, { by, stage: 'queued' });
@@ -453,6 +466,7 @@ export class CallPipeline {
         this.o.audit.entry({
           event: 'cancel',
           client: record.clientId,
+          ...(record.user === undefined ? {} : { user: record.user }),
           tool: record.tool,
           callId: record.id,
           status: 'cancelled',
@@ -572,10 +586,16 @@ export class CallPipeline {
     if (q.client !== undefined && q.client !== client.id && !client.admin) {
       throw new ApiError('forbidden', `client "${client.id}" may only list its own calls`);
     }
+    const bound = client.admin ? undefined : client.user;
+    if (q.user !== undefined && bound !== undefined && q.user !== bound) {
+      throw new ApiError('forbidden', 'a user may only list its own calls');
+    }
+    // Signed in as a user: that user's calls only, asked or not (admins: any).
+    const user = bound ?? q.user;
     const clients = client.admin ? (q.client ? [q.client] : this.o.clientIds) : [client.id];
     return guardRedis(async () => {
       // Filters apply after reading: read a generous page, bounded whatever the filters.
-      const scan = q.tool || q.status ? LIST_SCAN : q.limit;
+      const scan = q.tool || q.status || user !== undefined ? LIST_SCAN : q.limit;
       // One id more than the scan reads, to know whether it left calls unread (`partial`).
       const { finished, inFlight, owner } = await this.o.index.recent(
         clients,
@@ -605,6 +625,7 @@ export class CallPipeline {
             brief = (await this.o.dispatcher.peek(id, clientId)) ?? brief;
           }
           if (!brief) continue;
+          if (user !== undefined && brief.user !== user) continue;
           if (q.tool && brief.tool !== q.tool) continue;
           if (q.status && brief.status !== q.status) continue;
           if (calls.length < q.limit) calls.push(brief);
@@ -617,12 +638,16 @@ export class CallPipeline {
     }, this.o.redis);
   }
 
-  /** The current state of a call the client may see (its own; admins see all). */
+  /**
+   * The current state of a call the client may see: its own (admins see all). A caller signed
+   * in as a user sees only that user's calls: another user's, or the client's own made without
+   * a user (by API key), are as unknown to it as another client's.
+   */
   async get(client: Client, id: string): Promise<CallRecord> {
     if (!isCallId(id)) throw new ApiError('not_found', `no call with id "${id}"`);
     return guardRedis(async () => {
       const record = await this.o.dispatcher.lookup(id);
-      if (!record || (record.clientId !== client.id && !client.admin)) {
+      if (!record || !maySee(client, record)) {
         throw new ApiError('not_found', `no call with id "${id}"`);
       }
       return record;
@@ -686,15 +711,20 @@ export class CallPipeline {
     );
   }
 
-  private tooManyInFlight(client: Client, inFlight: number): ApiError {
+  private tooManyInFlight(
+    client: Client,
+    refused: { inFlight: number; scope: 'client' | 'user' },
+  ): ApiError {
     this.o.metrics.limited.inc({ kind: 'in_flight', client: client.id });
-    const limit = client.limits.queued;
+    const { inFlight, scope } = refused;
+    const limit = scope === 'user' ? client.perUser.queued! : client.limits.queued;
+    const who = scope === 'user' ? `this user of client "${client.id}"` : `client "${client.id}"`;
     return new ApiError(
       'too_many_in_flight',
-      `client "${client.id}" already has ${inFlight} calls queued or running (its limit is ${limit}); retry when some have finished`,
+      `${who} already has ${inFlight} calls queued or running (its limit is ${limit}); retry when some have finished`,
       {
         headers: { 'Retry-After': String(IN_FLIGHT_RETRY_SECONDS) },
-        details: { limit, inFlight, retryAfterSeconds: IN_FLIGHT_RETRY_SECONDS },
+        details: { limit, inFlight, scope, retryAfterSeconds: IN_FLIGHT_RETRY_SECONDS },
       },
     );
   }
@@ -744,7 +774,7 @@ export class CallPipeline {
     this.o.index.addTo(multi, client.id, [outcome.id]);
     this.o.audit.addTo(multi, entry);
     await multi.exec();
-    this.o.statsBatch.add(outcome, client.id);
+    this.o.statsBatch.add(outcome, client.id, client.user);
     return outcome;
   }
 
@@ -784,6 +814,18 @@ export class CallPipeline {
     });
     this.o.audit.append(entry).catch(() => undefined);
   }
+}
+
+/** Whose workspace, memory and client-scoped cache a caller's calls use (CallJob.space). */
+function spaceFor(client: Client): string {
+  return client.isolation === 'user' ? principal(client.id, client.user) : client.id;
+}
+
+/** Whether a caller may see a call: its client's (a user: its own only), or any as an admin. */
+function maySee(client: Client, record: CallRecord): boolean {
+  if (client.admin) return true;
+  if (record.clientId !== client.id) return false;
+  return client.user === undefined || record.user === client.user;
 }
 
 function alreadyEnded(record: CallRecord): ApiError {

@@ -29,6 +29,7 @@ export function callListItem(brief: CallBrief): CallListItem {
     id: brief.id,
     tool: brief.tool,
     client: brief.clientId,
+    ...(brief.user === undefined ? {} : { user: brief.user }),
     status: brief.status,
     createdAt: new Date(brief.createdAt).toISOString(),
     ...(brief.durationMs === undefined ? {} : { durationMs: brief.durationMs }),

@@ -142,7 +142,11 @@ export class Recorder {
     }
     stats.addBatch(
       pipeline,
-      batch.map(({ call, outcome }) => ({ outcome, clientId: call.clientId })),
+      batch.map(({ call, outcome }) => ({
+        outcome,
+        clientId: call.clientId,
+        ...(call.user === undefined ? {} : { user: call.user }),
+      })),
     );
     const results = (await pipeline.exec()) ?? [];
     const failed = results.find(([err]) => err);

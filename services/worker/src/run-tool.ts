@@ -75,6 +75,7 @@ export async function runTool(
           clientId: job.clientId,
           ...(job.user === undefined ? {} : { user: job.user }),
           ...(credentials ? { credentials } : {}),
+          ...(job.space === undefined ? {} : { space: job.space }),
           signal: controller.signal,
           services,
           ...(events ? { events } : {}),

@@ -143,7 +143,8 @@ function startWorkspaces(
     ),
   );
   const workspaces = createWorkspaces(sandbox.config, {
-    sizeMbFor: (clientId) => sizes.get(clientId),
+    // A user's own workspace (isolation: user, `<client>@<user>`) has its client's size.
+    sizeMbFor: (space) => sizes.get(space.split('@')[0]!),
     resets: new WorkspaceResets(shared.redis, shared.keys),
     logger: logger.child({ component: 'workspaces' }),
   });

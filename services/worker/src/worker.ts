@@ -147,6 +147,13 @@ export function createWorker({
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
+  const userSandboxInFlight = new Map(
+    config.clients.flatMap((c) =>
+      c.limits.perUser?.sandboxInFlight === undefined
+        ? []
+        : [[c.id, c.limits.perUser.sandboxInFlight] as const],
+    ),
+  );
   /**
    * Sandbox calls this worker runs or is taking a lease for. Counted before the lease's await,
    * so two calls starting at once never both see a normal slot free: a call that finds all
@@ -260,7 +267,15 @@ export function createWorker({
       const cap = sandboxInFlight.get(job.clientId) ?? CLIENT_LIMIT_DEFAULTS.sandboxInFlight;
       const leaseMs = (registry.get(job.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
       // In the reserve, only a client's first running call: cap 1.
-      granted = await leases.acquire(job.clientId, 'sandbox', job.id, reserve ? 1 : cap, leaseMs);
+      const userCap = job.user === undefined ? undefined : userSandboxInFlight.get(job.clientId);
+      granted = await leases.acquire(
+        job.clientId,
+        'sandbox',
+        job.id,
+        reserve ? 1 : cap,
+        leaseMs,
+        userCap === undefined ? undefined : { id: job.user!, cap: userCap },
+      );
     } catch (err) {
       sandboxTaken--;
       throw err;
@@ -323,6 +338,7 @@ export function createWorker({
         attributes: {
           'toolgate.tool': call.tool,
           'toolgate.client': call.clientId,
+          ...(call.user === undefined ? {} : { 'toolgate.user': call.user }),
           'toolgate.call_id': call.id,
           'toolgate.queue': kind,
         },
@@ -401,7 +417,7 @@ export function createWorker({
         // Not when credentials went out: the answer is that user's, and the cache is per client.
         if (tool.cacheTtlSeconds > 0 && outcome.status === 'ok' && !credentials?.used.size) {
           const write = redis.multi();
-          cache.addTo(write, tool, call.args, call.clientId, outcome.result);
+          cache.addTo(write, tool, call.args, call.space ?? call.clientId, outcome.result);
           await write
             .exec()
             .catch((err: unknown) =>

@@ -2,7 +2,7 @@
  * memory_save, memory_search, memory_delete (docs/spec.md §4): a per-client notebook the model writes
  * to and searches later, in any conversation. Each client sees only its own entries.
  */
-import { Type, ToolError, defineTool, type ToolContext } from '@toolgate/registry';
+import { Type, ToolError, defineTool, spaceOf, type ToolContext } from '@toolgate/registry';
 import { DEFAULT_MEMORY_LIMITS, type MemoryStore } from './store.js';
 
 declare module '@toolgate/registry' {
@@ -78,7 +78,7 @@ export const memorySave = defineTool({
   risk: 'sensitive',
   timeoutMs: 5000,
   handler: async ({ text, tags }, ctx) => {
-    const { entry, count } = await memoryOf(ctx).save(ctx.clientId, text, tags ?? []);
+    const { entry, count } = await memoryOf(ctx).save(spaceOf(ctx), text, tags ?? []);
     return { id: entry.id, savedAt: entry.savedAt, entries: count };
   },
 });
@@ -103,7 +103,7 @@ export const memorySearch = defineTool({
   timeoutMs: 5000,
   idempotent: true,
   handler: async ({ query, limit }, ctx) => ({
-    results: await memoryOf(ctx).search(ctx.clientId, query, limit ?? 5),
+    results: await memoryOf(ctx).search(spaceOf(ctx), query, limit ?? 5),
   }),
 });
 
@@ -117,7 +117,7 @@ export const memoryDelete = defineTool({
   timeoutMs: 5000,
   idempotent: true,
   handler: async ({ id }, ctx) => {
-    if (!(await memoryOf(ctx).delete(ctx.clientId, id))) {
+    if (!(await memoryOf(ctx).delete(spaceOf(ctx), id))) {
       throw new ToolError('not_found', `no memory with id "${id}"`);
     }
     return { deleted: id };

@@ -5,7 +5,7 @@
  * the sandbox by FILE_OPS, which runs as the sandbox user with only the workspace mounted.
  */
 import path from 'node:path';
-import { Type, ToolError, defineTool, type ToolContext } from '@toolgate/registry';
+import { Type, ToolError, defineTool, spaceOf, type ToolContext } from '@toolgate/registry';
 import { normalizeRelative } from '@toolgate/sandbox';
 import { FILE_OPS } from './file-ops.js';
 import { sandboxServices, toToolError } from './services.js';
@@ -33,15 +33,15 @@ async function fileOp<T>(ctx: ToolContext, request: Op): Promise<T> {
       // The last component is not followed (deleting a link removes the link); its parent must stay inside.
       const rel = normalizeRelative(request.path);
       if (rel === '') throw new ToolError('invalid_path', 'cannot delete the workspace itself');
-      await workspaces.resolve(ctx.clientId, path.posix.dirname(rel));
+      await workspaces.resolve(spaceOf(ctx), path.posix.dirname(rel));
       request = { ...request, path: rel };
     } else {
       request = {
         ...request,
-        path: (await workspaces.resolve(ctx.clientId, request.path)).relative,
+        path: (await workspaces.resolve(spaceOf(ctx), request.path)).relative,
       } as Op;
     }
-    const workspace = await workspaces.ensure(ctx.clientId);
+    const workspace = await workspaces.ensure(spaceOf(ctx));
     const result = await sandbox.run({
       image: 'python',
       // -I (isolated): the working directory is the client's workspace, and `python3 -c` would

@@ -4,7 +4,7 @@
  * reads stdout/stderr and tries again); only a failure of the sandbox itself is a ToolError.
  */
 import { checkShellCommand, shellPolicyError } from '../policy/index.js';
-import { Type, defineTool, type ToolContext } from '@toolgate/registry';
+import { Type, defineTool, spaceOf, type ToolContext } from '@toolgate/registry';
 import type { RunResult } from '@toolgate/sandbox';
 import { sandboxServices, toToolError } from './services.js';
 
@@ -49,7 +49,7 @@ export async function runInWorkspace(
   const { sandbox, workspaces } = sandboxServices(ctx);
   let result: RunResult;
   try {
-    const workspace = await workspaces.ensure(ctx.clientId);
+    const workspace = await workspaces.ensure(spaceOf(ctx));
     result = await sandbox.run({
       image,
       argv,

@@ -3,6 +3,8 @@
  * any gateway may receive — can cancel it. Keyed by client and JSON-RPC request id; two
  * requests of one client in flight with the same id (two sessions sharing a key) make the
  * entry ambiguous, and an ambiguous cancel is ignored rather than aimed at the wrong call.
+ * Callers pass `principal(client, user)` as the client: each user of a client has its own
+ * request ids, so two users' request 1 never make each other's entry ambiguous.
  */
 import type { Keys } from '@toolgate/calls';
 import type { RedisClient } from '@toolgate/calls';

@@ -20,6 +20,7 @@ import type { Prepaid } from '../policy/limits.js';
 import { isLoggingLevel, type LogLevels } from './log-level.js';
 import { CallNotifier } from './notifier.js';
 import type { McpRequests } from './requests.js';
+import { principal } from '@toolgate/calls';
 import { TASKS_EXTENSION } from './tasks.js';
 import { refusal, toMcpTool, toResult } from './tools.js';
 
@@ -116,7 +117,9 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
           callId = id;
           notifier.callId = id;
           const ttl = Math.ceil(((tool?.timeoutMs ?? 0) + deps.syncWaitGraceMs) / 1000) + 60;
-          requests.register(client.id, requestId, id, ttl).catch(() => undefined);
+          requests
+            .register(principal(client.id, client.user), requestId, id, ttl)
+            .catch(() => undefined);
         },
         // On 2026-07-28 a closed response stream is the cancellation. A 2025-era client that
         // disconnects has not cancelled (that spec says so): it sends notifications/cancelled.
@@ -129,7 +132,10 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
       if ('result' in refused) return refused.result;
       throw new ProtocolError(refused.error.code, refused.error.message, refused.error.data);
     } finally {
-      if (callId) requests.release(client.id, requestId, callId).catch(() => undefined);
+      if (callId)
+        requests
+          .release(principal(client.id, client.user), requestId, callId)
+          .catch(() => undefined);
     }
     await notifier.close();
     return toResult(response, tool);

@@ -20,6 +20,8 @@ const client = (perMinute: number): Client => ({
   scope: new ToolScope(['*']),
   rateLimitPerMinute: perMinute,
   limits: { queued: 64, sandboxInFlight: 4, pendingApprovals: 16 },
+  perUser: {},
+  isolation: 'client',
 });
 async function allowed(limits: CallLimits, c: Client): Promise<boolean> {
   try {

@@ -1,8 +1,11 @@
-import type { Keys } from '@toolgate/calls';
+import { principal, type Keys } from '@toolgate/calls';
 import type { RedisClient } from '@toolgate/calls';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
+
+/** Refusal windows remembered before past ones are swept (one per client, or per user). */
+const REPORTED_MAX = 10_000;
 
 /** A client's budget is taken from Redis in slices of 1% of its per-minute rate, at most this. */
 const MAX_SLICE = 100;
@@ -51,6 +54,7 @@ export class Prepaid {
  */
 export class CallLimits {
   private readonly perClient = new Map<number, RateLimiterRedis>();
+  private readonly perUser = new Map<number, RateLimiterRedis>();
   private readonly loop: RateLimiterRedis;
   private readonly budgets = new Map<string, Budget>();
   private readonly reserving = new Map<string, Promise<void>>();
@@ -81,8 +85,9 @@ export class CallLimits {
     conversationId?: string,
     prepaid?: Prepaid,
   ): Promise<void> {
+    // What the door charged (Prepaid) it charged to the user's rate too: not again here.
+    const charged = prepaid ? prepaid.cover(calls) : calls;
     try {
-      const charged = prepaid ? prepaid.cover(calls) : calls;
       if (charged > 0) await this.consumeRate(client, charged);
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err;
@@ -97,6 +102,7 @@ export class CallLimits {
         },
       );
     }
+    await this.consumeUser(client, charged);
     if (!conversationId) return;
     try {
       await this.loop.consume(`${client.id}:${conversationId}`, calls);
@@ -125,10 +131,51 @@ export class CallLimits {
   firstRefusal(client: Client, err: ApiError): boolean {
     if (err.code !== 'rate_limited') return true;
     const now = Date.now();
-    if ((this.reportedUntil.get(client.id) ?? 0) > now) return false;
+    // A user over its own rate is on record apart from its client and the client's other users.
+    const byUser = (err.details as { scope?: string } | undefined)?.scope === 'user';
+    const who = byUser ? principal(client.id, client.user) : client.id;
+    if ((this.reportedUntil.get(who) ?? 0) > now) return false;
     const retryAfter = Number(err.headers['Retry-After'] ?? 1);
-    this.reportedUntil.set(client.id, now + retryAfter * 1000);
+    // Users are unbounded: past windows are forgotten before the map grows large.
+    if (this.reportedUntil.size >= REPORTED_MAX)
+      for (const [key, until] of this.reportedUntil)
+        if (until <= now) this.reportedUntil.delete(key);
+    this.reportedUntil.set(who, now + retryAfter * 1000);
     return true;
+  }
+
+  /**
+   * Counts `calls` against the rate of the user the client acts for (`limits.perUser.rateLimit`):
+   * one by one in Redis, one round trip per call, only for clients that set it.
+   */
+  private async consumeUser(client: Client, calls: number): Promise<void> {
+    const perMinute = client.perUser.rateLimitPerMinute;
+    if (client.user === undefined || perMinute === undefined || calls <= 0) return;
+    let limiter = this.perUser.get(perMinute);
+    if (!limiter) {
+      limiter = new RateLimiterRedis({
+        storeClient: this.redis,
+        keyPrefix: this.keys.userRatePrefix(perMinute),
+        points: perMinute,
+        duration: 60,
+      });
+      this.perUser.set(perMinute, limiter);
+    }
+    try {
+      await limiter.consume(`${client.id}:${client.user}`, calls);
+    } catch (err) {
+      if (!(err instanceof RateLimiterRes)) throw err;
+      this.onLimited('rate', client);
+      const retryAfter = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
+      throw new ApiError(
+        'rate_limited',
+        `this user of client "${client.id}" is over its rate of ${perMinute} calls per minute; retry in ${retryAfter} s`,
+        {
+          headers: { 'Retry-After': String(retryAfter) },
+          details: { limitPerMinute: perMinute, scope: 'user', retryAfterSeconds: retryAfter },
+        },
+      );
+    }
   }
 
   /** Counts `calls` against the client's rate: from its slice, a new slice, or one by one. */

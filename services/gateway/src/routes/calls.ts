@@ -1,6 +1,7 @@
 import type { CallStatus } from '@toolgate/calls';
 import { Router, type Request } from 'express';
 import type { CallList } from '../api-types.js';
+import { MAX_USER_LENGTH } from '../auth/oauth.js';
 import { ApiError } from '../errors.js';
 import type { HeldConnections } from '../held-connections.js';
 import { clientOf } from '../http.js';
@@ -35,7 +36,7 @@ function param(req: Request, name: string): string | undefined {
 export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): Router {
   const router = Router();
 
-  /** `GET /v1/calls?client=&tool=&status=&since=&limit=`: recent calls, newest first. */
+  /** `GET /v1/calls?client=&user=&tool=&status=&since=&limit=`: recent calls, newest first. */
   router.get('/v1/calls', async (req, res) => {
     const status = param(req, 'status');
     if (status !== undefined && !STATUSES.includes(status as CallStatus)) {
@@ -50,10 +51,18 @@ export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): R
     }
     const client = param(req, 'client');
     const tool = param(req, 'tool');
+    const user = param(req, 'user');
+    if (user !== undefined && (user.length === 0 || user.length > MAX_USER_LENGTH)) {
+      throw new ApiError(
+        'invalid_request',
+        `"user" must be 1 to ${MAX_USER_LENGTH} characters (a token's user claim)`,
+      );
+    }
     const { calls, partial } = await pipeline.list(clientOf(res), {
       since,
       limit: Number(limitText),
       ...(client ? { client } : {}),
+      ...(user === undefined ? {} : { user }),
       ...(tool ? { tool } : {}),
       ...(status ? { status: status as CallStatus } : {}),
     });

@@ -111,8 +111,29 @@ export function consoleApi(deps: {
       const tool = deps.registry.get(name);
       return tool !== undefined && client.scope.allows(tool);
     };
+    // One user's row: a user's own always; an admin names a client and a user.
+    const asked = (name: string) => {
+      const v = req.query[name];
+      if (v !== undefined && (typeof v !== 'string' || v.length === 0 || v.length > 256))
+        throw new ApiError('invalid_request', `"${name}" must be given once, 1 to 256 characters`);
+      return v;
+    };
+    const [askedClient, askedUser] = [asked('client'), asked('user')];
+    if (!client.admin && askedUser !== undefined && askedUser !== client.user)
+      throw new ApiError('forbidden', 'a caller may only read its own user series');
+    if (client.admin && askedUser !== undefined && askedClient === undefined)
+      throw new ApiError('invalid_request', '"user" needs "client" (users are per client)');
+    const user = client.admin ? askedUser : client.user;
+    const owner = client.admin ? (askedUser === undefined ? undefined : askedClient) : client.id;
     const points = await guardRedis(
-      () => deps.series.read(Number(text), visible, client.admin ? undefined : client.id),
+      () =>
+        deps.series.read(
+          Number(text),
+          visible,
+          client.admin && user === undefined ? undefined : owner,
+          Date.now(),
+          user,
+        ),
       deps.redis,
     );
     const body: SeriesView = {
@@ -124,6 +145,7 @@ export function consoleApi(deps: {
       queue: client.admin ? points.queue : { fast: [], sandbox: [] },
       workers: client.admin ? points.workers : [],
       warm: client.admin ? points.warm : [],
+      ...(points.user ? { user: points.user } : {}),
     };
     res.json(body);
   });

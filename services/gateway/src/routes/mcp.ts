@@ -4,7 +4,7 @@
  * balancer answers any request (docs/mcp.md). Serves 2026-07-28 clients and 2025-era clients
  * (2025-06-18, 2025-11-25) from the same factory.
  */
-import type { Keys } from '@toolgate/calls';
+import { principal, type Keys } from '@toolgate/calls';
 import type { Logger } from '@toolgate/log';
 import type { Tool, ToolRegistry } from '@toolgate/registry';
 import { toNodeHandler, type NodeIncomingMessageLike } from '@modelcontextprotocol/node';
@@ -112,7 +112,9 @@ export function mcpRoutes(deps: McpDeps): Router {
     // request: the call is found through Redis. (The SDK then acknowledges it with 202.)
     const cancelled = cancelledRequestId(req.body);
     if (cancelled !== undefined) {
-      const callId = await requests.lookup(caller.client.id, cancelled).catch(() => undefined);
+      const callId = await requests
+        .lookup(principal(caller.client.id, caller.client.user), cancelled)
+        .catch(() => undefined);
       if (callId) {
         await deps.pipeline.cancel(caller.client, callId).catch((err: unknown) => {
           // Already ended or gone: the MCP spec lets a server ignore such a cancel.

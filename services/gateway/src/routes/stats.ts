@@ -9,7 +9,8 @@ import { guardRedis } from '../pipeline.js';
 /**
  * GET /v1/stats: per-tool counts, error rates, latency, rankings, slowest calls, cache. A
  * client sees its own calls of the tools in its scope; admins see everyone's, or one client's
- * with `?client=`.
+ * with `?client=`. A client's report lists its users (`users`, bounded: USER_STATS_MAX kept per
+ * client, USER_STATS_SHOWN shown).
  */
 export function statsRoutes(
   redis: RedisClient,
@@ -30,7 +31,18 @@ export function statsRoutes(
         const tool = registry.get(name);
         return tool !== undefined && client.scope.allows(tool);
       };
-      res.json(await guardRedis(() => stats.report({ client: client.id, tools: inScope }), redis));
+      // A user sees its client's tool stats and, of the per-user rows, its own.
+      res.json(
+        await guardRedis(
+          () =>
+            stats.report({
+              client: client.id,
+              tools: inScope,
+              ...(client.user === undefined ? {} : { user: client.user }),
+            }),
+          redis,
+        ),
+      );
       return;
     }
     if (filter !== undefined && (typeof filter !== 'string' || !clientIds.has(filter))) {

@@ -115,6 +115,13 @@ export class CallCgroup {
     return m !== null && Number(m[1]) > 0;
   }
 
+  /** Memory the cgroup's processes use now, bytes. */
+  async memoryBytes(): Promise<number | undefined> {
+    const file = this.mode === 'v2' ? 'memory.current' : 'memory.usage_in_bytes';
+    const text = await readFile(path.join(this.dirs.memory, file), 'utf8').catch(() => undefined);
+    return text !== undefined && /^\d+\s*$/.test(text) ? Number(text) : undefined;
+  }
+
   async pids(): Promise<number[]> {
     const text = await readFile(path.join(this.dirs.pids, 'cgroup.procs'), 'utf8').catch(() => '');
     return text.split('\n').filter(Boolean).map(Number);

@@ -140,7 +140,7 @@ stage_node() {
   rm -rf "$ctx"
   mkdir -p "$ctx/node" "$ctx/mcp"
   cp "$src/node/Dockerfile" "$ctx/"
-  cp "$src/node/mcp/package.json" "$src/node/mcp/package-lock.json" "$ctx/mcp/"
+  cp "$src/node/mcp/package.json" "$src/node/mcp/package-lock.json" "$src/node/mcp/run.mjs" "$ctx/mcp/"
   log "staging node-linux-$arch@$node_version and the MCP servers (npm)"
   (cd "$ctx/node" && npm pack --silent "node-linux-$arch@$node_version" >/dev/null \
     && tar -xzf ./*.tgz --strip-components=1 && rm -f ./*.tgz) >&2 \

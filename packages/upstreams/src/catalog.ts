@@ -16,10 +16,11 @@ import {
   type RedisClient,
 } from '@toolgate/calls';
 import type { RedisConfig } from '@toolgate/config';
-import { upstreamToolName, type UpstreamConfig } from '@toolgate/config';
+import { isStdioUpstream, upstreamToolName, type UpstreamConfig } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import { UpstreamConnection } from './connection.js';
+import type { StdioServers } from './stdio-server.js';
 import {
   definitionHash,
   Pins,
@@ -155,6 +156,7 @@ export class UpstreamCatalog {
     private readonly fetchImpl: GuardedFetch,
     private readonly log: CatalogLogger,
     auditLimits: AuditLimits,
+    private readonly stdio: StdioServers | undefined,
   ) {
     this.pins = new Pins(redis, keys);
     this.audit = new AuditLog(redis, keys, auditLimits);
@@ -173,6 +175,11 @@ export class UpstreamCatalog {
     log: CatalogLogger;
     /** `audit:` of the config, for the entries of first-seen, changed and approved tools. */
     audit?: AuditLimits;
+    /**
+     * The worker's stdio upstreams: only a process that has them reads their lists (a gateway
+     * has no sandbox, and serves what the workers wrote).
+     */
+    stdio?: StdioServers;
   }): UpstreamCatalog {
     let catalog = UpstreamCatalog.shared.get(options.registry);
     if (!catalog) {
@@ -186,6 +193,7 @@ export class UpstreamCatalog {
         options.fetch,
         options.log,
         options.audit ?? AUDIT_DEFAULTS,
+        options.stdio,
       );
       UpstreamCatalog.shared.set(options.registry, catalog);
     }
@@ -252,10 +260,16 @@ export class UpstreamCatalog {
   private async sync(upstream: UpstreamConfig): Promise<void> {
     const { catalog, lease } = this.keys.upstream(upstream.id);
     let meta = parseMeta(await this.redis.hget(catalog, 'meta'));
-    const due =
+    let due =
       !meta ||
       Date.now() - meta.checkedAt >= upstream.refreshSeconds * 1000 ||
       this.changed.has(upstream.id);
+    if (isStdioUpstream(upstream)) {
+      // Read where its server runs, and only while it runs (or never was read): a refresh must
+      // not wake a server stopped for idleness. It is read again each time it starts.
+      const server = this.stdio?.get(upstream.id);
+      due &&= server !== undefined && (server.running || !meta || meta.error !== undefined);
+    }
     if (due) {
       const leaseMs = upstream.timeoutMs * 3 + 5000;
       const got = await this.redis.set(lease, this.token, 'PX', leaseMs, 'NX');
@@ -467,11 +481,14 @@ export class UpstreamCatalog {
   ): Promise<{ tools: UpstreamToolDefinition[]; problems: string[] }> {
     let connection = this.listing.get(upstream.id);
     if (!connection) {
-      connection = new UpstreamConnection(upstream, this.fetchImpl, () => {
+      const changed = () => {
         // Another process may hold the lease now: it reads the list on its next tick.
         this.changed.add(upstream.id);
         void this.tick();
-      });
+      };
+      const server = this.stdio?.get(upstream.id);
+      if (server) server.onStarted = changed;
+      connection = new UpstreamConnection(upstream, this.fetchImpl, changed, server);
       this.listing.set(upstream.id, connection);
     }
     const allowed = upstream.tools ? new Set(upstream.tools) : undefined;

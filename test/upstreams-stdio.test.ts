@@ -5,6 +5,7 @@
  * server of our own in Python for what they cannot show: a crash mid-call, idleness, and
  * what a sandboxed server can reach.
  */
+import { execFile } from 'node:child_process';
 import { chmod, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -18,6 +19,7 @@ import {
 } from '@toolgate/sandbox';
 import { testSandboxConfig, whyNodeImageUnavailable } from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROOT, TOOLGATE_BIN } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 
 /** A line-per-message MCP server: echo, env, read (a path), list (a directory), slow, crash. */
@@ -154,6 +156,44 @@ describe.each(drivers)('stdio upstreams in %s sandboxes', (driverName) => {
       });
       expect(JSON.stringify(result.content)).toContain('Echo: mcp');
       await mcp.close();
+    },
+  );
+
+  it.skipIf(skip)(
+    'toolgate doctor lists each upstream’s state, and whether the image has an npm server',
+    async () => {
+      const file = path.join(dir, 'doctor.json');
+      await writeFile(
+        file,
+        JSON.stringify({
+          redis: stack.config.redis,
+          sandbox: { driver: driverName },
+          upstreams: [
+            { id: 'everything', npm: EVERYTHING, args: ['stdio'] },
+            { id: 'missing', npm: 'left-pad@1.3.0' },
+          ],
+        }),
+      );
+      const stdout = await new Promise<string>((resolve) =>
+        execFile(
+          process.execPath,
+          [TOOLGATE_BIN, 'doctor', '--json', '--config', file],
+          { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: dir }, timeout: 60_000 },
+          (_err, out) => resolve(out),
+        ),
+      );
+      const checks = JSON.parse(stdout) as { name: string; status: string; detail: string }[];
+      const check = (name: string) => checks.find((c) => c.name === name);
+      expect(check('upstream everything')).toMatchObject({
+        status: 'ok',
+        detail: expect.stringMatching(/^npm .*: up, \d+ tools/),
+      });
+      expect(check('upstream everything npm')).toMatchObject({ status: 'ok' });
+      expect(check('upstream missing')).toMatchObject({ status: 'warn' });
+      expect(check('upstream missing npm')).toMatchObject({
+        status: 'fail',
+        detail: expect.stringContaining('left-pad'),
+      });
     },
   );
 

@@ -27,6 +27,7 @@ npm_servers=${SANDBOX_NPM_SERVERS:-}
 force=${FORCE:-0}
 export DOCKER_BUILDKIT=0 # the classic builder needs no buildx plugin and no frontend image
 
+build_labels=()
 base_tag="toolgate/sandbox-base:$suite"
 common_tag="toolgate/sandbox-common:local"
 started=$(date +%s)
@@ -94,7 +95,8 @@ build_image() {
     [ -z "${7:-}" ] || "$7" "$context"
     log "docker build $tag ($hash)"
     mkdir -p "$build_dir"
-    docker build --label "toolgate.hash=$hash" --build-arg "BASE=$parent_tag" -t "$tag" "$context" \
+    docker build --label "toolgate.hash=$hash" ${build_labels[@]+"${build_labels[@]}"} \
+      --build-arg "BASE=$parent_tag" -t "$tag" "$context" \
       >"$build_dir/build-$name.log" 2>&1 \
       || { tail -n 30 "$build_dir/build-$name.log" >&2; die "docker build of $tag failed (log: $build_dir/build-$name.log)"; }
     log "$tag built"
@@ -155,13 +157,25 @@ stage_node() {
   fi
 }
 
+# "<package>@<version> ..." the node image has for upstreams' `npm:` (its label, for doctor).
+node_servers() {
+  # shellcheck disable=SC2016 # node code, not shell
+  node -e 'const p = require(process.argv[1]); const extra = process.argv.slice(2).map((s) => s.slice(0, s.lastIndexOf("@")));
+    console.log([...Object.keys(p.dependencies), ...extra].map((n) => `${n}@${require(`${process.argv[1].replace(/package.json$/, "")}node_modules/${n}/package.json`).version}`).join(" "))' \
+    "$1/mcp/package.json" $npm_servers
+}
+
 mkdir -p "$build_dir/rootfs"
 for name in $images; do
   tag="toolgate/sandbox-$name:local"
   if [ "$name" = node ]; then
     # Hashed from its inputs, not the staged tree: an up-to-date image needs no npm at all.
     node_hash=$( (context_hash "$src/node" "$common_hash"; echo "node=$node_version servers=$npm_servers") | sha256sum | cut -c1-16)
-    hash=$(build_image node "$tag" "$common_tag" "$common_hash" "$build_dir/node-context" "$node_hash" stage_node)
+    # The pinned servers (and SANDBOX_NPM_SERVERS) as the image's label, once they are staged.
+    build_labels=()
+    label_node() { stage_node "$1" && build_labels=(--label "toolgate.npm-servers=$(node_servers "$1")"); }
+    hash=$(build_image node "$tag" "$common_tag" "$common_hash" "$build_dir/node-context" "$node_hash" label_node)
+    build_labels=()
     rm -rf "$build_dir/node-context"
   else
     hash=$(build_image "$name" "$tag" "$common_tag" "$common_hash")

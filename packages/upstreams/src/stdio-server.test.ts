@@ -7,7 +7,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseConfig } from '@toolgate/config';
 import { BwrapDriver } from '@toolgate/sandbox';
-import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
+import {
+  testSandboxConfig,
+  whyDriverUnavailable,
+  whyNodeImageUnavailable,
+} from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StdioServers } from './stdio-server.js';
 
@@ -29,6 +33,7 @@ for line in sys.stdin:
 `;
 
 const reason = await whyDriverUnavailable('bwrap');
+const noNode = await whyNodeImageUnavailable('bwrap');
 const silent = { info: () => undefined, warn: () => undefined, debug: () => undefined };
 
 describe.skipIf(reason !== undefined)('StdioServer (bwrap)', () => {
@@ -114,4 +119,25 @@ describe.skipIf(reason !== undefined)('StdioServer (bwrap)', () => {
     expect(server.state).toBe('stopped');
     expect(driver.stats().processes).toBe(0);
   });
+
+  it.skipIf(noNode !== undefined)(
+    'an npm server the image does not have fails to start, saying so',
+    async () => {
+      const u = parseConfig({
+        upstreams: [{ id: 'pad', npm: 'left-pad@1.3.0', timeoutMs: 10_000 }],
+      }).upstreams[0]!;
+      const servers = new StdioServers([u], { open: (r) => driver.open(r), log: silent });
+      const err = await servers
+        .get('pad')!
+        .connect(AbortSignal.timeout(20_000))
+        .then(
+          () => undefined,
+          (e: unknown) => e as Error & { code?: string },
+        );
+      expect(err?.code).toBe('upstream_unavailable');
+      expect(err?.message).toContain('left-pad@1.3.0: not installed in this image');
+      expect(err?.message).toContain('SANDBOX_NPM_SERVERS');
+      await servers.close();
+    },
+  );
 });

@@ -23,6 +23,8 @@ export const STDIO_BACKOFF = { initialMs: 1000, maxMs: 60_000, factor: 2 } as co
 const STABLE_MS = 60_000;
 /** How often idleness is looked at. */
 const IDLE_CHECK_MS = 1000;
+/** The server's last stderr line, cut to this, says why a start failed. */
+const REASON_MAX = 300;
 
 export interface StdioLogger {
   info(obj: object, msg?: string): void;
@@ -123,6 +125,8 @@ export class StdioServer {
       if (this.closed) throw unavailable(u, 'the worker is stopping');
     }
     this.current = 'starting';
+    // Why a server that exits at once did (a missing npm package, a bad command): its stderr.
+    let lastStderr = '';
     const workspace =
       u.workspace !== undefined ? await this.options.workspaceOf?.(u.workspace) : undefined;
     const transport = new SandboxStdioTransport({
@@ -135,7 +139,10 @@ export class StdioServer {
           label: `upstream:${u.id}`,
           ...(u.workspace !== undefined ? { clientId: u.workspace } : {}),
         }),
-      onStderr: (line) => this.options.log.debug({ upstream: u.id, line }, 'stdio upstream stderr'),
+      onStderr: (line) => {
+        if (line.trim()) lastStderr = line.trim().slice(0, REASON_MAX);
+        this.options.log.debug({ upstream: u.id, line }, 'stdio upstream stderr');
+      },
       onExit: (exit) => this.exited(transport, exit),
     });
     const client = new Client(
@@ -153,7 +160,8 @@ export class StdioServer {
     } catch (err) {
       await client.close().catch(() => undefined);
       this.crashed();
-      throw unavailable(u, `the stdio server did not start: ${messageOf(err)}`, err);
+      const why = lastStderr ? ` (its stderr: ${lastStderr})` : '';
+      throw unavailable(u, `the stdio server did not start: ${messageOf(err)}${why}`, err);
     }
     if (this.closed) {
       await client.close().catch(() => undefined);

@@ -14,7 +14,13 @@ import { constants } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { SandboxConfig } from './config.js';
-import { CallCgroup, detectCgroups, removeStaleCgroups, type CgroupMode } from './cgroup.js';
+import {
+  CallCgroup,
+  detectCgroups,
+  reapDeadWorkers,
+  removeStaleCgroups,
+  type CgroupMode,
+} from './cgroup.js';
 import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { RunWatchdog } from './watchdog.js';
@@ -81,6 +87,8 @@ export class BwrapDriver implements SandboxDriver {
   private readonly children = new Set<() => void>();
   /** Long-lived sandboxes (open()) still running. */
   private readonly processes = new Set<ProcessHandle>();
+  private reaper: NodeJS.Timeout | undefined;
+  private reapedCount = 0;
   private running = 0;
   private closed = false;
   private readonly launchers: Launcher[] = [];
@@ -161,6 +169,13 @@ export class BwrapDriver implements SandboxDriver {
       }
     }
     await removeStaleCgroups(this.cgroups);
+    await this.reap();
+    // A sandbox that outlived its dead worker (long-lived ones above all) goes within an interval.
+    this.reaper = setInterval(
+      () => void this.reap().catch(() => undefined),
+      this.config.reaper.intervalMs,
+    );
+    this.reaper.unref();
     this.refill();
   }
 
@@ -179,7 +194,7 @@ export class BwrapDriver implements SandboxDriver {
       driver: 'bwrap',
       warm: { '*': this.launchers.length },
       running: this.running,
-      reaped: 0,
+      reaped: this.reapedCount,
       processes: this.processes.size,
     };
   }
@@ -568,8 +583,20 @@ export class BwrapDriver implements SandboxDriver {
     }
   }
 
+  /**
+   * Kills what dead workers' sandboxes left running on this host and removes their cgroups
+   * (cgroup.ts reapDeadWorkers); at start and every reaper.intervalMs.
+   */
+  async reap(): Promise<number> {
+    const removed = await reapDeadWorkers(this.cgroups);
+    if (removed > 0) this.log.info({ removed }, 'reaped sandboxes of dead workers');
+    this.reapedCount += removed;
+    return removed;
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.reaper);
     await Promise.all([...this.processes].map((p) => p.kill()));
     for (const kill of this.children) kill();
     for (const l of this.launchers.splice(0)) this.discard(l);

@@ -10,6 +10,7 @@ import path from 'node:path';
 import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BwrapDriver } from './bwrap.js';
+import { CallCgroup, detectCgroups } from './cgroup.js';
 import {
   DockerDriver,
   LABEL,
@@ -375,11 +376,51 @@ setInterval(() => undefined, 1000);
         // The container outlives its worker until a reaper (here: this test's driver) sees the
         // owner dead: the pid on its label is gone, and so is its heartbeat (stale by then).
         await rm(path.join(dir, 'state/owners', `dying-${m}`), { force: true });
-        await (driver as DockerDriver).reap();
       }
+      // bwrap's die with their worker as a rule; the reaper catches one that did not.
+      await driver.reap?.();
       for (let i = 0; i < 50 && (await hostPidsWith(m)).length > 0; i++)
         await new Promise((r) => setTimeout(r, 100));
       expect(await hostPidsWith(m)).toEqual([]);
+    },
+  );
+
+  it.skipIf(driverName !== 'bwrap' || reasons.bwrap !== undefined || process.getuid?.() !== 0)(
+    'the bwrap reaper kills what is left in a dead worker’s cgroup, and removes it',
+    async () => {
+      const mode = await detectCgroups();
+      // A pid that was a worker's and is gone now.
+      const gone = spawn('true');
+      await new Promise((r) => gone.once('exit', r));
+      const name = `${gone.pid}-${Date.now().toString(36)}-leftover`;
+      const cg = await CallCgroup.create(mode, name, {
+        memoryMb: 64,
+        cpus: 1,
+        pids: 16,
+        fileSizeMb: 1,
+        tmpfsMb: 1,
+      });
+      expect(cg).toBeDefined();
+      const m = marker();
+      const orphan = spawn('python3', ['-c', 'import time; time.sleep(300)', m], {
+        detached: true,
+        stdio: 'ignore',
+      });
+      orphan.unref();
+      for (const file of cg!.procsFiles) await writeFile(file, String(orphan.pid));
+      expect((await hostPidsWith(m)).length).toBe(1);
+      expect(await (driver as BwrapDriver).reap()).toBeGreaterThanOrEqual(1);
+      for (let i = 0; i < 50 && (await hostPidsWith(m)).length > 0; i++)
+        await new Promise((r) => setTimeout(r, 50));
+      expect(await hostPidsWith(m)).toEqual([]);
+      // The cgroup itself is gone too.
+      const cgDir = path.dirname(cg!.procsFiles[0]!);
+      expect(
+        await readdir(cgDir).then(
+          () => 'present',
+          () => 'gone',
+        ),
+      ).toBe('gone');
     },
   );
 

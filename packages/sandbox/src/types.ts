@@ -155,8 +155,9 @@ export interface SandboxDriver {
    */
   drainWarm?(): Promise<void>;
   /**
-   * Removes now what dead workers left behind (the reaper's pass, out of turn). Drivers whose
-   * sandboxes die with their worker process (bwrap) have nothing to reap.
+   * Removes now what dead workers left behind (the reaper's pass, out of turn): docker, their
+   * containers; bwrap, what is left in their cgroups (its sandboxes die with their worker as a
+   * rule, --die-with-parent).
    */
   reap?(): Promise<number>;
 }

@@ -123,6 +123,11 @@ export interface UpstreamStatus {
   skipped: number;
 }
 
+/** The catalog outlives its last refresh by this long (docs/redis-keys.md). */
+function catalogTtlSeconds(upstream: UpstreamConfig): number {
+  return upstream.refreshSeconds * 10 + 3600;
+}
+
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
 
 export class UpstreamCatalog {
@@ -143,6 +148,8 @@ export class UpstreamCatalog {
   private readonly audit: AuditLog;
   private readonly metas = new Map<string, CatalogMeta>();
   private readonly changed = new Set<string>();
+  /** When this process last renewed an idle stdio server's catalog TTL. */
+  private readonly kept = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private users = 0;
   private ticking: Promise<void> | undefined;
@@ -268,7 +275,17 @@ export class UpstreamCatalog {
       // Read where its server runs, and only while it runs (or never was read): a refresh must
       // not wake a server stopped for idleness. It is read again each time it starts.
       const server = this.stdio?.get(upstream.id);
+      const idle = due && server !== undefined && !server.running && meta?.error === undefined;
       due &&= server !== undefined && (server.running || !meta || meta.error !== undefined);
+      // Meanwhile the last list stays served: its TTL is renewed, once per refreshSeconds.
+      if (
+        idle &&
+        meta &&
+        Date.now() - (this.kept.get(upstream.id) ?? 0) >= upstream.refreshSeconds * 1000
+      ) {
+        this.kept.set(upstream.id, Date.now());
+        await this.redis.expire(catalog, catalogTtlSeconds(upstream));
+      }
     }
     if (due) {
       const leaseMs = upstream.timeoutMs * 3 + 5000;
@@ -420,7 +437,7 @@ export class UpstreamCatalog {
     previous: CatalogMeta | undefined,
   ): Promise<CatalogMeta> {
     const { catalog } = this.keys.upstream(upstream.id);
-    const ttlSeconds = upstream.refreshSeconds * 10 + 3600;
+    const ttlSeconds = catalogTtlSeconds(upstream);
     let read: { tools: UpstreamToolDefinition[]; problems: string[] };
     try {
       read = await this.read(upstream);

@@ -170,6 +170,7 @@ export class BwrapDriver implements SandboxDriver {
     }
     await removeStaleCgroups(this.cgroups);
     await this.reap();
+    if (this.closed) return;
     // A sandbox that outlived its dead worker (long-lived ones above all) goes within an interval.
     this.reaper = setInterval(
       () => void this.reap().catch(() => undefined),

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { createServer } from 'node:net';
 import { Client } from '@modelcontextprotocol/client';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { checkConfig, ConfigError, parseConfig, STDIO_NOT_SUPPORTED } from '@toolgate/config';
+import { checkConfig, ConfigError, parseConfig } from '@toolgate/config';
 import { Type, type AnyToolSpec } from '@toolgate/registry';
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { startTelemetry } from '@toolgate/telemetry';
@@ -358,15 +358,47 @@ describe('upstreams behind the SSRF guard', () => {
 });
 
 describe('upstreams: config errors', () => {
-  const base = { upstreams: [] as unknown[] };
-
-  it('refuses stdio upstreams for now, naming the later slice', () => {
-    const doc = { ...base, upstreams: [{ id: 'fs', command: ['mcp-server-filesystem', '/'] }] };
+  it('takes one transport per upstream, and checks a stdio server against the config', () => {
+    const npm = '@modelcontextprotocol/server-filesystem@2026.8.31';
+    expect(
+      parseConfig({ upstreams: [{ id: 'fs', npm, args: ['/workspace'] }] }).upstreams[0],
+    ).toMatchObject({
+      npm,
+      image: 'node',
+      start: 'lazy',
+      idleSeconds: 300,
+    });
+    const doc = { upstreams: [{ id: 'fs', command: ['x'], url: 'https://a.example/mcp' }] };
     expect(() => parseConfig(doc)).toThrow(ConfigError);
-    expect(() => parseConfig(doc)).toThrow(STDIO_NOT_SUPPORTED);
-    const npm = { upstreams: [{ id: 'fs', npm: '@modelcontextprotocol/server-filesystem@1.0.0' }] };
-    expect(checkConfig(npm).problems).toEqual([
-      { path: '/upstreams/0/npm', message: STDIO_NOT_SUPPORTED },
+    expect(checkConfig(doc).problems).toEqual([
+      {
+        path: '/upstreams/0/command',
+        message: 'upstream "fs" has url and command: give one transport',
+      },
+    ]);
+    expect(
+      checkConfig({
+        upstreams: [
+          { id: 'a', command: ['x'], image: 'ruby', workspace: 'nobody', args: ['y'] },
+          { id: 'b', npm: 'left-pad' },
+          { id: 'c' },
+        ],
+      }).problems,
+    ).toEqual([
+      { path: '/upstreams/1/npm', message: expect.stringContaining('must match pattern') },
+    ]);
+    expect(
+      checkConfig({
+        upstreams: [
+          { id: 'a', command: ['x'], image: 'ruby', workspace: 'nobody', args: ['y'] },
+          { id: 'c' },
+        ],
+      }).problems.map((p) => p.path),
+    ).toEqual([
+      '/upstreams/0/image',
+      '/upstreams/0/workspace',
+      '/upstreams/0/args',
+      '/upstreams/1/url',
     ]);
   });
 
@@ -419,7 +451,7 @@ describe('upstreams: config errors', () => {
         file,
         JSON.stringify({
           upstreams: [
-            { id: 'fs', command: ['mcp-server-filesystem'] },
+            { id: 'fs', command: ['mcp-server-filesystem'], image: 'ruby' },
             { id: 'gh', url: 'https://a.example/mcp', headers: { 'x-token': '${NO_SUCH_TOKEN}' } },
             { id: 'dup', url: 'https://b.example/mcp', tools: ['a.b', 'a_b'] },
           ],
@@ -438,7 +470,7 @@ describe('upstreams: config errors', () => {
       const lines = run.stderr.split('\n').map((l) => l.trim());
       expect(lines).toEqual(
         expect.arrayContaining([
-          `/upstreams/0/command: ${STDIO_NOT_SUPPORTED}`,
+          '/upstreams/0/image: no sandbox image "ruby" (sandbox.images: python, shell, node)',
           '/upstreams/1/headers/x-token: environment variable NO_SUCH_TOKEN is not set',
           '/upstreams/2/tools: "dup" tool "a_b" and "dup" tool "a.b" both become the tool name "dup__a_b"',
         ]),

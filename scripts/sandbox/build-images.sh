@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the sandbox images with no container registry: a Debian base from debootstrap
-# (`docker import`), then deploy/sandbox/{common,python,shell} with `docker build` (apt inside
-# the build reaches Debian's mirror). Exports each image's root filesystem to
+# (`docker import`), then deploy/sandbox/{common,python,shell,node} with `docker build` (apt
+# inside the build reaches Debian's mirror; node's Node.js and MCP servers come from the npm
+# registry, staged on the host with npm). Exports each image's root filesystem to
 # deploy/sandbox/.build/rootfs/<name> for the bwrap driver, and compiles the seccomp policy
 # (packages/sandbox/seccomp/profile.json) into deploy/sandbox/.build/seccomp/sandbox.bpf, the
 # filter the bwrap driver loads (Debian's python3-seccomp, inside an image build).
@@ -10,17 +11,23 @@
 # kept, and so is a rootfs whose stamp matches. Force a rebuild with FORCE=1.
 #
 # Env: SANDBOX_SUITE (bookworm), SANDBOX_MIRROR (the Debian mirror apt already uses),
-#      SANDBOX_BUILD_DIR (deploy/sandbox/.build), SANDBOX_IMAGES ("python shell"), FORCE.
+#      SANDBOX_BUILD_DIR (deploy/sandbox/.build), SANDBOX_IMAGES ("python shell node"), FORCE,
+#      SANDBOX_NODE_VERSION (24.21.0: Node.js in the node image, the npm package
+#      node-linux-<arch>), SANDBOX_NPM_SERVERS (extra "<package>@<version> ..." for upstreams'
+#      `npm:`, installed into the node image next to deploy/sandbox/node/mcp/package.json's).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 src="$repo/deploy/sandbox"
 build_dir=${SANDBOX_BUILD_DIR:-$src/.build}
 suite=${SANDBOX_SUITE:-bookworm}
-images=${SANDBOX_IMAGES:-python shell}
+images=${SANDBOX_IMAGES:-python shell node}
+node_version=${SANDBOX_NODE_VERSION:-24.21.0}
+npm_servers=${SANDBOX_NPM_SERVERS:-}
 force=${FORCE:-0}
 export DOCKER_BUILDKIT=0 # the classic builder needs no buildx plugin and no frontend image
 
+build_labels=()
 base_tag="toolgate/sandbox-base:$suite"
 common_tag="toolgate/sandbox-common:local"
 started=$(date +%s)
@@ -80,13 +87,16 @@ fi
 build_image() {
   local name=$1 tag=$2 parent_tag=$3 parent_hash=$4 context hash
   context=${5:-$src/$name}
-  hash=$(context_hash "$context" "$parent_hash")
+  hash=${6:-$(context_hash "$context" "$parent_hash")}
   if [ "$force" != 1 ] && [ "$(label_of "$tag")" = "$hash" ]; then
     log "$tag up to date ($hash)"
   else
+    # A 7th argument stages the context first (only when the image is out of date).
+    [ -z "${7:-}" ] || "$7" "$context"
     log "docker build $tag ($hash)"
     mkdir -p "$build_dir"
-    docker build --label "toolgate.hash=$hash" --build-arg "BASE=$parent_tag" -t "$tag" "$context" \
+    docker build --label "toolgate.hash=$hash" ${build_labels[@]+"${build_labels[@]}"} \
+      --build-arg "BASE=$parent_tag" -t "$tag" "$context" \
       >"$build_dir/build-$name.log" 2>&1 \
       || { tail -n 30 "$build_dir/build-$name.log" >&2; die "docker build of $tag failed (log: $build_dir/build-$name.log)"; }
     log "$tag built"
@@ -121,10 +131,55 @@ else
 fi
 rm -rf "$seccomp_ctx"
 
+# The node image's context, staged only when the image is out of date: Node.js (the npm
+# registry's node-linux-<arch> package) and `npm ci` of the pinned servers, plus
+# SANDBOX_NPM_SERVERS. npm is the host's (the toolchain scripts/lib/bootstrap.sh installs).
+stage_node() {
+  local ctx=$1 arch
+  command -v npm >/dev/null || export PATH="$HOME/.cache/toolgate/toolchain/bin:$PATH"
+  command -v npm >/dev/null || die "npm missing (source scripts/lib/bootstrap.sh && bootstrap)"
+  case "$(uname -m)" in x86_64) arch=x64 ;; aarch64) arch=arm64 ;; *) die "no Node.js package for $(uname -m)" ;; esac
+  rm -rf "$ctx"
+  mkdir -p "$ctx/node" "$ctx/mcp"
+  cp "$src/node/Dockerfile" "$ctx/"
+  cp "$src/node/mcp/package.json" "$src/node/mcp/package-lock.json" "$src/node/mcp/run.mjs" "$ctx/mcp/"
+  log "staging node-linux-$arch@$node_version and the MCP servers (npm)"
+  (cd "$ctx/node" && npm pack --silent "node-linux-$arch@$node_version" >/dev/null \
+    && tar -xzf ./*.tgz --strip-components=1 && rm -f ./*.tgz) >&2 \
+    || die "npm pack node-linux-$arch@$node_version failed"
+  # --ignore-scripts: no install script runs on the host; the servers are plain JavaScript.
+  (cd "$ctx/mcp" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error) >&2 \
+    || die "npm ci of deploy/sandbox/node/mcp failed"
+  if [ -n "$npm_servers" ]; then
+    # shellcheck disable=SC2086 # a list of package@version words
+    (cd "$ctx/mcp" && npm install --no-save --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error $npm_servers) >&2 \
+      || die "npm install of SANDBOX_NPM_SERVERS ($npm_servers) failed"
+  fi
+}
+
+# "<package>@<version> ..." the node image has for upstreams' `npm:` (its label, for doctor).
+node_servers() {
+  # shellcheck disable=SC2016 # node code, not shell
+  node -e 'const p = require(process.argv[1]); const extra = process.argv.slice(2).map((s) => s.slice(0, s.lastIndexOf("@")));
+    console.log([...Object.keys(p.dependencies), ...extra].map((n) => `${n}@${require(`${process.argv[1].replace(/package.json$/, "")}node_modules/${n}/package.json`).version}`).join(" "))' \
+    "$1/mcp/package.json" $npm_servers
+}
+
 mkdir -p "$build_dir/rootfs"
 for name in $images; do
   tag="toolgate/sandbox-$name:local"
-  hash=$(build_image "$name" "$tag" "$common_tag" "$common_hash")
+  if [ "$name" = node ]; then
+    # Hashed from its inputs, not the staged tree: an up-to-date image needs no npm at all.
+    node_hash=$( (context_hash "$src/node" "$common_hash"; echo "node=$node_version servers=$npm_servers") | sha256sum | cut -c1-16)
+    # The pinned servers (and SANDBOX_NPM_SERVERS) as the image's label, once they are staged.
+    build_labels=()
+    label_node() { stage_node "$1" && build_labels=(--label "toolgate.npm-servers=$(node_servers "$1")"); }
+    hash=$(build_image node "$tag" "$common_tag" "$common_hash" "$build_dir/node-context" "$node_hash" label_node)
+    build_labels=()
+    rm -rf "$build_dir/node-context"
+  else
+    hash=$(build_image "$name" "$tag" "$common_tag" "$common_hash")
+  fi
 
   # 4. Root filesystem for bwrap, swapped in atomically.
   dest="$build_dir/rootfs/$name"

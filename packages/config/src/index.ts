@@ -4,7 +4,9 @@ export type { Config, ClientConfig, RedisConfig, AuthConfig, OAuthConfig } from 
 export type { ConfigProblem } from './load.js';
 export {
   UpstreamSchema,
-  STDIO_NOT_SUPPORTED,
+  NPM_SERVERS_DIR,
+  isStdioUpstream,
+  stdioArgv,
   UPSTREAM_SEPARATOR,
   upstreamToolName,
 } from './upstreams.js';

@@ -87,7 +87,7 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
   const redisProblem =
     redisProblems(doc)[0] ??
     sandboxProblems(doc)[0] ??
-    upstreamProblems(doc.upstreams)[0] ??
+    upstreamProblems(doc.upstreams, upstreamContext(doc))[0] ??
     secretProblems(doc)[0];
   if (redisProblem) throw new ConfigError(redisProblem.path, redisProblem.message);
   for (const client of doc.clients) {
@@ -155,10 +155,20 @@ export function checkConfig(
   if (typeof doc.redis === 'object' && doc.redis !== null)
     problems.push(...redisProblems(doc as Config));
   if (schemaProblems.length === 0) problems.push(...sandboxProblems(doc as Config));
-  if (schemaProblems.length === 0) problems.push(...upstreamProblems((doc as Config).upstreams));
+  if (schemaProblems.length === 0)
+    problems.push(...upstreamProblems((doc as Config).upstreams, upstreamContext(doc as Config)));
   if (schemaProblems.length === 0) problems.push(...secretProblems(doc as Config));
   if (problems.length > 0) return { problems };
   return { config: parseConfig(raw, env), problems };
+}
+
+/** What a stdio upstream is checked against: the sandbox's images and network, the clients. */
+function upstreamContext(doc: Config) {
+  return {
+    images: Object.keys(doc.sandbox.images),
+    clients: doc.clients.map((c) => c.id),
+    allowNetwork: doc.sandbox.allowNetwork,
+  };
 }
 
 export function sha256(text: string): string {

@@ -1,7 +1,7 @@
 /**
  * `upstreams:` — MCP servers whose tools toolgate serves behind its own pipeline
- * (docs/upstreams.md). Slice 1 speaks Streamable HTTP only; `command:` and `npm:` are known
- * and refused with a config error until the stdio transport lands.
+ * (docs/upstreams.md): Streamable HTTP (`url:`), or a stdio server run inside a sandbox on each
+ * worker (`command:`, or `npm:` — a server installed into the node sandbox image at build time).
  */
 import { Type, type Static } from '@sinclair/typebox';
 
@@ -11,16 +11,36 @@ export const UPSTREAM_SEPARATOR = '__';
 const NAME_CHARS = /[^a-zA-Z0-9_-]/g;
 const NAME_MAX = 64;
 
-export const STDIO_NOT_SUPPORTED = 'stdio upstreams are not supported yet (issue 21, later slice)';
+/** Where build-images.sh installs the node image's MCP servers, and its launcher (run.mjs). */
+export const NPM_SERVERS_DIR = '/opt/toolgate/mcp';
+/** `<package>@<exact version>`, scoped or not: what the node image has, pinned. */
+const NPM_SPEC =
+  '^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*@\\d+\\.\\d+\\.\\d+([-+][0-9A-Za-z.-]+)?$';
 
 export const UpstreamSchema = Type.Object(
   {
     id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' }),
     /** The server's Streamable HTTP endpoint, reached through policy.http's SSRF guard. */
     url: Type.Optional(Type.String({ pattern: '^https?://' })),
-    /** Recognised so the refusal can say why (a later slice runs them in sandboxes). */
-    command: Type.Optional(Type.Unknown()),
-    npm: Type.Optional(Type.Unknown()),
+    /** A stdio server: this program and its arguments, run inside a sandbox (`image`). */
+    command: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })),
+    /**
+     * A stdio server from the npm registry, `<package>@<exact version>`, installed into the
+     * node image by scripts/sandbox/build-images.sh (SANDBOX_NPM_SERVERS); run with `args`.
+     */
+    npm: Type.Optional(Type.String({ pattern: NPM_SPEC })),
+    /** Arguments after an `npm:` server's program (e.g. `stdio`, `/workspace`). */
+    args: Type.Array(Type.String(), { default: [] }),
+    /** The sandbox image (a key of sandbox.images) a stdio server runs in. */
+    image: Type.String({ minLength: 1, default: 'node' }),
+    /** A client whose workspace a stdio server gets at /workspace (read-write); none: empty. */
+    workspace: Type.Optional(Type.String({ minLength: 1 })),
+    /** A stdio server's network: through the egress filter (needs sandbox.allowNetwork). */
+    allowNetwork: Type.Boolean({ default: false }),
+    /** `lazy`: a stdio server starts on the first call or listing; `eager`: at worker start. */
+    start: Type.Union([Type.Literal('lazy'), Type.Literal('eager')], { default: 'lazy' }),
+    /** A stdio server with no call for this long is stopped (started again when needed); 0 = never. */
+    idleSeconds: Type.Integer({ minimum: 0, maximum: 86_400, default: 300 }),
     /** Sent on every request; values may be `${ENV}` references (resolved at load). */
     headers: Type.Record(Type.String({ pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$" }), Type.String(), {
       default: {},
@@ -54,23 +74,63 @@ export function upstreamToolName(id: string, tool: string): string {
   return `${id}${UPSTREAM_SEPARATOR}${tool}`.replace(NAME_CHARS, '_').slice(0, NAME_MAX);
 }
 
-/** Cross-field problems of `upstreams:` (transport, duplicate ids, names that collide). */
+/** Whether the upstream is a stdio server (run in a sandbox on the workers). */
+export function isStdioUpstream(u: Pick<UpstreamConfig, 'command' | 'npm'>): boolean {
+  return u.command !== undefined || u.npm !== undefined;
+}
+
+/** The program a stdio upstream's sandbox runs. */
+export function stdioArgv(u: Pick<UpstreamConfig, 'command' | 'npm' | 'args'>): string[] {
+  if (u.command) return [...u.command];
+  // The launcher checks the package is in the image at that version, then runs its program.
+  return ['node', `${NPM_SERVERS_DIR}/run.mjs`, u.npm!, ...u.args];
+}
+
+/**
+ * Cross-field problems of `upstreams:` (transport, duplicate ids, names that collide, and a
+ * stdio server's image, workspace client and network against the rest of the config).
+ */
 export function upstreamProblems(
   upstreams: readonly UpstreamConfig[],
+  context: { images?: readonly string[]; clients?: readonly string[]; allowNetwork?: boolean } = {},
 ): { path: string; message: string }[] {
   const problems: { path: string; message: string }[] = [];
   const ids = new Set<string>();
   const names = new Map<string, string>();
   upstreams.forEach((u, i) => {
     const at = `/upstreams/${i}`;
-    if (u.command !== undefined || u.npm !== undefined) {
+    const transports = (['url', 'command', 'npm'] as const).filter((k) => u[k] !== undefined);
+    if (transports.length === 0) {
       problems.push({
-        path: `${at}/${u.command !== undefined ? 'command' : 'npm'}`,
-        message: STDIO_NOT_SUPPORTED,
+        path: `${at}/url`,
+        message: `upstream "${u.id}" needs one of url, command or npm`,
       });
-    } else if (u.url === undefined) {
-      problems.push({ path: `${at}/url`, message: `upstream "${u.id}" needs a url` });
+    } else if (transports.length > 1) {
+      problems.push({
+        path: `${at}/${transports[1]}`,
+        message: `upstream "${u.id}" has ${transports.join(' and ')}: give one transport`,
+      });
+    } else if (isStdioUpstream(u)) {
+      if (context.images && !context.images.includes(u.image))
+        problems.push({
+          path: `${at}/image`,
+          message: `no sandbox image "${u.image}" (sandbox.images: ${context.images.join(', ')})`,
+        });
+      if (u.workspace !== undefined && context.clients && !context.clients.includes(u.workspace))
+        problems.push({ path: `${at}/workspace`, message: `no client "${u.workspace}"` });
+      if (u.allowNetwork && context.allowNetwork === false)
+        problems.push({
+          path: `${at}/allowNetwork`,
+          message: 'a stdio server gets network only where sandbox.allowNetwork is true',
+        });
+      if (Object.keys(u.headers).length > 0)
+        problems.push({ path: `${at}/headers`, message: 'headers are for url upstreams only' });
     }
+    if (u.npm === undefined && u.args.length > 0)
+      problems.push({
+        path: `${at}/args`,
+        message: 'args are for npm upstreams (a command carries its own)',
+      });
     if (ids.has(u.id))
       problems.push({ path: `${at}/id`, message: `duplicate upstream id "${u.id}"` });
     ids.add(u.id);

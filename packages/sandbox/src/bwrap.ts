@@ -9,24 +9,33 @@
 import { spawn, execFile, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { randomBytes } from 'node:crypto';
-import { access, readFile, stat, constants as fsConstants } from 'node:fs/promises';
+import { access, readFile, readdir, stat, constants as fsConstants } from 'node:fs/promises';
 import { constants } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { SandboxConfig } from './config.js';
-import { CallCgroup, detectCgroups, removeStaleCgroups, type CgroupMode } from './cgroup.js';
+import {
+  CallCgroup,
+  detectCgroups,
+  reapDeadWorkers,
+  removeStaleCgroups,
+  type CgroupMode,
+} from './cgroup.js';
 import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { RunWatchdog } from './watchdog.js';
 import { loadSeccompFilter } from './seccomp.js';
+import { BoundedOutput, ProcessHandle, prepareOpen } from './process.js';
 import { prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
   DriverOptions,
+  OpenRequest,
   ResourceLimits,
   RunRequest,
   RunResult,
   SandboxDriver,
   SandboxLogger,
+  SandboxProcess,
   SandboxStats,
 } from './types.js';
 import { SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT } from './workspaces.js';
@@ -76,6 +85,10 @@ export class BwrapDriver implements SandboxDriver {
   private readonly rootfs = new Map<string, { dir: string; env: Record<string, string> }>();
   private readonly missing = new Set<string>();
   private readonly children = new Set<() => void>();
+  /** Long-lived sandboxes (open()) still running. */
+  private readonly processes = new Set<ProcessHandle>();
+  private reaper: NodeJS.Timeout | undefined;
+  private reapedCount = 0;
   private running = 0;
   private closed = false;
   private readonly launchers: Launcher[] = [];
@@ -156,6 +169,14 @@ export class BwrapDriver implements SandboxDriver {
       }
     }
     await removeStaleCgroups(this.cgroups);
+    await this.reap();
+    if (this.closed) return;
+    // A sandbox that outlived its dead worker (long-lived ones above all) goes within an interval.
+    this.reaper = setInterval(
+      () => void this.reap().catch(() => undefined),
+      this.config.reaper.intervalMs,
+    );
+    this.reaper.unref();
     this.refill();
   }
 
@@ -174,7 +195,8 @@ export class BwrapDriver implements SandboxDriver {
       driver: 'bwrap',
       warm: { '*': this.launchers.length },
       running: this.running,
-      reaped: 0,
+      reaped: this.reapedCount,
+      processes: this.processes.size,
     };
   }
 
@@ -182,6 +204,20 @@ export class BwrapDriver implements SandboxDriver {
     if (this.closed) throw new SandboxError('closed', 'sandbox driver is closed');
     const req = prepareRun(this.config, request);
     await this.start();
+    const fs = await this.checkRequest(req);
+    req.signal?.throwIfAborted?.();
+    this.running++;
+    try {
+      return await this.execute(req, fs);
+    } finally {
+      this.running--;
+    }
+  }
+
+  /** The image's rootfs, once the request is one this driver can run. */
+  private async checkRequest(
+    req: PreparedRun,
+  ): Promise<{ dir: string; env: Record<string, string> }> {
     const fs = this.rootfs.get(req.key);
     if (!fs) {
       throw new SandboxError(
@@ -196,13 +232,144 @@ export class BwrapDriver implements SandboxDriver {
       if (!st?.isDirectory())
         throw new SandboxError('invalid_request', `workspace ${req.workspace} is not a directory`);
     }
-    req.signal?.throwIfAborted?.();
-    this.running++;
-    try {
-      return await this.execute(req, fs);
-    } finally {
-      this.running--;
+    return fs;
+  }
+
+  /**
+   * A launcher (a warm one when the limits are the defaults) handed the program; its cgroup
+   * holds the limits for the sandbox's whole life. Resolves once bwrap reports the sandbox up.
+   */
+  async open(request: OpenRequest): Promise<SandboxProcess> {
+    const t0 = performance.now();
+    if (this.closed) throw new SandboxError('closed', 'sandbox driver is closed');
+    const req = prepareOpen(this.config, request);
+    await this.start();
+    const fs = await this.checkRequest(req);
+    if (req.signal?.aborted)
+      throw new SandboxError('aborted', 'the sandbox was cancelled before it started');
+    const pooled = req.defaultResources ? this.takeLauncher() : undefined;
+    const launcher = pooled ?? (await this.spawnLauncher(req.resources));
+    const { child, cgroup } = launcher;
+    const killGroup = () => {
+      try {
+        if (child.pid) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // group already gone
+      }
+      void cgroup?.killAll();
+    };
+    this.children.add(killGroup);
+    // Listeners before the first write: the launcher starts bwrap as soon as it has the program.
+    // 'exit', not 'close': 'close' waits for stdout and stderr, which a reader may leave unread.
+    const exit = new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      void launcher.closed.then(() => resolve());
+    });
+    const statusFd = child.stdio[3] as Readable;
+    const statusDone = new Promise<void>((resolve) => {
+      statusFd.once('end', resolve);
+      statusFd.once('close', resolve);
+    });
+    const started = new Promise<number | undefined>((resolve) => {
+      // After spawnLauncher's own listener, so status() already holds this chunk.
+      const check = () => {
+        const m = /"child-pid"\s*:\s*(\d+)/.exec(launcher.status());
+        if (m) resolve(Number(m[1]));
+      };
+      statusFd.on('data', check);
+      void exit.then(() => resolve(undefined));
+    });
+    const ends = [child.stdout, child.stderr].map(
+      (s) =>
+        new Promise<void>((resolve) => {
+          s.once('end', resolve);
+          s.once('close', resolve);
+        }),
+    );
+    const stdout = new BoundedOutput(req.outputBufferBytes, () => child.stdout.resume());
+    const stderr = new BoundedOutput(req.outputBufferBytes, () => child.stderr.resume());
+    // The start of stderr, for the message when bwrap itself fails.
+    let firstErr = '';
+    child.stdout.on('data', (b: Buffer) => {
+      if (!stdout.feed(b)) child.stdout.pause();
+    });
+    child.stderr.on('data', (b: Buffer) => {
+      if (firstErr.length < 4096) firstErr += b.toString('utf8');
+      if (!stderr.feed(b)) child.stderr.pause();
+    });
+    const onAbort = () => killGroup();
+    req.signal?.addEventListener('abort', onAbort, { once: true });
+    child.stdin.write(encodeEnvelope(this.launchArgv(req, fs)));
+    const init = await started;
+    req.signal?.removeEventListener('abort', onAbort);
+    if (init === undefined || this.closed || req.signal?.aborted) {
+      killGroup();
+      this.children.delete(killGroup);
+      if (cgroup) void cgroup.killAll().then(() => cgroup.destroy());
+      if (this.closed) throw new SandboxError('closed', 'sandbox driver is closed');
+      if (req.signal?.aborted)
+        throw new SandboxError('aborted', 'the sandbox was cancelled while it started');
+      throw new SandboxError(
+        'start_failed',
+        `sandbox failed to start: ${firstErr.trim().slice(0, 500)}`,
+      );
     }
+    this.options.hooks?.onStart?.({
+      image: req.key,
+      driver: 'bwrap',
+      durationMs: performance.now() - t0,
+      pooled: false,
+    });
+    const handle = new ProcessHandle(
+      'bwrap',
+      child.stdin,
+      stdout,
+      stderr,
+      {
+        signal: async (name) => {
+          const pid = await programPid(init, cgroup);
+          if (pid === undefined) return;
+          try {
+            process.kill(pid, name);
+          } catch {
+            // ended meanwhile
+          }
+        },
+        destroy: async () => {
+          killGroup();
+          await exit;
+          await cgroup?.killAll();
+          await cgroup?.destroy();
+        },
+        memoryBytes: async () => cgroup?.memoryBytes(),
+      },
+      req.signal,
+      () => this.processes.delete(handle),
+    );
+    this.processes.add(handle);
+    void (async () => {
+      await exit;
+      // bwrap wrote {"exit-code"} just before it exited; the pipes hold the last output.
+      await Promise.race([Promise.all([statusDone, ...ends]), sleep(2000)]);
+      // Anything the program left behind; the pid namespace died with its init, but be sure.
+      await cgroup?.killAll();
+      const oomKilled = (await cgroup?.oomKilled()) ?? false;
+      const reported = /"exit-code"\s*:\s*(\d+)/.exec(launcher.status());
+      const { code, signal } = await Promise.race([
+        launcher.closed,
+        sleep(100).then(() => ({ code: null, signal: 'SIGKILL' as NodeJS.Signals })),
+      ]);
+      this.children.delete(killGroup);
+      await handle.ended({
+        exitCode: reported
+          ? Number(reported[1])
+          : oomKilled
+            ? 137
+            : (code ?? 128 + signalNumber(signal)),
+        oomKilled,
+      });
+    })();
+    return handle;
   }
 
   private bwrapArgs(req: PreparedRun, fs: { dir: string; env: Record<string, string> }): string[] {
@@ -247,6 +414,24 @@ export class BwrapDriver implements SandboxDriver {
     else args.push('--chdir', '/tmp');
     args.push('--', ...req.argv);
     return args;
+  }
+
+  /** What the launcher execs: bwrap, under setpriv when the worker is root. */
+  private launchArgv(req: PreparedRun, fs: { dir: string; env: Record<string, string> }): string[] {
+    const inner = ['bwrap', ...this.bwrapArgs(req, fs)];
+    // As root, drop to the sandbox uid on the host too: bwrap then runs unprivileged, and files
+    // written to the workspace belong to the same uid as with the docker driver.
+    return this.asRoot
+      ? [
+          'setpriv',
+          `--reuid=${SANDBOX_UID}`,
+          `--regid=${SANDBOX_GID}`,
+          '--clear-groups',
+          '--inh-caps=-all',
+          '--',
+          ...inner,
+        ]
+      : inner;
   }
 
   /** Starts a launcher for calls with these resources (pooled: the configured defaults). */
@@ -348,20 +533,7 @@ export class BwrapDriver implements SandboxDriver {
     const pooled = req.defaultResources ? this.takeLauncher() : undefined;
     const launcher = pooled ?? (await this.spawnLauncher(req.resources));
     const { child, cgroup } = launcher;
-    const inner = ['bwrap', ...this.bwrapArgs(req, fs)];
-    // As root, drop to the sandbox uid on the host too: bwrap then runs unprivileged, and files
-    // written to the workspace belong to the same uid as with the docker driver.
-    const argv = this.asRoot
-      ? [
-          'setpriv',
-          `--reuid=${SANDBOX_UID}`,
-          `--regid=${SANDBOX_GID}`,
-          '--clear-groups',
-          '--inh-caps=-all',
-          '--',
-          ...inner,
-        ]
-      : inner;
+    const argv = this.launchArgv(req, fs);
     const killGroup = () => {
       try {
         if (child.pid) process.kill(-child.pid, 'SIGKILL');
@@ -412,8 +584,21 @@ export class BwrapDriver implements SandboxDriver {
     }
   }
 
+  /**
+   * Kills what dead workers' sandboxes left running on this host and removes their cgroups
+   * (cgroup.ts reapDeadWorkers); at start and every reaper.intervalMs.
+   */
+  async reap(): Promise<number> {
+    const removed = await reapDeadWorkers(this.cgroups);
+    if (removed > 0) this.log.info({ removed }, 'reaped sandboxes of dead workers');
+    this.reapedCount += removed;
+    return removed;
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.reaper);
+    await Promise.all([...this.processes].map((p) => p.kill()));
     for (const kill of this.children) kill();
     for (const l of this.launchers.splice(0)) this.discard(l);
   }
@@ -450,6 +635,42 @@ async function readImageEnv(rootfs: string): Promise<Record<string, string>> {
   }
   delete env.DEBIAN_FRONTEND;
   return env;
+}
+
+/**
+ * The program's pid on the host: the child of bwrap's init (the pid bwrap reported), found in
+ * the sandbox's cgroup or, without one, in /proc. A signal goes to it alone, as a terminal's
+ * Ctrl-C reaches a program and not bwrap, whose init would die of it and take the sandbox along.
+ * Just after the start the init may not have forked it yet: look again for up to a second.
+ */
+async function programPid(
+  init: number,
+  cgroup: CallCgroup | undefined,
+): Promise<number | undefined> {
+  for (let i = 0; i < 100; i++) {
+    const candidates = cgroup
+      ? await cgroup.pids()
+      : (await readdir('/proc').catch(() => [])).filter((n) => /^\d+$/.test(n)).map(Number);
+    for (const pid of candidates) {
+      if (pid !== init && (await parentPid(pid)) === init) return pid;
+    }
+    if (!(await parentPid(init))) return undefined;
+    await sleep(10);
+  }
+  return undefined;
+}
+
+/** From /proc/<pid>/stat: the fourth field, after the command name in parentheses. */
+async function parentPid(pid: number): Promise<number | undefined> {
+  const text = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  if (!text) return undefined;
+  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  const ppid = Number(fields[1]);
+  return Number.isInteger(ppid) ? ppid : undefined;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
 }
 
 function signalNumber(signal: NodeJS.Signals | null): number {

@@ -55,7 +55,7 @@ export async function detectCgroups(): Promise<CgroupMode> {
 }
 
 export class CallCgroup {
-  private constructor(
+  constructor(
     private readonly mode: 'v1' | 'v2',
     private readonly dirs: { memory: string; pids: string; cpu: string },
   ) {}
@@ -115,6 +115,13 @@ export class CallCgroup {
     return m !== null && Number(m[1]) > 0;
   }
 
+  /** Memory the cgroup's processes use now, bytes. */
+  async memoryBytes(): Promise<number | undefined> {
+    const file = this.mode === 'v2' ? 'memory.current' : 'memory.usage_in_bytes';
+    const text = await readFile(path.join(this.dirs.memory, file), 'utf8').catch(() => undefined);
+    return text !== undefined && /^\d+\s*$/.test(text) ? Number(text) : undefined;
+  }
+
   async pids(): Promise<number[]> {
     const text = await readFile(path.join(this.dirs.pids, 'cgroup.procs'), 'utf8').catch(() => '');
     return text.split('\n').filter(Boolean).map(Number);
@@ -154,6 +161,45 @@ export class CallCgroup {
         await new Promise((r) => setTimeout(r, 25));
       }
     }
+  }
+}
+
+/**
+ * Kills what is left in the cgroups of workers that are gone, and removes those cgroups: the
+ * bwrap driver's reaper. A cgroup is named `<worker pid>-…` (bwrap.ts); its worker is gone when
+ * no process has that pid. bwrap's --die-with-parent usually ends a dead worker's sandboxes at
+ * once; this catches one that outlived it. Returns the cgroups removed.
+ */
+export async function reapDeadWorkers(mode: CgroupMode): Promise<number> {
+  if (mode === 'none') return 0;
+  const parents =
+    mode === 'v2'
+      ? [path.join(ROOT, GROUP)]
+      : ['memory', 'pids', 'cpu'].map((c) => path.join(ROOT, c, GROUP));
+  const dead = new Set<string>();
+  for (const entry of await readdir(parents[0]!, { withFileTypes: true }).catch(() => [])) {
+    const pid = Number(/^(\d+)-/.exec(entry.name)?.[1]);
+    if (entry.isDirectory() && pid > 0 && !pidAlive(pid)) dead.add(entry.name);
+  }
+  for (const name of dead) {
+    const dirs = parents.map((p) => path.join(p, name));
+    const cg = new CallCgroup(mode, {
+      memory: dirs[0]!,
+      pids: dirs[mode === 'v2' ? 0 : 1]!,
+      cpu: dirs[mode === 'v2' ? 0 : 2]!,
+    });
+    await cg.killAll();
+    await cg.destroy();
+  }
+  return dead.size;
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

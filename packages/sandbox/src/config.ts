@@ -88,6 +88,11 @@ export const SandboxConfigSchema = Type.Object(
           docker: 'toolgate/sandbox-shell:local',
           rootfs: 'deploy/sandbox/.build/rootfs/shell',
         },
+        // Node.js and the pinned MCP stdio servers: long-lived upstream sandboxes (open()).
+        node: {
+          docker: 'toolgate/sandbox-node:local',
+          rootfs: 'deploy/sandbox/.build/rootfs/node',
+        },
       },
     }),
     workspacesRoot: Type.String({
@@ -123,7 +128,8 @@ export const SandboxConfigSchema = Type.Object(
           description: 'Warm containers kept per image (docker); 0 disables the pool',
         }),
         sizes: Type.Record(Type.String(), Type.Integer({ minimum: 0 }), {
-          default: {},
+          // The node image runs long-lived sandboxes only, which never take a warm container.
+          default: { node: 0 },
           description: 'Per-image override of size',
         }),
         maxIdleMs: Type.Integer({

@@ -24,6 +24,11 @@ export const LABEL_PID = 'toolgate.pid';
  * own deployment's containers, so two toolgates sharing one Docker engine leave each other be.
  */
 export const LABEL_DEPLOYMENT = 'toolgate.deployment';
+/**
+ * A long-lived sandbox (driver.open: an upstream's server, a session): it lives as long as its
+ * owner wants, so reaper.maxAgeMs does not apply; it goes when its owner is gone.
+ */
+export const LABEL_LONG_LIVED = 'toolgate.long-lived';
 
 export interface DockerReaperOptions {
   docker: Docker;
@@ -57,8 +62,9 @@ export class DockerReaper {
 
   /**
    * Removes sandbox containers left behind: by a worker that is gone, older than
-   * reaper.maxAgeMs whoever owns them, or ours but no longer tracked; then the slot mounts and
-   * egress networks of gone workers, and stale heartbeat files. Returns the containers removed.
+   * reaper.maxAgeMs whoever owns them (long-lived ones excepted), or ours but no longer tracked;
+   * then the slot mounts and egress networks of gone workers, and stale heartbeat files.
+   * Returns the containers removed.
    */
   async reap(): Promise<number> {
     const { docker, config, owner: self, deployment, mounts, log } = this.o;
@@ -77,7 +83,7 @@ export class DockerReaper {
       const owner = info.Labels[LABEL_OWNER] ?? '';
       const age = now - Number(info.Labels[LABEL_CREATED] ?? 0);
       let reap: boolean;
-      if (age > config.reaper.maxAgeMs) reap = true;
+      if (age > config.reaper.maxAgeMs && info.Labels[LABEL_LONG_LIVED] !== '1') reap = true;
       else if (owner === self) reap = !this.o.isLive(info.Id) && age > 60_000;
       else reap = !(await alive(owner, info.Labels));
       if (!reap) continue;

@@ -151,7 +151,7 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
     // Nothing warm again after the call: a stopping worker keeps none.
     await new Promise((res) => setTimeout(res, 500));
     expect(await owned()).toBe(0);
-    expect(other.stats().warm).toEqual({ python: 0, shell: 0 });
+    expect(other.stats().warm).toEqual({ python: 0, shell: 0, node: 0 });
     await other.close();
   });
 

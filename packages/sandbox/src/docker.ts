@@ -4,9 +4,10 @@
  * the `@toolgate/sandbox/docker` subpath or createSandbox()'s dynamic import.
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import path from 'node:path';
-import type { Duplex } from 'node:stream';
+import { Writable, type Duplex } from 'node:stream';
 import Docker from 'dockerode';
 import type { SandboxConfig } from './config.js';
 import { ExitMarkerScanner, encodeEnvelope, type ExitReport } from './envelope.js';
@@ -20,20 +21,24 @@ import {
   LABEL_DEPLOYMENT,
   LABEL_HOST,
   LABEL_IMAGE,
+  LABEL_LONG_LIVED,
   LABEL_OWNER,
   LABEL_PID,
 } from './docker-reaper.js';
 import { LABEL_COMPOSE_PROJECT, ownComposeProject } from './docker-leftovers.js';
 import { EgressNetwork, SANDBOX_CA_FILE, caEnv } from './egress.js';
+import { BoundedOutput, ProcessHandle, prepareOpen } from './process.js';
 import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './run-request.js';
 import type {
   DriverOptions,
   EgressCredentials,
+  OpenRequest,
   ResourceLimits,
   RunRequest,
   RunResult,
   SandboxDriver,
   SandboxLogger,
+  SandboxProcess,
   SandboxStats,
 } from './types.js';
 import { WarmPool } from './warm-pool.js';
@@ -46,6 +51,7 @@ export {
   LABEL_DEPLOYMENT,
   LABEL_HOST,
   LABEL_IMAGE,
+  LABEL_LONG_LIVED,
   LABEL_OWNER,
   LABEL_PID,
 } from './docker-reaper.js';
@@ -93,6 +99,8 @@ export class DockerDriver implements SandboxDriver {
   private readonly reaper: DockerReaper;
   /** Every container this driver created and has not removed yet. */
   private readonly live = new Set<string>();
+  /** Long-lived sandboxes (open()) still running. */
+  private readonly processes = new Set<ProcessHandle>();
   private readonly missingImages = new Set<string>();
   private propagation = false;
   /** The egress network and filter of network-enabled sandboxes (sandbox.allowNetwork). */
@@ -262,7 +270,13 @@ export class DockerDriver implements SandboxDriver {
   stats(): SandboxStats {
     const warm: Record<string, number> = {};
     for (const [key, pool] of this.pools) warm[key] = pool.readyCount;
-    return { driver: 'docker', warm, running: this.running, reaped: this.reaper.reaped };
+    return {
+      driver: 'docker',
+      warm,
+      running: this.running,
+      reaped: this.reaper.reaped,
+      processes: this.processes.size,
+    };
   }
 
   async run(request: RunRequest): Promise<RunResult> {
@@ -283,6 +297,101 @@ export class DockerDriver implements SandboxDriver {
     } finally {
       this.running--;
     }
+  }
+
+  /**
+   * A container of its own (never a warm one: its limits and labels are for a whole life),
+   * whose entrypoint is handed the program without an exit report, so it execs it under tini:
+   * signals sent to the container reach the program, and its stdin stays the attach stream's.
+   */
+  async open(request: OpenRequest): Promise<SandboxProcess> {
+    if (this.closed) throw new SandboxError('closed', 'sandbox driver is closed');
+    const req = prepareOpen(this.config, request);
+    await this.start();
+    if (this.missingImages.has(req.key)) {
+      throw new SandboxError(
+        'driver_unavailable',
+        `sandbox image "${req.image.docker}" is not built; run scripts/sandbox/build-images.sh`,
+      );
+    }
+    if (req.network && !this.egress) {
+      throw new SandboxError(
+        'invalid_request',
+        `network access is unavailable: ${this.egressUnavailable ?? 'sandbox.allowNetwork is off'}`,
+      );
+    }
+    if (req.signal?.aborted)
+      throw new SandboxError('aborted', 'the sandbox was cancelled before it started');
+    const armed = await this.arm(req.key, req.resources, {
+      network: req.network,
+      workspace: req.workspace,
+      clientId: req.clientId,
+      longLived: true,
+    });
+    if (this.closed || req.signal?.aborted) {
+      await this.dispose(armed);
+      throw this.closed
+        ? new SandboxError('closed', 'sandbox driver is closed')
+        : new SandboxError('aborted', 'the sandbox was cancelled while it started');
+    }
+
+    // Docker's attach stream carries both outputs: a reader behind on either pauses both.
+    let paused = false;
+    const demand = () => {
+      if (paused && !stdout.behind && !stderr.behind) {
+        paused = false;
+        armed.stream.resume();
+      }
+    };
+    const stdout = new BoundedOutput(req.outputBufferBytes, demand);
+    const stderr = new BoundedOutput(req.outputBufferBytes, demand);
+    const feed = (out: BoundedOutput) => (b: Buffer) => {
+      if (!out.feed(b) && !paused) {
+        paused = true;
+        armed.stream.pause();
+      }
+    };
+    armed.onStdout = feed(stdout);
+    armed.onStderr = feed(stderr);
+    // No nonce: the entrypoint execs the program, which then owns the rest of stdin.
+    armed.stream.write(encodeEnvelope(req.argv));
+    const stdin = new Writable({
+      write: (chunk: Buffer, _enc, done) => {
+        armed.stream.write(chunk, (err) => done(err ?? null));
+      },
+      // Half-closes the attach stream: the container's stdin (StdinOnce) reaches EOF.
+      final: (done) => {
+        armed.stream.end();
+        done();
+      },
+    });
+    const container = armed.container;
+    const handle = new ProcessHandle(
+      'docker',
+      stdin,
+      stdout,
+      stderr,
+      {
+        // To tini (PID 1), which passes it on to its one child, the program.
+        signal: (name) => container.kill({ signal: name }).then(() => undefined),
+        destroy: () => this.dispose(armed),
+        memoryBytes: () => containerMemoryBytes(container.id),
+      },
+      req.signal,
+      () => this.processes.delete(handle),
+    );
+    this.processes.add(handle);
+    void (async () => {
+      const status = await exitStatus(container);
+      // The last output is still on its way through the attach stream (unless nobody reads it).
+      await Promise.race([armed.ended, sleep(2000)]);
+      const info = await container.inspect().catch(() => undefined);
+      await handle.ended({
+        exitCode: status >= 0 ? status : (info?.State?.ExitCode ?? 137),
+        oomKilled: info?.State?.OOMKilled ?? false,
+      });
+    })();
+    return handle;
   }
 
   private async execute(req: PreparedRun, startedAt: number): Promise<RunResult> {
@@ -413,6 +522,8 @@ export class DockerDriver implements SandboxDriver {
       workspace?: string | undefined;
       clientId?: string | undefined;
       credentials?: EgressCredentials | undefined;
+      /** open(): exempt from reaper.maxAgeMs while its owner lives. */
+      longLived?: boolean;
     },
   ): Promise<Armed> {
     const t0 = performance.now();
@@ -460,6 +571,7 @@ export class DockerDriver implements SandboxDriver {
           [LABEL_HOST]: hostname(),
           [LABEL_PID]: String(process.pid),
           [LABEL_DEPLOYMENT]: this.deployment,
+          ...(how.longLived ? { [LABEL_LONG_LIVED]: '1' } : {}),
           ...(this.composeProject ? { [LABEL_COMPOSE_PROJECT]: this.composeProject } : {}),
         },
         HostConfig: {
@@ -619,6 +731,7 @@ export class DockerDriver implements SandboxDriver {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
+    await Promise.all([...this.processes].map((p) => p.kill()));
     await Promise.all([...this.pools.values()].map((pool) => pool.close()));
     // Containers of calls still running, or being started for the pool.
     for (let i = 0; i < 50 && this.live.size > 0; i++) {
@@ -658,6 +771,23 @@ async function exitStatus(container: Docker.Container): Promise<number> {
   } catch {
     return -1;
   }
+}
+
+/**
+ * The container's memory use from its cgroup on this host (cgroup v1, then v2 under systemd or
+ * cgroupfs): a file read, where Docker's stats API takes a second or more. Undefined when the
+ * worker cannot see the host's cgroups (it runs in a container itself).
+ */
+async function containerMemoryBytes(id: string): Promise<number | undefined> {
+  for (const file of [
+    `/sys/fs/cgroup/memory/docker/${id}/memory.usage_in_bytes`,
+    `/sys/fs/cgroup/system.slice/docker-${id}.scope/memory.current`,
+    `/sys/fs/cgroup/docker/${id}/memory.current`,
+  ]) {
+    const text = await readFile(file, 'utf8').catch(() => undefined);
+    if (text !== undefined && /^\d+\s*$/.test(text)) return Number(text);
+  }
+  return undefined;
 }
 
 /** Both spellings: curl reads the lower-case ones, most other programs either. */

@@ -29,15 +29,45 @@ export function testSandboxConfig(
     images: {
       python: { docker: 'toolgate/sandbox-python:local', rootfs: rootfs('python') },
       shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
+      node: { docker: 'toolgate/sandbox-node:local', rootfs: rootfs('node') },
     },
     // Quotas mount a filesystem per workspace, which `rm -r` of a test directory cannot undo:
     // tests that want them ask (and call Workspaces.unmountAll before removing the directory).
     workspaceQuota: 'off',
     ...overrides,
-    pool: { size: 1, ...overrides.pool },
+    pool: { size: 1, sizes: { node: 0 }, ...overrides.pool },
     reaper: { intervalMs: 5_000, ...overrides.reaper },
     bwrap: { seccompFilter: SECCOMP_FILTER, ...overrides.bwrap },
   });
+}
+
+/**
+ * undefined when the node image (Node.js and the pinned MCP servers) is built for the driver,
+ * else the reason it is not.
+ */
+export async function whyNodeImageUnavailable(driver: DriverName): Promise<string | undefined> {
+  const why = await whyDriverUnavailable(driver);
+  if (why) return why;
+  if (driver === 'docker') {
+    const { default: Docker } = await import('dockerode');
+    const ok = await new Docker({ socketPath: parseSandboxConfig({}).docker.socketPath })
+      .getImage('toolgate/sandbox-node:local')
+      .inspect()
+      .then(
+        () => true,
+        () => false,
+      );
+    return ok
+      ? undefined
+      : 'image toolgate/sandbox-node:local not built (bash scripts/sandbox/build-images.sh)';
+  }
+  const node = path.join(REPO_ROOT, 'deploy/sandbox/.build/rootfs/node/opt/toolgate/node/bin/node');
+  return (await access(node).then(
+    () => true,
+    () => false,
+  ))
+    ? undefined
+    : `rootfs ${path.dirname(node)} not built (bash scripts/sandbox/build-images.sh)`;
 }
 
 /** undefined when the driver can run here, else the reason it cannot. */

@@ -1,4 +1,5 @@
 /** The one interface every sandbox driver implements (docker.ts, bwrap.ts). */
+import type { Readable, Writable } from 'node:stream';
 import type { SandboxLimits } from './config.js';
 
 export type DriverName = 'docker' | 'bwrap';
@@ -72,12 +73,80 @@ export interface RunResult {
   warm: boolean;
 }
 
+/** One long-lived sandbox running one program with piped stdio (SandboxDriver.open). */
+export interface OpenRequest {
+  /** Image key from the config (`python`, `shell`, …). */
+  image: string;
+  /** Program and arguments, run with /workspace (or /tmp) as working directory. */
+  argv: readonly string[];
+  /** Host directory mounted read-write at /workspace; none = an empty read-only /workspace. */
+  workspace?: string;
+  /** Network through the egress filter; refused unless the config sets allowNetwork. */
+  network?: boolean;
+  /** Overrides of the configured limits, held for the sandbox's whole life. */
+  limits?: Partial<ResourceLimits>;
+  /**
+   * Bytes of stdout (and, apart, of stderr) held for a reader that is behind; past it the
+   * program is paused on its next write until the reader catches up. Default 1 MiB.
+   */
+  outputBufferBytes?: number;
+  /** Aborting is kill(); open() itself then rejects with SandboxError code `aborted`. */
+  signal?: AbortSignal;
+  /** For labels and logs (an upstream's or a session's id). */
+  label?: string;
+  /** Whose sandbox this is (the egress filter's share of connections; docs/network-sandboxes.md). */
+  clientId?: string;
+}
+
+/** How a long-lived sandbox's program ended. */
+export interface ProcessExit {
+  /** The program's exit status; 128+N when killed by signal N (137 after kill()). */
+  exitCode: number;
+  /** Killed by the kernel for exceeding its memory limit. */
+  oomKilled: boolean;
+  /** Ended by kill() (or the open request's signal), not by itself. */
+  killed: boolean;
+}
+
+/** Signals a caller may send to the program (e.g. SIGINT: interrupt without ending it). */
+export type ProcessSignal = 'SIGINT' | 'SIGTERM' | 'SIGHUP' | 'SIGQUIT' | 'SIGUSR1' | 'SIGUSR2';
+
+export interface ProcessStats {
+  /** Memory the sandbox uses now (its cgroup's count), bytes; undefined where not cheap to read. */
+  memoryBytes: number | undefined;
+}
+
+/**
+ * A running long-lived sandbox. Its limits (memory, pids, CPU, file size) hold for its whole
+ * life; there is no wall-clock timeout: the owner decides when it ends (kill()).
+ */
+export interface SandboxProcess {
+  readonly driver: DriverName;
+  /** The program's stdin; end() closes it (many programs then exit). */
+  readonly stdin: Writable;
+  /** The program's stdout and stderr; a reader that falls behind pauses the program (bounded). */
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  /** Sends a signal to the program (not to the whole sandbox); nothing once it has ended. */
+  signal(name: ProcessSignal): Promise<void>;
+  /** Kills every process of the sandbox and removes it. Idempotent; resolves once it is gone. */
+  kill(): Promise<void>;
+  /** Settles once the program has ended and the sandbox is removed; never rejects. */
+  readonly exited: Promise<ProcessExit>;
+  stats(): Promise<ProcessStats>;
+}
+
 /** A driver runs one call in one throwaway sandbox; createSandbox() picks one. */
 export interface SandboxDriver {
   readonly name: DriverName;
   /** Prepares the driver (checks images, fills pools, starts the reaper). Idempotent. */
   start(): Promise<void>;
   run(request: RunRequest): Promise<RunResult>;
+  /**
+   * Starts one long-lived sandbox running request.argv with piped stdio (an MCP stdio server,
+   * an interpreter session). Resolves once the program is started; close() kills it too.
+   */
+  open(request: OpenRequest): Promise<SandboxProcess>;
   /** Resolves once the warm pool is full (docker); at once for bwrap. For benches and tests. */
   warmUp(timeoutMs?: number): Promise<void>;
   /** Point-in-time numbers for metrics (docs/spec.md §7). */
@@ -91,8 +160,9 @@ export interface SandboxDriver {
    */
   drainWarm?(): Promise<void>;
   /**
-   * Removes now what dead workers left behind (the reaper's pass, out of turn). Drivers whose
-   * sandboxes die with their worker process (bwrap) have nothing to reap.
+   * Removes now what dead workers left behind (the reaper's pass, out of turn): docker, their
+   * containers; bwrap, what is left in their cgroups (its sandboxes die with their worker as a
+   * rule, --die-with-parent).
    */
   reap?(): Promise<number>;
 }
@@ -103,6 +173,8 @@ export interface SandboxStats {
   warm: Record<string, number>;
   /** Calls running now. */
   running: number;
+  /** Long-lived sandboxes (open()) running now. */
+  processes?: number;
   /** Containers removed by the reaper since start. */
   reaped: number;
 }

@@ -16,10 +16,11 @@ import {
   type RedisClient,
 } from '@toolgate/calls';
 import type { RedisConfig } from '@toolgate/config';
-import { upstreamToolName, type UpstreamConfig } from '@toolgate/config';
+import { isStdioUpstream, upstreamToolName, type UpstreamConfig } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import { UpstreamConnection } from './connection.js';
+import type { StdioServers } from './stdio-server.js';
 import {
   definitionHash,
   Pins,
@@ -122,6 +123,11 @@ export interface UpstreamStatus {
   skipped: number;
 }
 
+/** The catalog outlives its last refresh by this long (docs/redis-keys.md). */
+function catalogTtlSeconds(upstream: UpstreamConfig): number {
+  return upstream.refreshSeconds * 10 + 3600;
+}
+
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
 
 export class UpstreamCatalog {
@@ -142,6 +148,8 @@ export class UpstreamCatalog {
   private readonly audit: AuditLog;
   private readonly metas = new Map<string, CatalogMeta>();
   private readonly changed = new Set<string>();
+  /** When this process last renewed an idle stdio server's catalog TTL. */
+  private readonly kept = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private users = 0;
   private ticking: Promise<void> | undefined;
@@ -155,6 +163,7 @@ export class UpstreamCatalog {
     private readonly fetchImpl: GuardedFetch,
     private readonly log: CatalogLogger,
     auditLimits: AuditLimits,
+    private readonly stdio: StdioServers | undefined,
   ) {
     this.pins = new Pins(redis, keys);
     this.audit = new AuditLog(redis, keys, auditLimits);
@@ -173,6 +182,11 @@ export class UpstreamCatalog {
     log: CatalogLogger;
     /** `audit:` of the config, for the entries of first-seen, changed and approved tools. */
     audit?: AuditLimits;
+    /**
+     * The worker's stdio upstreams: only a process that has them reads their lists (a gateway
+     * has no sandbox, and serves what the workers wrote).
+     */
+    stdio?: StdioServers;
   }): UpstreamCatalog {
     let catalog = UpstreamCatalog.shared.get(options.registry);
     if (!catalog) {
@@ -186,6 +200,7 @@ export class UpstreamCatalog {
         options.fetch,
         options.log,
         options.audit ?? AUDIT_DEFAULTS,
+        options.stdio,
       );
       UpstreamCatalog.shared.set(options.registry, catalog);
     }
@@ -252,10 +267,26 @@ export class UpstreamCatalog {
   private async sync(upstream: UpstreamConfig): Promise<void> {
     const { catalog, lease } = this.keys.upstream(upstream.id);
     let meta = parseMeta(await this.redis.hget(catalog, 'meta'));
-    const due =
+    let due =
       !meta ||
       Date.now() - meta.checkedAt >= upstream.refreshSeconds * 1000 ||
       this.changed.has(upstream.id);
+    if (isStdioUpstream(upstream)) {
+      // Read where its server runs, and only while it runs (or never was read): a refresh must
+      // not wake a server stopped for idleness. It is read again each time it starts.
+      const server = this.stdio?.get(upstream.id);
+      const idle = due && server !== undefined && !server.running && meta?.error === undefined;
+      due &&= server !== undefined && (server.running || !meta || meta.error !== undefined);
+      // Meanwhile the last list stays served: its TTL is renewed, once per refreshSeconds.
+      if (
+        idle &&
+        meta &&
+        Date.now() - (this.kept.get(upstream.id) ?? 0) >= upstream.refreshSeconds * 1000
+      ) {
+        this.kept.set(upstream.id, Date.now());
+        await this.redis.expire(catalog, catalogTtlSeconds(upstream));
+      }
+    }
     if (due) {
       const leaseMs = upstream.timeoutMs * 3 + 5000;
       const got = await this.redis.set(lease, this.token, 'PX', leaseMs, 'NX');
@@ -406,7 +437,7 @@ export class UpstreamCatalog {
     previous: CatalogMeta | undefined,
   ): Promise<CatalogMeta> {
     const { catalog } = this.keys.upstream(upstream.id);
-    const ttlSeconds = upstream.refreshSeconds * 10 + 3600;
+    const ttlSeconds = catalogTtlSeconds(upstream);
     let read: { tools: UpstreamToolDefinition[]; problems: string[] };
     try {
       read = await this.read(upstream);
@@ -467,11 +498,14 @@ export class UpstreamCatalog {
   ): Promise<{ tools: UpstreamToolDefinition[]; problems: string[] }> {
     let connection = this.listing.get(upstream.id);
     if (!connection) {
-      connection = new UpstreamConnection(upstream, this.fetchImpl, () => {
+      const changed = () => {
         // Another process may hold the lease now: it reads the list on its next tick.
         this.changed.add(upstream.id);
         void this.tick();
-      });
+      };
+      const server = this.stdio?.get(upstream.id);
+      if (server) server.onStarted = changed;
+      connection = new UpstreamConnection(upstream, this.fetchImpl, changed, server);
       this.listing.set(upstream.id, connection);
     }
     const allowed = upstream.tools ? new Set(upstream.tools) : undefined;

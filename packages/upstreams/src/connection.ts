@@ -1,6 +1,7 @@
 /**
  * One SDK client per upstream per process, reused by every call: connected on first use,
- * dropped when the upstream closes or fails so the next call connects afresh. Calls in flight
+ * dropped when the upstream closes or fails so the next call connects afresh (a stdio
+ * upstream's client is its StdioServer's, which supervises the server's sandbox). Calls in flight
  * are bounded by the upstream's `concurrency`; every way a request fails becomes a ToolError
  * the model can read (`upstream_unavailable`, `upstream_error`).
  */
@@ -16,6 +17,7 @@ import {
 import type { UpstreamConfig } from '@toolgate/config';
 import { ToolError } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
+import type { StdioServer } from './stdio-server.js';
 
 /** Largest response body read from an upstream (a call's result, one page of tools/list). */
 export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
@@ -51,11 +53,15 @@ export class UpstreamConnection {
     readonly upstream: UpstreamConfig,
     private readonly fetchImpl: GuardedFetch,
     private readonly onToolsChanged?: () => void,
-  ) {}
+    /** A stdio upstream's server on this worker; its client serves every request. */
+    private readonly stdio?: StdioServer,
+  ) {
+    if (stdio && onToolsChanged) stdio.onToolsChanged = onToolsChanged;
+  }
 
   /** Whether a session is open now (a listing connection keeps one for list_changed). */
   get connected(): boolean {
-    return this.client !== undefined;
+    return this.stdio ? this.stdio.running : this.client !== undefined;
   }
 
   /** One page of `tools/list`; `cursor` from the previous page. */
@@ -95,6 +101,7 @@ export class UpstreamConnection {
     const signal = AbortSignal.any([hooks.signal, deadline, tooLarge.signal]);
     const started = Date.now();
     await this.slot(hooks.signal);
+    this.stdio?.begin();
     if (hooks.onLog) this.logListeners.set(callId, hooks.onLog);
     this.oversize.set(callId, tooLarge);
     try {
@@ -132,6 +139,7 @@ export class UpstreamConnection {
     } finally {
       this.logListeners.delete(callId);
       this.oversize.delete(callId);
+      this.stdio?.end();
       this.release();
     }
   }
@@ -171,6 +179,7 @@ export class UpstreamConnection {
   }
 
   private connect(signal: AbortSignal): Promise<Client> {
+    if (this.stdio) return this.stdio.connect(signal);
     if (this.client) return Promise.resolve(this.client);
     if (this.closed) return Promise.reject(unavailable(this.upstream, 'the connection is closed'));
     this.connecting ??= this.open().finally(() => (this.connecting = undefined));
@@ -260,6 +269,14 @@ export class UpstreamConnection {
       return new ToolError('upstream_error', `upstream "${this.upstream.id}": ${message}`, {
         cause: err,
       });
+    }
+    if (this.stdio && err instanceof SdkError && err.code === SdkErrorCode.ConnectionClosed) {
+      // Its server supervises the sandbox: the next request starts it again (after backoff).
+      return unavailable(
+        this.upstream,
+        `the stdio server ended during ${what}; it is started again on the next call`,
+        err,
+      );
     }
     // Anything else left the session unusable (connection lost, HTTP error): start over.
     const client = this.client;
@@ -353,7 +370,7 @@ function logOf(data: string, onLog: (level: string, text: string) => void): void
   }
 }
 
-function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+export function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) return Promise.reject(signal.reason as Error);
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason as Error);

@@ -4,6 +4,8 @@ export { UpstreamConnection, MAX_RESPONSE_BYTES, CALL_META_KEY } from './connect
 export { upstreamToolSpec, resultOf, needsApproval } from './tool.js';
 export { Pins, definitionHash, pinStatus } from './pins.js';
 export { scanDefinition, SCAN_MAX_CHARS } from './scan.js';
+export { StdioServer, StdioServers, STDIO_BACKOFF } from './stdio-server.js';
+export { SandboxStdioTransport, STDIO_MAX_MESSAGE_BYTES } from './stdio-transport.js';
 
 export type {
   UpstreamStatus,
@@ -17,3 +19,5 @@ export type { UpstreamToolDefinition } from './tool.js';
 export type { CallHooks } from './connection.js';
 export type { PinEntry, PinEvent, PinStatus, ApproveResult } from './pins.js';
 export type { ScanFlag, ScanFlagCode } from './scan.js';
+export type { StdioState, StdioServerOptions, StdioLogger } from './stdio-server.js';
+export type { SandboxStdioTransportOptions } from './stdio-transport.js';

@@ -1,8 +1,9 @@
 /** What an upstream tool's handler reaches through `ctx.services.upstreams`: the worker's connections. */
-import type { UpstreamConfig } from '@toolgate/config';
+import { isStdioUpstream, type UpstreamConfig } from '@toolgate/config';
 import { ToolError, type ToolContext } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import { UpstreamConnection } from './connection.js';
+import type { StdioServers } from './stdio-server.js';
 
 declare module '@toolgate/registry' {
   interface ToolServices {
@@ -19,6 +20,8 @@ export class UpstreamCalls {
   constructor(
     upstreams: readonly UpstreamConfig[],
     private readonly fetchImpl: GuardedFetch,
+    /** This worker's stdio upstreams; without them (no sandbox driver) those calls fail. */
+    private readonly stdio?: StdioServers,
   ) {
     this.byId = new Map(upstreams.map((u) => [u.id, u]));
   }
@@ -29,7 +32,12 @@ export class UpstreamCalls {
       const upstream = this.byId.get(id);
       if (!upstream)
         throw new ToolError('upstream_unavailable', `no upstream "${id}" is configured`);
-      connection = new UpstreamConnection(upstream, this.fetchImpl);
+      if (isStdioUpstream(upstream) && !this.stdio?.get(id))
+        throw new ToolError(
+          'upstream_unavailable',
+          `upstream "${id}" is a stdio server and this worker has no sandbox driver`,
+        );
+      connection = new UpstreamConnection(upstream, this.fetchImpl, undefined, this.stdio?.get(id));
       this.connections.set(id, connection);
     }
     return connection;

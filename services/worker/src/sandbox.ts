@@ -5,9 +5,11 @@ import type { ToolServices } from '@toolgate/registry';
 import {
   createSandbox,
   createWorkspaces,
+  type OpenRequest,
   type RunRequest,
   type RunResult,
   type Sandbox,
+  type SandboxProcess,
   type SandboxStats,
   type Workspaces,
 } from '@toolgate/sandbox';
@@ -49,6 +51,11 @@ export class TracedSandbox implements Sandbox {
         return result;
       },
     );
+  }
+
+  /** Not traced: a long-lived sandbox outlives any one call's span. */
+  open(request: OpenRequest): Promise<SandboxProcess> {
+    return this.inner.open(request);
   }
 
   warmUp(timeoutMs?: number): Promise<void> {

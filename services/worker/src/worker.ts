@@ -25,13 +25,13 @@ import {
   type QueueKind,
   type Replication,
 } from '@toolgate/calls';
-import { CLIENT_LIMIT_DEFAULTS, type Config } from '@toolgate/config';
+import { CLIENT_LIMIT_DEFAULTS, isStdioUpstream, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolEvents, ToolRegistry, ToolServices } from '@toolgate/registry';
 import { CredentialRules, KeyRing, SecretConfigError, SecretStore } from '@toolgate/secrets';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createGuardedFetch } from '@toolgate/tools';
-import { UpstreamCalls, UpstreamCatalog } from '@toolgate/upstreams';
+import { StdioServers, UpstreamCalls, UpstreamCatalog } from '@toolgate/upstreams';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
 import { LaneConsumer, type LaneEnd, type LaneSlot } from './lane-consumer.js';
 import { Recorder } from './recorder.js';
@@ -118,10 +118,20 @@ export function createWorker({
   const log = logger.child({ component: 'worker', workerId: id });
   // Upstream MCP servers: their tools in the registry (the catalog), one SDK client per
   // upstream for the calls (docs/upstreams.md).
+  // Stdio upstreams run in this worker's sandboxes, one per upstream (docs/upstreams.md).
+  const { sandbox, workspaces } = given as Partial<ToolServices>;
+  const stdioServers =
+    sandbox && config.upstreams.some(isStdioUpstream)
+      ? new StdioServers(config.upstreams, {
+          open: (request) => sandbox.open(request),
+          ...(workspaces ? { workspaceOf: (client: string) => workspaces.ensure(client) } : {}),
+          log: log.child({ component: 'upstreams' }),
+        })
+      : undefined;
   const upstreamCalls =
     config.upstreams.length === 0
       ? undefined
-      : new UpstreamCalls(config.upstreams, createGuardedFetch(config.policy.http));
+      : new UpstreamCalls(config.upstreams, createGuardedFetch(config.policy.http), stdioServers);
   const services: ToolServices = upstreamCalls ? { ...given, upstreams: upstreamCalls } : given;
   let upstreamCatalog: UpstreamCatalog | undefined;
   const keys = Keys.for(config.redis);
@@ -522,7 +532,9 @@ export function createWorker({
           fetch: createGuardedFetch(config.policy.http),
           log: log.child({ component: 'upstreams' }),
           audit: config.audit,
+          ...(stdioServers ? { stdio: stdioServers } : {}),
         });
+        stdioServers?.startEager();
         await upstreamCatalog.ready();
       }
       await heartbeat.start();
@@ -568,6 +580,8 @@ export function createWorker({
       shutdown.abort();
       await upstreamCatalog?.close();
       await upstreamCalls?.close();
+      // Before the sandbox driver closes (the caller's): each server's sandbox ends here.
+      await stdioServers?.close();
       await heartbeat.stop();
       metricsServer?.close();
       cancelSubscriber.disconnect();

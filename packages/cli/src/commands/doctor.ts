@@ -30,6 +30,8 @@ export const doctorCommand: Command = {
     disk              free space for sandbox.workspacesRoot and Docker's root (warns < 5 GB)
     sandbox leftovers (docker) sandbox containers of deployments that are gone (a compose
                       project taken down, a dead worker); \`toolgate sandbox prune\` removes them
+    upstream <id>     each of upstreams: up (tools, when read), down (why) or never read, as
+                      the catalog in Redis has it; for npm: the node image has that version
   Each line is ✓ (fine), ! (works, but look), ✗ (broken) or - (skipped), with the fix below.
   Run it where the worker runs: paths (rootfs, seccomp filter) resolve from the repository root
   in a checkout, else from the current directory.
@@ -64,6 +66,7 @@ Exit codes: 0 nothing broken (warnings allowed), 1 at least one ✗, 2 bad usage
     if (config) {
       const { checkRedis } = await import('../doctor/redis.js');
       const { checkSandbox } = await import('../doctor/sandbox.js');
+      const { checkUpstreams } = await import('../doctor/upstreams.js');
       results.push(...(await checkRedis(config.redis, describeRedis(config.redis))));
       const checkout = existsSync(SANDBOX_SOURCES);
       results.push(
@@ -71,6 +74,12 @@ Exit codes: 0 nothing broken (warnings allowed), 1 at least one ✗, 2 bad usage
           cwd: checkout && isRepo(REPO_ROOT) ? REPO_ROOT : io.cwd,
           env: io.env,
           ...(checkout ? { sandboxSources: SANDBOX_SOURCES } : {}),
+        })),
+      );
+      results.push(
+        ...(await checkUpstreams(config, {
+          cwd: checkout && isRepo(REPO_ROOT) ? REPO_ROOT : io.cwd,
+          env: io.env,
         })),
       );
     }

@@ -43,10 +43,15 @@ export async function expectedImageHash(
   sandboxDir: string,
   name: string,
   suite = 'bookworm',
+  env: Record<string, string | undefined> = {},
 ): Promise<string | undefined> {
   const context = path.join(sandboxDir, name);
   if (!existsSync(context) || !existsSync(path.join(sandboxDir, 'common'))) return undefined;
   const base = hex16(`suite=${suite} variant=minbase v1`);
   const common = await contextHash(path.join(sandboxDir, 'common'), base);
-  return contextHash(context, common);
+  const hash = await contextHash(context, common);
+  if (name !== 'node') return hash;
+  // The node image is hashed with the Node.js version and the extra npm servers it is built with.
+  const node = env.SANDBOX_NODE_VERSION || '24.21.0';
+  return hex16(`${hash}\nnode=${node} servers=${env.SANDBOX_NPM_SERVERS ?? ''}\n`);
 }

@@ -130,7 +130,12 @@ export async function checkSandbox(config: Config, ctx: SandboxContext): Promise
   for (const [name, image] of Object.entries(sandbox.images)) {
     const expected =
       ctx.sandboxSources && image.docker === `toolgate/sandbox-${name}:local`
-        ? await expectedImageHash(ctx.sandboxSources, name, ctx.env.SANDBOX_SUITE || undefined)
+        ? await expectedImageHash(
+            ctx.sandboxSources,
+            name,
+            ctx.env.SANDBOX_SUITE || undefined,
+            ctx.env,
+          )
         : undefined;
     if (driver === 'docker') {
       const res = await dockerGet(socket, `/images/${encodeURIComponent(image.docker)}/json`);

@@ -1,0 +1,265 @@
+/**
+ * Stdio upstreams on a worker (`command:` / `npm:`, docs/upstreams.md): one long-lived sandbox
+ * per upstream per worker process (SandboxDriver.open) and one SDK client over its stdio,
+ * shared by the calls (multiplexed by JSON-RPC id) and the catalog's listing. Started on first
+ * use or at worker start (`start: eager`), restarted with backoff after a crash, stopped after
+ * `idleSeconds` without a call.
+ */
+import { Client } from '@modelcontextprotocol/client';
+import { isStdioUpstream, stdioArgv, type UpstreamConfig } from '@toolgate/config';
+import type { OpenRequest, ProcessExit, SandboxProcess } from '@toolgate/sandbox';
+import { raceAbort, unavailable } from './connection.js';
+import { SandboxStdioTransport } from './stdio-transport.js';
+
+/**
+ * `stopped`: not started yet; `starting`; `up`; `backoff`: crashed, waiting before the next
+ * start; `idle`: stopped after idleSeconds without a call (starts again on the next).
+ */
+export type StdioState = 'stopped' | 'starting' | 'up' | 'backoff' | 'idle';
+
+/** The wait before a crashed server starts again: 1 s, doubling per crash in a row, ≤ 60 s. */
+export const STDIO_BACKOFF = { initialMs: 1000, maxMs: 60_000, factor: 2 } as const;
+/** A server up this long has its crash count forgotten: the next crash waits 1 s again. */
+const STABLE_MS = 60_000;
+/** How often idleness is looked at. */
+const IDLE_CHECK_MS = 1000;
+/** The server's last stderr line, cut to this, says why a start failed. */
+const REASON_MAX = 300;
+
+export interface StdioLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  debug(obj: object, msg?: string): void;
+}
+
+export interface StdioServerOptions {
+  /** The worker's sandbox: `open` of its driver. */
+  open: (request: OpenRequest) => Promise<SandboxProcess>;
+  /** The host directory of a client's workspace (created if need be). */
+  workspaceOf?: (clientId: string) => Promise<string>;
+  log: StdioLogger;
+  /** Tests shorten it. */
+  backoff?: { initialMs: number; maxMs: number; factor: number };
+}
+
+export class StdioServer {
+  private client: Client | undefined;
+  private transport: SandboxStdioTransport | undefined;
+  private starting: Promise<Client> | undefined;
+  private current: StdioState = 'stopped';
+  /** Crashes in a row (a server up for STABLE_MS starts the count again). */
+  private crashes = 0;
+  private retryAt = 0;
+  private upSince = 0;
+  private inFlight = 0;
+  private lastUsed = Date.now();
+  private restartTimer: NodeJS.Timeout | undefined;
+  private readonly idleTimer: NodeJS.Timeout | undefined;
+  private closed = false;
+  /** The catalog's: `notifications/tools/list_changed` from the server. */
+  onToolsChanged: (() => void) | undefined;
+  /** The catalog's: the server (re)started, so its list is worth reading now. */
+  onStarted: (() => void) | undefined;
+
+  constructor(
+    readonly upstream: UpstreamConfig,
+    private readonly options: StdioServerOptions,
+  ) {
+    if (upstream.idleSeconds > 0) {
+      this.idleTimer = setInterval(() => this.stopIfIdle(), IDLE_CHECK_MS);
+      this.idleTimer.unref();
+    }
+  }
+
+  get state(): StdioState {
+    return this.current;
+  }
+
+  /** A session is open now (no start needed to talk to it). */
+  get running(): boolean {
+    return this.client !== undefined;
+  }
+
+  /** The memory the server's sandbox uses now, bytes (undefined when not running or unknown). */
+  async memoryBytes(): Promise<number | undefined> {
+    return (await this.transport?.sandbox?.stats())?.memoryBytes;
+  }
+
+  /**
+   * The client of the running server; starts it when it is not (after a crash, once its
+   * backoff is over). A caller whose signal fires stops waiting; the start goes on.
+   */
+  connect(signal: AbortSignal): Promise<Client> {
+    if (this.closed) return Promise.reject(unavailable(this.upstream, 'the worker is stopping'));
+    if (this.client) return Promise.resolve(this.client);
+    this.starting ??= this.start().finally(() => (this.starting = undefined));
+    return raceAbort(this.starting, signal);
+  }
+
+  /** A call begins: the server is not stopped for idleness while one is in flight. */
+  begin(): void {
+    this.inFlight++;
+    this.lastUsed = Date.now();
+  }
+
+  end(): void {
+    this.inFlight--;
+    this.lastUsed = Date.now();
+  }
+
+  /** Stops the server for good (the worker is closing). */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.idleTimer);
+    clearTimeout(this.restartTimer);
+    await this.starting?.catch(() => undefined);
+    await this.stop('stopped');
+  }
+
+  private async start(): Promise<Client> {
+    const u = this.upstream;
+    const wait = this.retryAt - Date.now();
+    if (wait > 0) {
+      this.current = 'backoff';
+      await new Promise((r) => setTimeout(r, wait));
+      if (this.closed) throw unavailable(u, 'the worker is stopping');
+    }
+    this.current = 'starting';
+    // Why a server that exits at once did (a missing npm package, a bad command): its stderr.
+    let lastStderr = '';
+    const workspace =
+      u.workspace !== undefined ? await this.options.workspaceOf?.(u.workspace) : undefined;
+    const transport = new SandboxStdioTransport({
+      open: () =>
+        this.options.open({
+          image: u.image,
+          argv: stdioArgv(u),
+          ...(workspace !== undefined ? { workspace } : {}),
+          network: u.allowNetwork,
+          label: `upstream:${u.id}`,
+          ...(u.workspace !== undefined ? { clientId: u.workspace } : {}),
+        }),
+      onStderr: (line) => {
+        if (line.trim()) lastStderr = line.trim().slice(0, REASON_MAX);
+        this.options.log.debug({ upstream: u.id, line }, 'stdio upstream stderr');
+      },
+      onExit: (exit) => this.exited(transport, exit),
+    });
+    const client = new Client(
+      { name: 'toolgate', version: '0.1.0' },
+      {
+        capabilities: {},
+        listChanged: {
+          tools: { autoRefresh: false, onChanged: () => this.onToolsChanged?.() },
+        },
+      },
+    );
+    client.onerror = () => undefined; // each request reports its own failure
+    try {
+      await client.connect(transport, { timeout: u.timeoutMs });
+    } catch (err) {
+      await client.close().catch(() => undefined);
+      this.crashed();
+      const why = lastStderr ? ` (its stderr: ${lastStderr})` : '';
+      throw unavailable(u, `the stdio server did not start: ${messageOf(err)}${why}`, err);
+    }
+    if (this.closed) {
+      await client.close().catch(() => undefined);
+      throw unavailable(u, 'the worker is stopping');
+    }
+    this.client = client;
+    this.transport = transport;
+    this.current = 'up';
+    this.upSince = Date.now();
+    this.lastUsed = Date.now();
+    this.options.log.info({ upstream: u.id }, 'stdio upstream started');
+    this.onStarted?.();
+    return client;
+  }
+
+  /** The server's sandbox ended: on purpose (idle, close) or a crash. */
+  private exited(transport: SandboxStdioTransport, exit: ProcessExit): void {
+    if (this.transport !== transport) return;
+    this.client = undefined;
+    this.transport = undefined;
+    if (exit.killed) return; // stop() already said why
+    this.options.log.warn(
+      { upstream: this.upstream.id, exitCode: exit.exitCode, oomKilled: exit.oomKilled },
+      'stdio upstream crashed',
+    );
+    this.crashed();
+    // An eager server comes back by itself; a lazy one on its next use (both after backoff).
+    if (this.upstream.start === 'eager' && !this.closed) {
+      this.restartTimer = setTimeout(
+        () =>
+          void this.connect(AbortSignal.timeout(this.upstream.timeoutMs)).catch(() => undefined),
+        Math.max(0, this.retryAt - Date.now()),
+      );
+      this.restartTimer.unref();
+    }
+  }
+
+  private crashed(): void {
+    const b = this.options.backoff ?? STDIO_BACKOFF;
+    if (this.upSince > 0 && Date.now() - this.upSince >= STABLE_MS) this.crashes = 0;
+    this.upSince = 0;
+    this.crashes++;
+    this.retryAt = Date.now() + Math.min(b.maxMs, b.initialMs * b.factor ** (this.crashes - 1));
+    this.current = 'backoff';
+  }
+
+  private stopIfIdle(): void {
+    const idleMs = this.upstream.idleSeconds * 1000;
+    if (!this.client || this.inFlight > 0 || Date.now() - this.lastUsed < idleMs) return;
+    this.options.log.info(
+      { upstream: this.upstream.id, idleSeconds: this.upstream.idleSeconds },
+      'stdio upstream stopped: idle',
+    );
+    void this.stop('idle');
+  }
+
+  private async stop(state: 'idle' | 'stopped'): Promise<void> {
+    const client = this.client;
+    this.current = state;
+    if (!client) return;
+    // The transport kills the sandbox; exited() sees `killed` and forgets the session.
+    await client.close().catch(() => undefined);
+    this.client = undefined;
+    this.transport = undefined;
+  }
+}
+
+/** A worker's stdio upstreams, by id. */
+export class StdioServers {
+  private readonly servers = new Map<string, StdioServer>();
+
+  constructor(upstreams: readonly UpstreamConfig[], options: StdioServerOptions) {
+    for (const u of upstreams)
+      if (isStdioUpstream(u)) this.servers.set(u.id, new StdioServer(u, options));
+  }
+
+  get(id: string): StdioServer | undefined {
+    return this.servers.get(id);
+  }
+
+  /** Starts the `start: eager` ones (their failures are logged and retried with backoff). */
+  startEager(): void {
+    for (const server of this.servers.values()) {
+      if (server.upstream.start !== 'eager') continue;
+      void server.connect(AbortSignal.timeout(server.upstream.timeoutMs)).catch(() => undefined);
+    }
+  }
+
+  states(): Record<string, StdioState> {
+    return Object.fromEntries([...this.servers].map(([id, s]) => [id, s.state]));
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.servers.values()].map((s) => s.close()));
+  }
+}
+
+function messageOf(err: unknown): string {
+  const e = err as { message?: unknown };
+  return (typeof e?.message === 'string' ? e.message : String(err)).slice(0, 500);
+}

@@ -9,7 +9,7 @@ export interface Client {
   scope: ToolScope;
   rateLimitPerMinute: number;
   /** Fair share of the workers (docs/scheduling.md). */
-  limits: { queued: number; sandboxInFlight: number; pendingApprovals: number };
+  limits: { queued: number; sandboxInFlight: number; pendingApprovals: number; sessions: number };
 }
 
 /**
@@ -33,6 +33,7 @@ export class Clients {
             queued: c.limits.queued,
             sandboxInFlight: c.limits.sandboxInFlight,
             pendingApprovals: c.limits.pendingApprovals,
+            sessions: c.limits.sessions,
           },
         },
       });

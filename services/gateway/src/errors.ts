@@ -7,6 +7,7 @@ export type ApiErrorCode =
   | 'tool_quarantined'
   | 'unknown_tool'
   | 'not_found'
+  | 'session_not_found'
   | 'conflict'
   | 'idempotency_mismatch'
   | 'invalid_json'
@@ -19,6 +20,7 @@ export type ApiErrorCode =
   | 'too_many_in_flight'
   | 'too_many_streams'
   | 'too_many_pending_approvals'
+  | 'too_many_sessions'
   | 'unavailable'
   | 'internal';
 
@@ -28,6 +30,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   tool_quarantined: 403,
   unknown_tool: 404,
   not_found: 404,
+  session_not_found: 404,
   conflict: 409,
   idempotency_mismatch: 422,
   invalid_json: 400,
@@ -40,6 +43,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   too_many_in_flight: 429,
   too_many_streams: 429,
   too_many_pending_approvals: 429,
+  too_many_sessions: 429,
   unavailable: 503,
   internal: 500,
 };

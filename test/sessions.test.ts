@@ -1,6 +1,8 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { createSandbox, createWorkspaces, type DriverName, type Sandbox } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -95,6 +97,31 @@ for (const driver of ['docker', 'bwrap'] as DriverName[]) {
       expect(body.result.stderr).toContain('ValueError: no');
       expect(await stdout(s, 'x')).toBe('42\n');
       await stack.call(`/v1/sessions/${s}`, { method: 'DELETE' });
+    });
+
+    it('over MCP, _meta["toolgate/session"] names the session', async () => {
+      const s = await open();
+      const client = new Client({ name: 'toolgate-test', version: '1.0.0' });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(`${stack.url}/mcp`), {
+          requestInit: { headers: { authorization: `Bearer ${KEYS.alice}` } },
+        }),
+      );
+      try {
+        const inSession = (code: string) =>
+          client.callTool({
+            name: 'run_python',
+            arguments: { code },
+            _meta: { 'toolgate/session': s },
+          });
+        await inSession('n = 5');
+        const result = await inSession('print(n * n)');
+        expect(result.isError).toBeFalsy();
+        expect(JSON.stringify(result.content)).toContain('25');
+      } finally {
+        await client.close();
+        await stack.call(`/v1/sessions/${s}`, { method: 'DELETE' });
+      }
     });
 
     it('run_shell keeps cwd and variables; the workspace is the client’s', async () => {

@@ -198,17 +198,18 @@ export function createWorker({
    * Sessions (docs/sessions.md) live on workers that run sandboxes: their calls come through
    * this worker's own queue, so any gateway reaches the worker that holds a session's sandbox.
    */
-  const sessions = queues.includes('sandbox')
-    ? new SessionHost({
-        workerId: id,
-        config,
-        store: new SessionStore(redis, keys, config.worker.lostCallTimeoutMs),
-        services,
-        subscriber: createRedis(config.redis, 'blocking'),
-        killChannel: keys.sessionKills,
-        log,
-      })
-    : undefined;
+  const sessions =
+    queues.includes('sandbox') && (services as Partial<ToolServices>).sandbox
+      ? new SessionHost({
+          workerId: id,
+          config,
+          store: new SessionStore(redis, keys, config.worker.lostCallTimeoutMs),
+          services,
+          subscriber: createRedis(config.redis, 'blocking'),
+          killChannel: keys.sessionKills,
+          log,
+        })
+      : undefined;
   if (sessions) {
     consumers.push(
       new LaneConsumer({

@@ -124,6 +124,31 @@ for (const driver of ['docker', 'bwrap'] as DriverName[]) {
       }
     });
 
+    it('the bridge runs a message’s run_python calls in X-Toolgate-Session', async () => {
+      const s = await open();
+      const message = (id: string, code: string) => ({
+        role: 'assistant',
+        tool_calls: [
+          {
+            id,
+            type: 'function',
+            function: { name: 'run_python', arguments: JSON.stringify({ code }) },
+          },
+        ],
+      });
+      const send = async (id: string, code: string) =>
+        (await (
+          await stack.call('/v1/tool-calls', {
+            json: message(id, code),
+            headers: { 'x-toolgate-session': s },
+          })
+        ).json()) as { messages: { content: string }[] };
+      await send('call_a', 'total = 40');
+      const answer = await send('call_b', 'print(total + 2)');
+      expect(answer.messages[0]!.content).toContain('42');
+      await stack.call(`/v1/sessions/${s}`, { method: 'DELETE' });
+    });
+
     it('run_shell keeps cwd and variables; the workspace is the client’s', async () => {
       const s = await open('run_shell');
       const shell = async (command: string) =>

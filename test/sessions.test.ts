@@ -248,6 +248,21 @@ for (const driver of ['docker', 'bwrap'] as DriverName[]) {
       await stack.call(`/v1/sessions/${s}`, { method: 'DELETE' });
     });
 
+    it('a session call’s output streams live on its events', async () => {
+      const s = await open();
+      const started = await stack.call('/tools/run_python/execute?wait=false', {
+        json: {
+          code: 'import time\nfor i in range(3):\n    print("tick", i, flush=True)\n    time.sleep(0.3)',
+        },
+        headers: { 'x-toolgate-session': s },
+      });
+      const { id } = (await started.json()) as { id: string };
+      // The stream ends after the outcome.
+      const text = await (await stack.call(`/v1/calls/${id}/events`)).text();
+      expect(text).toMatch(/event: output[\s\S]*tick 0[\s\S]*tick 2[\s\S]*event: outcome/);
+      await stack.call(`/v1/sessions/${s}`, { method: 'DELETE' });
+    });
+
     it('cancel interrupts the running call and keeps the session', async () => {
       const s = await open();
       await stdout(s, 'kept = 7');

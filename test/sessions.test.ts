@@ -259,7 +259,41 @@ for (const driver of ['docker', 'bwrap'] as DriverName[]) {
       const { id } = (await started.json()) as { id: string };
       // The stream ends after the outcome.
       const text = await (await stack.call(`/v1/calls/${id}/events`)).text();
-      expect(text).toMatch(/event: output[\s\S]*tick 0[\s\S]*tick 2[\s\S]*event: outcome/);
+      // Output events (an unbuffered print may come in pieces), each before the outcome.
+      const events = text.split('\n\n').map((block) => ({
+        type: /^event: (\w+)$/m.exec(block)?.[1],
+        data: /^data: (.*)$/m.exec(block)?.[1],
+      }));
+      const outputs = events.filter((e) => e.type === 'output');
+      expect(outputs.length).toBeGreaterThan(1);
+      const printed = outputs.map((e) => (JSON.parse(e.data!) as { text: string }).text).join('');
+      expect(printed).toBe('tick 0\ntick 1\ntick 2\n');
+      expect(events.findIndex((e) => e.type === 'outcome')).toBeGreaterThan(
+        events.lastIndexOf(outputs.at(-1)!),
+      );
+      await stack.call(`/v1/sessions/${s}`, { method: 'DELETE' });
+    });
+
+    it('run_shell: a timeout interrupts the command and keeps the shell', async () => {
+      const s = await open('run_shell');
+      const shell = async (command: string, timeoutSeconds?: number) =>
+        (
+          await call(
+            s,
+            { command, ...(timeoutSeconds ? { timeoutSeconds } : {}) },
+            { tool: 'run_shell' },
+          )
+        ).body;
+      await shell('cd /tmp && KEPT=yes');
+      const started = Date.now();
+      expect(await shell('sleep 60; echo not-here', 1)).toMatchObject({
+        status: 'ok',
+        result: { stdout: '', timedOut: true, exitCode: 130 },
+      });
+      expect(Date.now() - started).toBeLessThan(10_000);
+      expect(await shell('echo "$KEPT $(pwd)"')).toMatchObject({
+        result: { stdout: 'yes /tmp\n', exitCode: 0 },
+      });
       await stack.call(`/v1/sessions/${s}`, { method: 'DELETE' });
     });
 

@@ -92,24 +92,64 @@ while True:
     frame({'t': 'done', 'exitCode': code})
 `;
 
+/** What the worker writes to a shell session's stdin to interrupt the command running now. */
+export const SHELL_INTERRUPT = '!\n';
+
 /**
  * `bash -c SHELL_LOOP tg <token>`. A request is `<bytes>\n<command>`; the command is eval'd in
- * the loop's shell, so cwd, variables, functions and /tmp persist. The control channel is fd 3
- * (fd 0 is /dev/null for the commands). `exit` ends the session, as it would a terminal.
+ * the loop's shell, so cwd, variables, functions and /tmp persist; fd 0 is /dev/null for it.
+ * `exit` ends the session, as it would a terminal. A signal to bash cannot interrupt it (bash
+ * waits for its foreground command before it heeds one), so a reader subshell takes stdin:
+ * requests go on to the loop through a FIFO, and a line `!` sends SIGINT to the loop's other
+ * children, the command's processes, and to the loop, whose trap ends the command line (status
+ * 130, as a terminal's Ctrl-C would). The command runs in a function: `declare` there is local.
  */
 export const SHELL_LOOP = String.raw`
 TOKEN="$1"
+__tg_main=$$
+__tg_fifo=$(mktemp -u /tmp/.toolgate-session.XXXXXX) && mkfifo -m 600 "$__tg_fifo" || exit 1
 exec 3<&0 0</dev/null
+(
+  export LC_ALL=C
+  exec 4>"$__tg_fifo"
+  while IFS= read -r __tg_n <&3; do
+    if [ "$__tg_n" = "!" ]; then
+      for __tg_c in $(cat /proc/$__tg_main/task/$__tg_main/children 2>/dev/null); do
+        [ "$__tg_c" = "$BASHPID" ] || kill -INT "$__tg_c" 2>/dev/null
+      done
+      kill -INT "$__tg_main"
+      continue
+    fi
+    __tg_cmd=
+    IFS= read -r -d '' -N "$__tg_n" __tg_cmd <&3
+    printf '%d
+%s' "${'$'}{#__tg_cmd}" "$__tg_cmd" >&4
+  done
+) &
+exec 5<"$__tg_fifo"
+rm -f "$__tg_fifo"
 __tg_frame() {
-  printf '\036%s{"t":"%s","exitCode":%d}\n' "$TOKEN" "$1" "$2"
-  printf '\036%s\n' "$TOKEN" >&2
+  printf '%s{"t":"%s","exitCode":%d}
+' "$TOKEN" "$1" "$2"
+  printf '%s
+' "$TOKEN" >&2
 }
+__tg_busy=
+__tg_run() {
+  __tg_busy=1
+  eval "$1"
+}
+trap '[ -n "$__tg_busy" ] && { __tg_busy=; return 130; }' INT
 __tg_frame ready 0
-while IFS= read -r __tg_n <&3; do
+while :; do
+  # An interrupt that comes between commands ends a read early (status > 128): read again.
+  IFS= read -r __tg_n <&5 || { [ $? -gt 128 ] && continue; break; }
   __tg_cmd=
-  LC_ALL=C IFS= read -r -d '' -N "$__tg_n" __tg_cmd <&3
-  eval "$__tg_cmd"
-  __tg_frame done "$?"
+  LC_ALL=C IFS= read -r -d '' -N "$__tg_n" __tg_cmd <&5
+  __tg_run "$__tg_cmd"
+  __tg_rc=$?
+  __tg_busy=
+  __tg_frame done "$__tg_rc"
 done
 `;
 

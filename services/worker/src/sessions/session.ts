@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 import { ToolError, type ToolContext } from '@toolgate/registry';
 import type { SandboxProcess } from '@toolgate/sandbox';
 import type { SessionTool } from '@toolgate/calls';
-import { FRAME_START, encodeRequest } from './kernels.js';
+import { FRAME_START, SHELL_INTERRUPT, encodeRequest } from './kernels.js';
 
 export interface SessionRunResult {
   stdout: string;
@@ -206,7 +206,10 @@ export class Session {
       const interrupt = (why: 'timeout' | 'cancel') => {
         if (interrupted) return;
         interrupted = why;
-        this.process.signal('SIGINT').catch(() => undefined);
+        // Python: SIGINT is KeyboardInterrupt; bash would wait for its command first, so its
+        // loop takes an interrupt line instead (kernels.ts).
+        if (this.tool === 'run_shell') this.process.stdin.write(SHELL_INTERRUPT);
+        else this.process.signal('SIGINT').catch(() => undefined);
         graceTimer = setTimeout(() => resolve('over'), this.limits.interruptGraceMs);
       };
       timer = setTimeout(() => interrupt('timeout'), timeoutS * 1000);

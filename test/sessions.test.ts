@@ -199,6 +199,9 @@ for (const driver of ['docker', 'bwrap'] as DriverName[]) {
         sessions: { id: string }[];
       };
       expect(listed.sessions.map((x) => x.id).sort()).toEqual([...bobSessions].sort());
+      // Each started session shows its sandbox's memory (its worker reads the cgroup).
+      for (const listedSession of listed.sessions as { memoryBytes?: number }[])
+        expect(listedSession.memoryBytes).toBeGreaterThan(1024 * 1024);
       for (const { id, key } of all)
         await stack.call(`/v1/sessions/${id}`, { method: 'DELETE', key });
     }, 120_000);

@@ -24,6 +24,8 @@ export interface SessionInfo {
   lastUsedAt: number;
   /** When it ends unless used before: its idle end, or its lifetime's end if sooner. */
   expiresAt: number;
+  /** Memory its sandbox used when its worker last looked (every 10 s), if it has started. */
+  memoryBytes?: number;
 }
 
 export interface SessionRecord extends SessionInfo {
@@ -51,6 +53,7 @@ const FIELDS = [
   'endsAt',
   'opened',
   'lost',
+  'memoryBytes',
 ] as const;
 
 /**
@@ -95,6 +98,12 @@ if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'opened', 1) end
 redis.call('PEXPIREAT', KEYS[1], expires)
 redis.call('ZADD', KEYS[2], 'XX', expires, ARGV[1])
 return expires
+`);
+
+/** Records a live session's memory (not a removed one's: that would bring its hash back). */
+const MEMORY = new LuaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'memoryBytes', ARGV[1]) end
+return 0
 `);
 
 /**
@@ -192,8 +201,15 @@ export class SessionStore {
     rows.forEach(([, values], i) => {
       const record = recordOf(ids[i]!, values);
       if (record && record.clientId === clientId) {
-        const { id, tool, createdAt, lastUsedAt, expiresAt } = record;
-        out.push({ id, tool, createdAt, lastUsedAt, expiresAt });
+        const { id, tool, createdAt, lastUsedAt, expiresAt, memoryBytes } = record;
+        out.push({
+          id,
+          tool,
+          createdAt,
+          lastUsedAt,
+          expiresAt,
+          ...(memoryBytes === undefined ? {} : { memoryBytes }),
+        });
       }
     });
     return out;
@@ -212,6 +228,11 @@ export class SessionStore {
         [session.id, idleMs, opened ? 1 : 0],
       ),
     );
+  }
+
+  /** Its worker's latest reading of the session's sandbox memory. */
+  async setMemory(id: string, bytes: number): Promise<void> {
+    await MEMORY.run(this.redis, [this.keys.session(id)], [Math.round(bytes)]);
   }
 
   /** Removes the session (of `clientId`, if given); its host's worker id, or undefined. */
@@ -313,7 +334,8 @@ export function sessionLostOutcome(job: Pick<CallJob, 'id' | 'tool' | 'session'>
 }
 
 function recordOf(id: string, values: (string | null)[]): SessionRecord | undefined {
-  const [client, tool, worker, createdAt, lastUsedAt, expiresAt, endsAt, opened, lost] = values;
+  const [client, tool, worker, createdAt, lastUsedAt, expiresAt, endsAt, opened, lost, memory] =
+    values;
   if (!client || !tool || !worker) return undefined;
   return {
     id,
@@ -326,5 +348,6 @@ function recordOf(id: string, values: (string | null)[]): SessionRecord | undefi
     endsAt: Number(endsAt),
     opened: opened === '1',
     lost: lost === '1',
+    ...(memory ? { memoryBytes: Number(memory) } : {}),
   };
 }

@@ -76,6 +76,7 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
         createdAt: new Date(s.createdAt).toISOString(),
         lastUsedAt: new Date(s.lastUsedAt).toISOString(),
         expiresAt: new Date(s.expiresAt).toISOString(),
+        ...(s.memoryBytes === undefined ? {} : { memoryBytes: s.memoryBytes }),
       })),
     });
   });

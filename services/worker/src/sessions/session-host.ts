@@ -14,6 +14,8 @@ import { Session } from './session.js';
 /** How long a session's kernel may take to start (a cold docker container: ~1 s). */
 const OPEN_TIMEOUT_MS = 60_000;
 const SWEEP_EVERY_MS = 1000;
+/** How often each session's memory is read (a cgroup file) and recorded for GET /v1/sessions. */
+const MEMORY_EVERY_MS = 10_000;
 
 export interface SessionHostOptions {
   workerId: string;
@@ -68,6 +70,7 @@ export class SessionHost {
         Math.max(100, Math.round(store.aliveMs / 3)),
       ),
       setInterval(() => this.sweep(), SWEEP_EVERY_MS),
+      setInterval(() => void this.recordMemory(), MEMORY_EVERY_MS),
       setInterval(
         () => void this.reapLost(),
         Math.max(250, Math.round(config.worker.lostCallTimeoutMs / 4)),
@@ -136,6 +139,8 @@ export class SessionHost {
       }
       session = await this.open(record, ctx.signal);
       await store.touch(record, idleMs, true);
+      const { memoryBytes } = await session.stats();
+      if (memoryBytes !== undefined) await store.setMemory(id, memoryBytes);
     }
     const code = String(job.tool === 'run_python' ? args.code : args.command);
     const timeout = typeof args.timeoutSeconds === 'number' ? args.timeoutSeconds : undefined;
@@ -213,6 +218,14 @@ export class SessionHost {
     for (const [id, session] of this.sessions) {
       if (now >= (this.endsAt.get(id) ?? Infinity)) void this.end(id, 'lifetime');
       else if (!session.busy && now - session.lastUsedAt >= idleMs) void this.end(id, 'idle');
+    }
+  }
+
+  private async recordMemory(): Promise<void> {
+    for (const [id, session] of this.sessions) {
+      const { memoryBytes } = await session.stats().catch(() => ({ memoryBytes: undefined }));
+      if (memoryBytes !== undefined)
+        await this.o.store.setMemory(id, memoryBytes).catch(() => undefined);
     }
   }
 

@@ -7,6 +7,7 @@ import { SESSION_TOOLS, isCallId, type SessionStore, type SessionTool } from '@t
 import type { Config } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
 import { Router } from 'express';
+import type { SessionList } from '../api-types.js';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody } from '../http.js';
 
@@ -69,7 +70,7 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
 
   router.get('/v1/sessions', async (_req, res) => {
     const list = await sessions.list(clientOf(res).id);
-    res.json({
+    const body: SessionList = {
       sessions: list.map((s) => ({
         id: s.id,
         tool: s.tool,
@@ -78,7 +79,8 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
         expiresAt: new Date(s.expiresAt).toISOString(),
         ...(s.memoryBytes === undefined ? {} : { memoryBytes: s.memoryBytes }),
       })),
-    });
+    };
+    res.json(body);
   });
 
   router.delete('/v1/sessions/:id', async (req, res) => {

@@ -383,6 +383,10 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
       /^loop:[^:]+:.+$/,
       /^memory:\{[^}]+\}(:v)?$/,
       /^(fast|sandbox):(queue|active|delayed|scores|seq|wake|job:.+)$/,
+      /^worker:[^:]+:(queue|active|delayed|scores|seq|wake)$/,
+      /^session:[^:]+$/,
+      /^sessions:(client|host):[^:]+$/,
+      /^session-hosts$/,
     ];
     const found = await shared.keys(`${prefix}:*`);
     expect(found.length).toBeGreaterThan(5);

@@ -78,6 +78,16 @@ export async function request<T>(
   return { status: res.status, body: (await res.json()) as T };
 }
 
+/** `DELETE path`, answered 204 (no body). */
+export async function remove(path: string): Promise<void> {
+  const res = await fetch(path, { method: 'DELETE', headers: headers(false) });
+  if (!res.ok) {
+    const err = await failure(res);
+    if (res.status === 401) onUnauthorized();
+    throw err;
+  }
+}
+
 export const get = async <T>(path: string, signal?: AbortSignal): Promise<T> =>
   (await request<T>(path, signal ? { signal } : {})).body;
 

@@ -8,6 +8,7 @@ import { Approvals } from './pages/approvals.js';
 import { CallDetail } from './pages/call-detail.js';
 import { Calls } from './pages/calls.js';
 import { Overview } from './pages/overview.js';
+import { Sessions } from './pages/sessions.js';
 import { SignIn } from './pages/sign-in.js';
 import { Tools } from './pages/tools.js';
 import { Upstreams } from './pages/upstreams.js';
@@ -55,6 +56,7 @@ export function App() {
     ...(who.admin ? [['approvals', 'Approvals'] as [string, string]] : []),
     ['calls', 'Calls'],
     ['tools', 'Tools'],
+    ['sessions', 'Sessions'],
     ...(who.admin ? [['upstreams', 'Upstreams'] as [string, string]] : []),
   ];
   return (
@@ -91,7 +93,8 @@ export function App() {
         {page === 'calls' && route[1] !== undefined && <CallDetail id={route[1]} who={who} />}
         {page === 'tools' && <Tools selected={route[1]} />}
         {page === 'upstreams' && <Upstreams who={who} selected={route.slice(1)} />}
-        {!['overview', 'approvals', 'calls', 'tools', 'upstreams'].includes(page) && (
+        {page === 'sessions' && <Sessions />}
+        {!['overview', 'approvals', 'calls', 'tools', 'upstreams', 'sessions'].includes(page) && (
           <p>
             No such page. <a href={href('overview')}>Go to the overview</a>.
           </p>

@@ -97,11 +97,17 @@ export class Dispatcher {
     staleAfterMs: number,
     /** The user's own limit (`limits.perUser.queued`) for a call made for a user. */
     userLimit?: number,
+    /** A session's call: the worker hosting the session, whose own queue takes it. */
+    host?: string,
   ): Promise<LaneAdmit> {
     await this.subscribed;
     try {
       const upkeep = this.upkeep.due(job.clientId);
-      return await this.lanes[kind].enqueue(job, limit, staleAfterMs, upkeep, userLimit);
+      const lane =
+        host === undefined
+          ? this.lanes[kind]
+          : new Lane(this.connection, this.keys, kind, this.keys.sessionLane(host));
+      return await lane.enqueue(job, limit, staleAfterMs, upkeep, userLimit);
     } catch (err) {
       // Not accepted, so no outcome will come: end the wait registered for it rather than
       // leave its timers polling Redis until the tool's timeout (every call of an outage).
@@ -218,6 +224,14 @@ export class Dispatcher {
         queue: kind,
         createdAt: job.acceptedAt,
       };
+      if (found.state === 'waiting' && job.session) {
+        // A session's call waits or runs in its worker's own queue.
+        const held = await this.connection.zscore(
+          this.keys.laneActive(this.keys.sessionLane(job.session.host)),
+          id,
+        );
+        return { ...base, status: held === null ? 'queued' : 'running' };
+      }
       if (found.state === 'waiting') return { ...base, status: 'queued' };
       // A sandbox call runs once its worker holds its client's lease. Held by a worker without
       // one, it is on its way back to the queue (the client already runs its share: a

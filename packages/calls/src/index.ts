@@ -1,4 +1,7 @@
 export { Keys, isCallId, principal } from './keys.js';
+export type { LaneName } from './keys.js';
+export { SessionStore, SESSION_TOOLS, sessionLostOutcome } from './sessions.js';
+export type { SessionCreate, SessionInfo, SessionRecord, SessionTool } from './sessions.js';
 export { CallStore, BRIEF_MAX_BYTES, briefOf, finishedRecord } from './store.js';
 export type { LegacyBudget } from './store.js';
 export { capOutcome } from './result-cap.js';

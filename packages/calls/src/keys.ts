@@ -1,5 +1,11 @@
 import type { QueueKind } from './types.js';
 
+/**
+ * What a queue's keys are named after: a queue kind, or one worker's own queue for the calls of
+ * the sessions it hosts (`worker:<id>`, docs/sessions.md).
+ */
+export type LaneName = QueueKind | `worker:${string}`;
+
 /** A call id as the gateway makes them (a v4 UUID, lower case). */
 const CALL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
@@ -52,32 +58,32 @@ export class Keys {
   }
 
   /** A queue (Lane): waiting calls, by fair priority and arrival. */
-  laneQueue(kind: QueueKind): string {
+  laneQueue(kind: LaneName): string {
     return `${this.prefix}:${kind}:queue`;
   }
 
   /** A queue's calls held by workers, scored by the end of their worker's lease. */
-  laneActive(kind: QueueKind): string {
+  laneActive(kind: LaneName): string {
     return `${this.prefix}:${kind}:active`;
   }
 
   /** A queue's calls put back for a moment, scored by when they are due. */
-  laneDelayed(kind: QueueKind): string {
+  laneDelayed(kind: LaneName): string {
     return `${this.prefix}:${kind}:delayed`;
   }
 
   /** The queue places of a queue's put-back calls (hash: call id → score). */
-  laneScores(kind: QueueKind): string {
+  laneScores(kind: LaneName): string {
     return `${this.prefix}:${kind}:scores`;
   }
 
   /** A queue's arrival counter (order within one priority). */
-  laneSeq(kind: QueueKind): string {
+  laneSeq(kind: LaneName): string {
     return `${this.prefix}:${kind}:seq`;
   }
 
   /** One-member sorted set a queue's idle workers block on (BZPOPMIN) until calls arrive. */
-  laneWake(kind: QueueKind): string {
+  laneWake(kind: LaneName): string {
     return `${this.prefix}:${kind}:wake`;
   }
 
@@ -362,5 +368,51 @@ export class Keys {
     // Pins and definitions are written together by one script: on the root, one slot.
     const root = `${this.prefix}:upstream-pins:${id}`;
     return { catalog, lease: `${catalog}:lease`, pins: root, defs: `${root}:defs` };
+  }
+
+  /** The name of a worker's own queue (Lane) for the calls of the sessions it hosts. */
+  sessionLane(workerId: string): LaneName {
+    return `worker:${workerId}`;
+  }
+
+  /**
+   * A session (hash: owner client, tool, host worker, times; docs/sessions.md), expiring at its
+   * idle or lifetime end, whichever comes first.
+   */
+  session(id: string): string {
+    return `${this.prefix}:session:${id}`;
+  }
+
+  /** What every session hash's name starts with (scripts add the id). */
+  get sessionPrefix(): string {
+    return `${this.prefix}:session:`;
+  }
+
+  /** Sorted set of a client's sessions scored by expiry: what `limits.sessions` counts. */
+  clientSessions(clientId: string): string {
+    return `${this.clientSessionsPrefix}${clientId}`;
+  }
+
+  get clientSessionsPrefix(): string {
+    return `${this.prefix}:sessions:client:`;
+  }
+
+  /** Set of the sessions one worker hosts (removed with them when the worker is lost). */
+  hostSessions(workerId: string): string {
+    return `${this.hostSessionsPrefix}${workerId}`;
+  }
+
+  get hostSessionsPrefix(): string {
+    return `${this.prefix}:sessions:host:`;
+  }
+
+  /** Sorted set worker id → last beat of each worker that hosts sessions. */
+  get sessionHosts(): string {
+    return `${this.prefix}:session-hosts`;
+  }
+
+  /** Channel of deleted sessions (`{id}`): the hosting worker kills the sandbox at once. */
+  get sessionKills(): string {
+    return `${this.prefix}:session-kills`;
   }
 }

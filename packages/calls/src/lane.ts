@@ -1,5 +1,5 @@
 import type { RedisClient } from './redis.js';
-import type { Keys } from './keys.js';
+import type { Keys, LaneName } from './keys.js';
 import { LuaScript } from './script.js';
 import { MAX_PRIORITY } from './admission.js';
 import type { CallJob, QueueKind } from './types.js';
@@ -83,7 +83,8 @@ end
  * place. Upkeep (prune stale in-flight entries, renew the set's expiry) only when ARGV[5] is
  * 1 — the gateway asks for it once a second per client — or on the way to a refusal.
  *   KEYS: in-flight set (this queue), in-flight set (the other), queue, seq, job key, wake
- *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job text, upkeep
+ *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job text, upkeep, arrival
+ *         order only (1: a worker's session queue, whose calls run in the order sent)
  *   → {1, priority} or {0, calls in flight}
  */
 const ENQUEUE = new LuaScript(`
@@ -110,6 +111,7 @@ end
 local added = redis.call('ZADD', KEYS[1], now, ARGV[1])
 if upkeep or (here == 0 and added == 1) then redis.call('PEXPIRE', KEYS[1], horizon) end
 local priority = math.min(math.max(1, here + added), ${MAX_PRIORITY})
+if ARGV[6] == '1' then priority = 1 end
 local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
 redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
 redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
@@ -128,8 +130,9 @@ return {1, priority}
  * from the users set (a cancel leaves them there).
  *   KEYS: as ENQUEUE, then the user's in-flight set (this queue), (the other), the client's
  *         users in flight (this queue)
- *   ARGV: as ENQUEUE, then the user's limit (0 = none), the user, the users' in-flight key
- *         prefix for this queue (`…:inflight-user:<client>:<kind>:`)
+ *   ARGV: as ENQUEUE's first five, then the user's limit (0 = none), the user, the users'
+ *         in-flight key prefix for this queue (`…:inflight-user:<client>:<kind>:`), arrival
+ *         order only (as ENQUEUE's sixth)
  *   → {1, priority} or {0, calls in flight, 0 (the client's limit) or 1 (the user's)}
  */
 const ENQUEUE_USER = new LuaScript(`
@@ -175,6 +178,7 @@ redis.call('ZADD', KEYS[9], now, ARGV[7])
 redis.call('PEXPIRE', KEYS[9], horizon)
 local users = redis.call('ZCARD', KEYS[9])
 local priority = math.min(math.max(1, (uhere + 1) * users), ${MAX_PRIORITY})
+if ARGV[9] == '1' then priority = 1 end
 local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
 redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
 redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
@@ -351,6 +355,25 @@ redis.call('DEL', KEYS[2])
 return text
 `);
 
+/**
+ * Takes every call out of a lost worker's session queue (waiting and held) at once, so that
+ * exactly one caller ends each: their ids and jobs, the queue's keys deleted.
+ *   KEYS: queue, active, delayed, scores, seq, wake
+ *   ARGV: job key prefix
+ *   → {id1, job1, id2, job2, …} (a job is false when it expired)
+ */
+const DRAIN = new LuaScript(`
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do ids[#ids + 1] = id end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+local out = {}
+for _, id in ipairs(ids) do
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('GET', ARGV[1] .. id)
+end
+return out
+`);
+
 export type LaneAdmit =
   | { admitted: true; priority: number }
   | { admitted: false; inFlight: number; scope: 'client' | 'user' };
@@ -378,12 +401,21 @@ export interface LaneClaim {
 export class Lane {
   private readonly jobPrefix: string;
   private readonly other: QueueKind;
+  /** Whether this is a worker's session queue (not one of the shared queues). */
+  private readonly own: boolean;
 
+  /**
+   * @param name the queue's own keys; default the kind's shared queue. A worker's session queue
+   *   (`Keys.sessionLane`) shares its kind's job keys, calls in flight and lookups, and serves
+   *   its calls in the order they arrive (docs/sessions.md).
+   */
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
     readonly kind: QueueKind,
+    readonly name: LaneName = kind,
   ) {
+    this.own = name !== kind;
     this.jobPrefix = keys.laneJob(kind, '');
     this.other = kind === 'fast' ? 'sandbox' : 'fast';
   }
@@ -405,16 +437,17 @@ export class Lane {
     const keys = [
       k.inFlight(job.clientId, this.kind),
       k.inFlight(job.clientId, this.other),
-      k.laneQueue(this.kind),
-      k.laneSeq(this.kind),
+      k.laneQueue(this.name),
+      k.laneSeq(this.name),
       k.laneJob(this.kind, job.id),
-      k.laneWake(this.kind),
+      k.laneWake(this.name),
     ];
+    const own = this.own ? 1 : 0;
     const args = [job.id, limit, staleAfterMs, `J0.0|${serialize(job)}`, upkeep ? 1 : 0];
     const user = job.user;
     const [ok, n, scope] = (
       user === undefined
-        ? await ENQUEUE.run(this.redis, keys, args)
+        ? await ENQUEUE.run(this.redis, keys, [...args, own])
         : await ENQUEUE_USER.run(
             this.redis,
             [
@@ -423,7 +456,7 @@ export class Lane {
               k.userInFlight(job.clientId, this.other, user),
               k.usersInFlight(job.clientId, this.kind),
             ],
-            [...args, userLimit, user, k.userInFlight(job.clientId, this.kind, '')],
+            [...args, userLimit, user, k.userInFlight(job.clientId, this.kind, ''), own],
           )
     ) as [number, number, number?];
     return ok === 1
@@ -437,13 +470,13 @@ export class Lane {
     const [next, ...flat] = (await CLAIM.run(
       this.redis,
       [
-        k.laneQueue(this.kind),
-        k.laneActive(this.kind),
-        k.laneWake(this.kind),
-        k.laneDelayed(this.kind),
-        k.laneScores(this.kind),
+        k.laneQueue(this.name),
+        k.laneActive(this.name),
+        k.laneWake(this.name),
+        k.laneDelayed(this.name),
+        k.laneScores(this.name),
       ],
-      [n, leaseMs, this.jobPrefix, this.kind === 'sandbox' ? 1 : 0],
+      [n, leaseMs, this.jobPrefix, this.kind === 'sandbox' && !this.own ? 1 : 0],
     )) as (string | null)[];
     const calls = this.calls(flat);
     return next ? { calls, nextDueAt: Number(next) } : { calls };
@@ -476,13 +509,13 @@ export class Lane {
     const flat = (await FINISH.run(
       this.redis,
       [
-        k.laneQueue(this.kind),
-        k.laneActive(this.kind),
+        k.laneQueue(this.name),
+        k.laneActive(this.name),
         k.laneJob(this.kind, call.id),
         k.inFlight(call.clientId, this.kind),
         k.callIndex(call.clientId),
-        k.laneDelayed(this.kind),
-        k.laneScores(this.kind),
+        k.laneDelayed(this.name),
+        k.laneScores(this.name),
         k.running(call.clientId, this.kind),
         // Unused without a user (no command runs on them), but named all the same.
         k.userInFlight(call.clientId, this.kind, call.user ?? ''),
@@ -518,9 +551,9 @@ export class Lane {
       await DEFER.run(
         this.redis,
         [
-          k.laneActive(this.kind),
-          k.laneDelayed(this.kind),
-          k.laneScores(this.kind),
+          k.laneActive(this.name),
+          k.laneDelayed(this.name),
+          k.laneScores(this.name),
           k.laneJob(this.kind, call.job.id),
         ],
         [call.job.id, Math.max(1, Math.round(delayMs)), call.score],
@@ -533,7 +566,7 @@ export class Lane {
     if (ids.length === 0) return;
     const until = Date.now() + leaseMs;
     await this.redis.zadd(
-      this.keys.laneActive(this.kind),
+      this.keys.laneActive(this.name),
       'XX',
       ...ids.flatMap((id) => [until, id]),
     );
@@ -545,10 +578,10 @@ export class Lane {
     const [again, failed] = (await SWEEP.run(
       this.redis,
       [
-        k.laneQueue(this.kind),
-        k.laneActive(this.kind),
-        k.laneSeq(this.kind),
-        k.laneWake(this.kind),
+        k.laneQueue(this.name),
+        k.laneActive(this.name),
+        k.laneSeq(this.name),
+        k.laneWake(this.name),
       ],
       [
         this.jobPrefix,
@@ -563,16 +596,39 @@ export class Lane {
     return { again, failed };
   }
 
+  /** Takes every call out of the queue, waiting or held (see DRAIN): a lost worker's queue. */
+  async drain(): Promise<CallJob[]> {
+    const k = this.keys;
+    const flat = (await DRAIN.run(
+      this.redis,
+      [
+        k.laneQueue(this.name),
+        k.laneActive(this.name),
+        k.laneDelayed(this.name),
+        k.laneScores(this.name),
+        k.laneSeq(this.name),
+        k.laneWake(this.name),
+      ],
+      [this.jobPrefix],
+    )) as (string | null)[];
+    const jobs: CallJob[] = [];
+    for (let i = 0; i < flat.length; i += 2) {
+      const value = flat[i + 1] ? parse(flat[i + 1]!) : undefined;
+      if (value && 'job' in value) jobs.push(value.job);
+    }
+    return jobs;
+  }
+
   /** Takes a call that has not started out of the queue; its job, or undefined. */
   async remove(id: string): Promise<CallJob | undefined> {
     const k = this.keys;
     const text = (await REMOVE.run(
       this.redis,
       [
-        k.laneQueue(this.kind),
+        k.laneQueue(this.name),
         k.laneJob(this.kind, id),
-        k.laneDelayed(this.kind),
-        k.laneScores(this.kind),
+        k.laneDelayed(this.name),
+        k.laneScores(this.name),
       ],
       [id],
     )) as string | null;
@@ -586,7 +642,7 @@ export class Lane {
     const [[, text], [, active]] = (await this.redis
       .multi()
       .get(k.laneJob(this.kind, id))
-      .zscore(k.laneActive(this.kind), id)
+      .zscore(k.laneActive(this.name), id)
       .exec()) as [[unknown, string | null], [unknown, string | null]];
     const value = text ? parse(text) : undefined;
     if (!value) return undefined;
@@ -611,7 +667,7 @@ export class Lane {
     const [[, head], [, active]] = (await this.redis
       .multi()
       .getrange(k.laneJob(this.kind, id), 0, BRIEF_BYTES - 1)
-      .zscore(k.laneActive(this.kind), id)
+      .zscore(k.laneActive(this.name), id)
       .exec()) as [[unknown, string], [unknown, string | null]];
     if (!head) return undefined;
     if (head.startsWith('E|')) {
@@ -643,9 +699,9 @@ export class Lane {
     const k = this.keys;
     const [[, waiting], [, delayed], [, active]] = (await this.redis
       .multi()
-      .zcard(k.laneQueue(this.kind))
-      .zcard(k.laneDelayed(this.kind))
-      .zcard(k.laneActive(this.kind))
+      .zcard(k.laneQueue(this.name))
+      .zcard(k.laneDelayed(this.name))
+      .zcard(k.laneActive(this.name))
       .exec()) as [[unknown, number], [unknown, number], [unknown, number]];
     return { waiting, delayed, active };
   }
@@ -655,7 +711,7 @@ export class Lane {
    * passed.
    */
   async waitForWork(blocking: RedisClient, timeoutS: number): Promise<void> {
-    await blocking.bzpopmin(this.keys.laneWake(this.kind), timeoutS);
+    await blocking.bzpopmin(this.keys.laneWake(this.name), timeoutS);
   }
 
   private calls(flat: (string | null)[]): LaneCall[] {

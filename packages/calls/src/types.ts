@@ -71,6 +71,8 @@ export interface CallJob {
   approvedBy?: string;
   /** W3C trace context carriers, so the worker's spans join the gateway's trace. */
   trace?: Record<string, string>;
+  /** The session the call runs in, and the worker hosting it (whose own queue takes it). */
+  session?: { id: string; host: string };
 }
 
 /** The durable record of a call, kept for `calls.ttlSeconds`. */

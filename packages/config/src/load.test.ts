@@ -48,7 +48,7 @@ server:
       keySha256: sha256('a-very-long-secret-key'),
       tools: ['calculator', 'category:time'],
       rateLimit: { perMinute: 60 },
-      limits: { queued: 64, sandboxInFlight: 4, pendingApprovals: 16 },
+      limits: { queued: 64, sandboxInFlight: 4, pendingApprovals: 16, sessions: 4 },
       isolation: 'client',
       admin: false,
     });

@@ -12,6 +12,7 @@ export const CLIENT_LIMIT_DEFAULTS = {
   queued: 64,
   sandboxInFlight: 4,
   pendingApprovals: 16,
+  sessions: 4,
 } as const;
 
 /** `host:port` of a Redis node (IPv6 in brackets: `[::1]:6379`). */
@@ -84,6 +85,8 @@ const ClientSchema = Type.Object(
             { additionalProperties: false },
           ),
         ),
+        /** Sessions this client may hold at once (docs/sessions.md): beyond, 429 `too_many_sessions`. */
+        sessions: Type.Integer({ minimum: 0, default: CLIENT_LIMIT_DEFAULTS.sessions }),
       },
       { additionalProperties: false, default: {} },
     ),
@@ -426,6 +429,21 @@ export const ConfigSchema = Type.Object(
         lostCallTimeoutMs: Type.Integer({ minimum: 3000, default: 12_000 }),
         /** Port of the worker's /metrics and /healthz (0 = off). */
         metricsPort: Type.Integer({ minimum: 0, maximum: 65535, default: 9091 }),
+      },
+      closed,
+    ),
+    /** Stateful sessions: one long-lived sandbox per session (docs/sessions.md). */
+    sessions: Type.Object(
+      {
+        /** A session nobody used for this long ends (its sandbox killed). */
+        idleSeconds: Type.Integer({ minimum: 1, maximum: 86_400, default: 600 }),
+        /** A session ends this long after it was created, used or not. */
+        maxLifetimeSeconds: Type.Integer({ minimum: 1, maximum: 604_800, default: 14_400 }),
+        /**
+         * A call's interrupt (its timeout, a cancel) that has not stopped it after this long
+         * ends the session (`session_lost`).
+         */
+        interruptGraceMs: Type.Integer({ minimum: 100, maximum: 60_000, default: 5000 }),
       },
       closed,
     ),

@@ -36,6 +36,22 @@ export interface WhoAmI {
   traceUrl?: string;
 }
 
+/** One session as `GET /v1/sessions` lists it (docs/sessions.md). */
+export interface SessionView {
+  id: string;
+  tool: 'run_python' | 'run_shell';
+  createdAt: string;
+  lastUsedAt: string;
+  expiresAt: string;
+  /** Its sandbox's memory when its worker last looked (every 10 s), once started. */
+  memoryBytes?: number;
+}
+
+/** `GET /v1/sessions`: the caller's own sessions. */
+export interface SessionList {
+  sessions: SessionView[];
+}
+
 /** `POST /tools/{name}/execute` (200), and the `outcome` of a call's events. */
 export interface ExecuteAnswer {
   id: string;

@@ -19,7 +19,7 @@ export interface Client {
   grant?: TokenGrant;
   rateLimitPerMinute: number;
   /** Fair share of the workers (docs/scheduling.md). */
-  limits: { queued: number; sandboxInFlight: number; pendingApprovals: number };
+  limits: { queued: number; sandboxInFlight: number; pendingApprovals: number; sessions: number };
   /** One user's share of the client's (docs/auth.md, users); absent: the client's only. */
   perUser: { rateLimitPerMinute?: number; queued?: number };
   /** Whose workspace and memory calls use: the client's, or each user's own. */
@@ -45,6 +45,7 @@ export class Clients {
           queued: c.limits.queued,
           sandboxInFlight: c.limits.sandboxInFlight,
           pendingApprovals: c.limits.pendingApprovals,
+          sessions: c.limits.sessions,
         },
         perUser: {
           ...(c.limits.perUser?.rateLimit

@@ -8,6 +8,7 @@ export type ApiErrorCode =
   | 'tool_quarantined'
   | 'unknown_tool'
   | 'not_found'
+  | 'session_not_found'
   | 'conflict'
   | 'idempotency_mismatch'
   | 'invalid_json'
@@ -24,6 +25,7 @@ export type ApiErrorCode =
   | 'invalid_secret_value'
   | 'too_many_secrets'
   | 'secrets_disabled'
+  | 'too_many_sessions'
   | 'unavailable'
   | 'internal';
 
@@ -34,6 +36,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   tool_quarantined: 403,
   unknown_tool: 404,
   not_found: 404,
+  session_not_found: 404,
   conflict: 409,
   idempotency_mismatch: 422,
   invalid_json: 400,
@@ -50,6 +53,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   invalid_secret_value: 400,
   too_many_secrets: 409,
   secrets_disabled: 503,
+  too_many_sessions: 429,
   unavailable: 503,
   internal: 500,
 };

@@ -11,6 +11,7 @@ import {
   Keys,
   ResultCache,
   Series,
+  SessionStore,
   Stats,
   StatsBatch,
   WorkspaceResets,
@@ -46,6 +47,7 @@ import { HeldConnections } from './held-connections.js';
 import { callRoutes } from './routes/calls.js';
 import { consoleApi, consoleDir, consolePages } from './routes/console.js';
 import { executeRoutes } from './routes/execute.js';
+import { sessionRoutes } from './routes/sessions.js';
 import { healthRoutes } from './routes/health.js';
 import { OriginPolicy } from './mcp/origin.js';
 import { mcpRoutes } from './routes/mcp.js';
@@ -129,6 +131,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const admission = new Admission(redis, keys, STALE_QUEUE_WAIT_MS + longestTimeoutMs);
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
+  const sessions = new SessionStore(redis, keys, config.worker.lostCallTimeoutMs);
   const pipeline = new CallPipeline({
     redis,
     keys,
@@ -160,6 +163,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     requiresApproval,
     services: { shellPolicy: config.policy.shell },
     syncWaitGraceMs: config.server.syncWaitGraceMs,
+    sessions,
     ...(upstreams ? { heldTool: (name: string) => upstreams.held(name) } : {}),
   });
   metrics.setSources({
@@ -282,6 +286,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(chargeRequests(limits, redis, audit)); // before the body is read
   app.use(readJsonBody({ limitBytes: config.server.bodyLimitBytes }));
   app.use(executeRoutes(pipeline)); // the hot route first
+  app.use(sessionRoutes({ sessions, registry, config: config.sessions }));
   app.use(toolRoutes(registry, requiresApproval));
   app.use(toolCallRoutes(pipeline, { cancelOnDisconnect: config.calls.cancelOnDisconnect }));
   app.use(

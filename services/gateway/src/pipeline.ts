@@ -28,6 +28,7 @@ import {
   type Keys,
   type QueueKind,
   type ResultCache,
+  type SessionStore,
   type Stats,
   type StatsBatch,
 } from '@toolgate/calls';
@@ -81,6 +82,8 @@ export interface CallRequest {
   signal?: AbortSignal;
   /** Called with the call's id once it is queued, while the request still waits (MCP's cancel map). */
   onAccepted?: (id: string) => void;
+  /** The session to run in (`X-Toolgate-Session`, MCP `_meta`; docs/sessions.md). */
+  session?: string;
 }
 
 /** A finished call (200), or an accepted one still in flight or parked (202). */
@@ -123,6 +126,8 @@ export interface PipelineOptions {
    */
   services: Partial<ToolServices>;
   syncWaitGraceMs: number;
+  /** Sessions (docs/sessions.md): a session's calls go to its worker's own queue. */
+  sessions: SessionStore;
   /**
    * An upstream tool held back under `trust: pin` (pending or quarantined, docs/upstreams.md):
    * a call to it is answered `tool_quarantined`, not `unknown_tool`.
@@ -250,8 +255,32 @@ export class CallPipeline {
         };
       }
       const needsApproval = this.o.requiresApproval(tool);
+      let host: string | undefined;
+      if (req.session !== undefined) {
+        if (needsApproval) {
+          throw new ApiError(
+            'invalid_request',
+            `"${tool.name}" needs approval here, and calls that need approval cannot run in a session`,
+          );
+        }
+        const found = await this.sessionHost(client, tool, req.session);
+        if ('lost' in found) {
+          return {
+            kind: 'done',
+            outcome: await this.answer(
+              tool,
+              client,
+              args,
+              { status: 'error', error: found.lost },
+              'session lost',
+            ),
+          };
+        }
+        host = found.host;
+      }
 
-      if (!needsApproval && tool.cacheTtlSeconds > 0) {
+      // A session's call depends on the session's state: never answered from the cache.
+      if (!needsApproval && tool.cacheTtlSeconds > 0 && host === undefined) {
         // A client-scoped result is its user's own under `isolation: user` (see CallJob.space).
         const hit = await this.o.cache.get(tool, args, spaceFor(client));
         if (hit) {
@@ -305,6 +334,7 @@ export class CallPipeline {
         acceptedAt: Date.now(),
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
         ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
+        ...(host !== undefined ? { session: { id: req.session!, host } } : {}),
       };
       const trace = injectContext();
       if (trace) job.trace = trace;
@@ -335,6 +365,7 @@ export class CallPipeline {
               client.limits.queued,
               this.o.admission.staleAfterMs,
               client.perUser.queued,
+              host,
             );
             if (!admitted.admitted) throw this.tooManyInFlight(client, admitted);
           } catch (err) {
@@ -374,14 +405,74 @@ export class CallPipeline {
       };
       req.signal?.addEventListener('abort', onAbort, { once: true });
       if (req.signal?.aborted) onAbort();
+      const stopWatch = host === undefined ? undefined : this.watchHost(host);
       try {
         const done = await outcome;
         return done ? { kind: 'done', outcome: done } : { kind: 'accepted', id, status: 'running' };
       } finally {
+        stopWatch?.();
         req.signal?.removeEventListener('abort', onAbort);
         stopEvents?.();
       }
     }, this.o.redis);
+  }
+
+  /**
+   * The worker a session's call goes to, or the `session_lost` error the call answers (its
+   * worker stopped: what it left is reaped here, so a caller never waits for a dead worker).
+   * A session that does not exist, or is another client's, is a 404.
+   */
+  private async sessionHost(
+    client: Client,
+    tool: Tool,
+    id: string,
+  ): Promise<{ host: string } | { lost: { code: string; message: string } }> {
+    const record = isCallId(id) ? await this.o.sessions.get(id) : undefined;
+    if (!record || record.clientId !== client.id) {
+      throw new ApiError(
+        'session_not_found',
+        `no session "${id}": it expired, was deleted or never existed; start one with POST /v1/sessions`,
+      );
+    }
+    if (record.tool !== tool.name) {
+      throw new ApiError(
+        'invalid_request',
+        `session "${id}" runs ${record.tool}; call ${record.tool} in it, not ${tool.name}`,
+      );
+    }
+    if (record.lost || !(await this.o.sessions.alive(record.workerId))) {
+      if (!record.lost) await this.o.sessions.reapHost(record.workerId);
+      await this.o.sessions.remove(id);
+      return {
+        lost: {
+          code: 'session_lost',
+          message: `session "${id}" is gone: the worker hosting it stopped; start a new session`,
+        },
+      };
+    }
+    return { host: record.workerId };
+  }
+
+  /**
+   * While a session's call is waited for: if its worker stops beating, its calls are ended
+   * `session_lost` (this wait's among them) rather than left until the tool's timeout.
+   */
+  private watchHost(host: string): () => void {
+    const { sessions } = this.o;
+    let busy = false;
+    const timer = setInterval(
+      () => {
+        if (busy) return;
+        busy = true;
+        sessions
+          .alive(host)
+          .then((alive) => (alive ? undefined : sessions.reapHost(host)))
+          .catch(() => undefined)
+          .finally(() => (busy = false));
+      },
+      Math.max(250, Math.round(sessions.aliveMs / 2)),
+    );
+    return () => clearInterval(timer);
   }
 
   /**

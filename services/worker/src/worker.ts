@@ -11,6 +11,7 @@ import {
   Keys,
   ResultCache,
   ReplicaWait,
+  SessionStore,
   RunLeases,
   Series,
   Stats,
@@ -27,7 +28,7 @@ import {
 } from '@toolgate/calls';
 import { CLIENT_LIMIT_DEFAULTS, isStdioUpstream, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
-import type { ToolEvents, ToolRegistry, ToolServices } from '@toolgate/registry';
+import type { Tool, ToolEvents, ToolRegistry, ToolServices } from '@toolgate/registry';
 import { CredentialRules, KeyRing, SecretConfigError, SecretStore } from '@toolgate/secrets';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
 import { createGuardedFetch } from '@toolgate/tools';
@@ -37,6 +38,7 @@ import { LaneConsumer, type LaneEnd, type LaneSlot } from './lane-consumer.js';
 import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
 import { createResultChecker } from './result-check.js';
+import { SessionHost } from './sessions/session-host.js';
 
 /** A lease outlives its call's timeout by this much before it counts as a dead worker's. */
 const LEASE_GRACE_MS = 60_000;
@@ -57,6 +59,11 @@ const HAND_BACK_DELAY_MS = 100;
  * job key's life, far above any wait a live deployment sees.
  */
 const REQUEUED_TTL_MS = 3_600_000;
+/**
+ * Slots of a worker's session queue: calls of this many sessions run at once (each session's
+ * own calls run one at a time, so a slot may wait behind its session's earlier call).
+ */
+const SESSION_SLOTS = 16;
 
 /**
  * What running a call needs of its job: the call, and its starts so far (1, or 2 once a dead
@@ -207,6 +214,36 @@ export function createWorker({
         ...(onLostCalls ? { onLost: onLostCalls } : {}),
       }),
   );
+  /**
+   * Sessions (docs/sessions.md) live on workers that run sandboxes: their calls come through
+   * this worker's own queue, so any gateway reaches the worker that holds a session's sandbox.
+   */
+  const sessions =
+    queues.includes('sandbox') && (services as Partial<ToolServices>).sandbox
+      ? new SessionHost({
+          workerId: id,
+          config,
+          store: new SessionStore(redis, keys, config.worker.lostCallTimeoutMs),
+          services,
+          subscriber: createRedis(config.redis, 'blocking'),
+          killChannel: keys.sessionKills,
+          log,
+        })
+      : undefined;
+  if (sessions) {
+    consumers.push(
+      new LaneConsumer({
+        lane: new Lane(redis, keys, 'sandbox', keys.sessionLane(id)),
+        blocking: createRedis(config.redis, 'blocking'),
+        slots: SESSION_SLOTS,
+        leaseMs: Math.round(config.worker.lostCallTimeoutMs / 2),
+        sweepEveryMs: Math.round(config.worker.lostCallTimeoutMs / 4),
+        requeuedTtlMs: REQUEUED_TTL_MS,
+        log,
+        handle: (call, slot) => handleSession(sessions, call, slot),
+      }),
+    );
+  }
   let metricsServer: Server | undefined;
   /** Calls running here, by id: aborting one cancels it (reason: who cancelled). */
   const running = new Map<string, AbortController>();
@@ -262,6 +299,16 @@ export function createWorker({
   /** Runs a fast call in its slot. */
   async function handleFast(call: LaneCall, slot: LaneSlot): Promise<void> {
     await run({ data: call.job, attemptsStarted: call.restarts + 1 }, 'fast', slot.end);
+  }
+
+  /**
+   * Runs a session's call in its sandbox. No running lease: the session's sandbox exists
+   * already, and its calls run one at a time.
+   */
+  async function handleSession(host: SessionHost, call: LaneCall, slot: LaneSlot): Promise<void> {
+    const tool = registry.get(call.job.tool);
+    const bound = tool && call.job.session ? host.bind(tool, call.job) : undefined;
+    await run({ data: call.job, attemptsStarted: call.restarts + 1 }, 'sandbox', slot.end, bound);
   }
 
   /**
@@ -334,11 +381,21 @@ export function createWorker({
    * Runs a call its slot holds; `laneEnd` ends it in its queue. A call that fails outside its
    * tool is ended by its slot (which knows whether its end was recorded).
    */
-  function run(job: RunnableJob, kind: QueueKind, laneEnd: LaneEnd): Promise<CallOutcome> {
-    return traced(job, kind, laneEnd);
+  function run(
+    job: RunnableJob,
+    kind: QueueKind,
+    laneEnd: LaneEnd,
+    bound?: Tool,
+  ): Promise<CallOutcome> {
+    return traced(job, kind, laneEnd, bound);
   }
 
-  function traced(job: RunnableJob, kind: QueueKind, laneEnd: LaneEnd): Promise<CallOutcome> {
+  function traced(
+    job: RunnableJob,
+    kind: QueueKind,
+    laneEnd: LaneEnd,
+    bound: Tool | undefined,
+  ): Promise<CallOutcome> {
     const call = job.data;
     return withSpan(
       'toolgate.execute',
@@ -354,7 +411,7 @@ export function createWorker({
         },
       },
       async (span) => {
-        const outcome = await execute(job, kind, laneEnd);
+        const outcome = await execute(job, kind, laneEnd, bound);
         span.setAttribute('toolgate.status', outcome.status);
         if (outcome.error) span.setAttribute('toolgate.error_code', outcome.error.code);
         return outcome;
@@ -362,13 +419,15 @@ export function createWorker({
     );
   }
 
+  /** `bound`: the tool as a session runs it (SessionHost.bind), instead of the registry's. */
   async function execute(
     job: RunnableJob,
     kind: QueueKind,
     laneEnd: LaneEnd,
+    bound?: Tool,
   ): Promise<CallOutcome> {
     const call = job.data;
-    const tool = registry.get(call.tool);
+    const tool = bound ?? registry.get(call.tool);
     let outcome: CallOutcome;
     metrics.inFlight.inc({ queue: kind });
     const cancel = new AbortController();
@@ -523,6 +582,7 @@ export function createWorker({
       await waitReady(cancelSubscriber);
       await cancelSubscriber.subscribe(keys.cancels);
       await Promise.all(consumers.map((c) => c.ready()));
+      await sessions?.start();
       for (const consumer of consumers) consumer.start();
       if (config.upstreams.length > 0) {
         upstreamCatalog = UpstreamCatalog.open({
@@ -576,6 +636,7 @@ export function createWorker({
       log.info('worker stopping: finishing in-flight calls');
       // Stopping waits for the calls in progress; tools see shutdown only if they outlive it.
       await Promise.all(consumers.map((c) => c.stop()));
+      await sessions?.close();
       await recorder.drain();
       shutdown.abort();
       await upstreamCatalog?.close();

@@ -24,6 +24,9 @@ import { principal } from '@toolgate/calls';
 import { TASKS_EXTENSION } from './tasks.js';
 import { refusal, toMcpTool, toResult } from './tools.js';
 
+/** `_meta` key naming the session a tools/call runs in (docs/sessions.md). */
+export const SESSION_META_KEY = 'toolgate/session';
+
 export interface McpServerDeps {
   registry: ToolRegistry;
   pipeline: Pick<CallPipeline, 'call' | 'get' | 'cancel' | 'watch'>;
@@ -103,6 +106,8 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
       level,
     });
     const requestId = ctx.mcpReq.id;
+    // The session to run in (docs/sessions.md): MCP's per-request `_meta`, as HTTP's header.
+    const session = (ctx.mcpReq._meta as Record<string, unknown> | undefined)?.[SESSION_META_KEY];
     let callId: string | undefined;
     let response: CallResponse;
     try {
@@ -112,6 +117,7 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
         wait: true,
         ...(prepaid ? { prepaid } : {}),
         ...(conversationId ? { conversationId } : {}),
+        ...(typeof session === 'string' ? { session } : {}),
         onEvent: notifier.onEvent,
         onAccepted: (id) => {
           callId = id;

@@ -19,7 +19,7 @@ const client = (perMinute: number): Client => ({
   admin: false,
   scope: new ToolScope(['*']),
   rateLimitPerMinute: perMinute,
-  limits: { queued: 64, sandboxInFlight: 4, pendingApprovals: 16 },
+  limits: { queued: 64, sandboxInFlight: 4, pendingApprovals: 16, sessions: 4 },
   perUser: {},
   isolation: 'client',
 });

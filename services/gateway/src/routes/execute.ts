@@ -49,6 +49,9 @@ export function executeRoutes(pipeline: CallPipeline): Router {
       prepaid: prepaidOf(res),
       ...(idempotencyKey ? { idempotencyKey } : {}),
       ...(req.get('x-conversation-id') ? { conversationId: req.get('x-conversation-id')! } : {}),
+      ...(req.get('x-toolgate-session') !== undefined
+        ? { session: req.get('x-toolgate-session')! }
+        : {}),
     });
     sendCall(res, response);
   });

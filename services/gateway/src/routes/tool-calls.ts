@@ -1,3 +1,4 @@
+import { SESSION_TOOLS, type SessionTool } from '@toolgate/calls';
 import { Router } from 'express';
 import { DIALECTS, dialectNamed, type BridgeSlot, type Dialect } from '../dialects/index.js';
 import { ApiError } from '../errors.js';
@@ -53,6 +54,8 @@ export function toolCallRoutes(
       throw new ApiError('invalid_request', `at most ${MAX_CALLS} tool calls per request`);
     const client = clientOf(res);
     const conversationId = req.get('x-conversation-id');
+    // A session (docs/sessions.md) for the message's run_python / run_shell calls.
+    const session = req.get('x-toolgate-session');
     const prepaid = prepaidOf(res);
     // A client that hangs up before the answer cancels the calls it no longer waits for
     // (calls.cancelOnDisconnect); finished ones are unaffected.
@@ -81,6 +84,9 @@ export function toolCallRoutes(
             // runs as a new call (no key), never as whatever another `call_0` ran.
             ...(call.modelId ? { idempotencyKey: `tool-call:${call.callId}` } : {}),
             ...(conversationId ? { conversationId } : {}),
+            ...(session !== undefined && SESSION_TOOLS.includes(call.name as SessionTool)
+              ? { session }
+              : {}),
           });
           return { call, response };
         } catch (err) {

@@ -117,10 +117,15 @@ return {1, priority}
 /**
  * Takes up to n waiting calls (put-back ones that are due first rejoin the queue): each
  * leaves the queue for the active set with a lease. Another idle worker is woken when calls
- * remain. With nothing to take: when the next put-back call is due ('' if none).
+ * may remain. With fewer than n taken the queue is drained: the worker waits for the wake key
+ * rather than asking again, until the next put-back call is due ('' if none), which comes
+ * first in the reply. A sandbox call's cancel marker comes with its job (ARGV[5], the markers'
+ * prefix, is set), so the worker reads no key of its own before running it.
  *   KEYS: queue, active, wake, delayed, scores
- *   ARGV: n, lease ms, job key prefix, put-back calls (1: this queue has them)
- *   → {next due, id1, score1, job1, id2, …} (a job is false when it expired)
+ *   ARGV: n, lease ms, job key prefix, put-back calls (1: this queue has them), cancel marker
+ *         prefix ('' = none)
+ *   → {next due, drained (1/0), id1, score1, job1, marker1, id2, …} (a job is false when it
+ *     expired, a marker false when the call was not cancelled)
  */
 const CLAIM = new LuaScript(`
 local t = redis.call('TIME')
@@ -130,25 +135,33 @@ local delays = ARGV[4] == '1'
 if delays then
   ${PROMOTE}
 end
-local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
-if #popped == 0 then
-  local next = delays and redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2]
-  return {next or ''}
+local n = tonumber(ARGV[1])
+local popped = redis.call('ZPOPMIN', KEYS[1], n)
+local drained = #popped < 2 * n
+local next = ''
+if drained and delays then
+  next = redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2] or ''
 end
-local leases, jobs, out = {}, {}, {''}
+local out = {next, drained and 1 or 0}
+if #popped == 0 then return out end
+local leases, keys = {}, {}
+local marked = ARGV[5] ~= ''
 for i = 1, #popped, 2 do
   leases[#leases + 1] = now + tonumber(ARGV[2])
   leases[#leases + 1] = popped[i]
-  jobs[#jobs + 1] = ARGV[3] .. popped[i]
+  keys[#keys + 1] = ARGV[3] .. popped[i]
+  if marked then keys[#keys + 1] = ARGV[5] .. popped[i] end
 end
 redis.call('ZADD', KEYS[2], unpack(leases))
-local values = redis.call('MGET', unpack(jobs))
-for i = 1, #jobs do
+local values = redis.call('MGET', unpack(keys))
+local per = marked and 2 or 1
+for i = 1, #popped / 2 do
   out[#out + 1] = popped[2 * i - 1]
   out[#out + 1] = popped[2 * i]
-  out[#out + 1] = values[i]
+  out[#out + 1] = values[per * (i - 1) + 1]
+  out[#out + 1] = marked and values[per * i] or false
 end
-if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('ZADD', KEYS[3], 0, '0') end
+if not drained and redis.call('ZCARD', KEYS[1]) > 0 then redis.call('ZADD', KEYS[3], 0, '0') end
 return out
 `);
 
@@ -158,13 +171,14 @@ return out
  * client's running set: RunLeases), its job replaced by a stub, the waiting gateway and the
  * call's watchers told. Then, unless ARGV[8] is 0, takes the
  * next waiting call for the same slot (as CLAIM, without waking others; put-back calls that
- * are due rejoin the queue first when ARGV[11] is 1).
+ * are due rejoin the queue first when ARGV[11] is 1; its cancel marker comes with it when
+ * ARGV[12] is set).
  *   KEYS: queue, active, job key, in-flight set, call index, delayed, scores, running set
  *   ARGV: id, stub text, stub ms, reply channel ('' = none), events channel ('' = none: the
  *         worker's record batch publishes the outcome with the record), outcome JSON,
  *         outcome event JSON, claim n, lease ms, job key prefix, sandbox (1: promote due
- *         put-back calls, end the running lease)
- *   → {} or {next id, next score, next job}
+ *         put-back calls, end the running lease), cancel marker prefix ('' = none)
+ *   → {} or {next id, next score, next job, next marker}
  */
 const FINISH = new LuaScript(`
 local t = redis.call('TIME')
@@ -184,7 +198,9 @@ end
 local popped = redis.call('ZPOPMIN', KEYS[1], 1)
 if #popped == 0 then return {} end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[9]), popped[1])
-return {popped[1], popped[2], redis.call('GET', ARGV[10] .. popped[1])}
+if ARGV[12] == '' then return {popped[1], popped[2], redis.call('GET', ARGV[10] .. popped[1]), false} end
+local values = redis.call('MGET', ARGV[10] .. popped[1], ARGV[12] .. popped[1])
+return {popped[1], popped[2], values[1], values[2]}
 `);
 
 /**
@@ -283,6 +299,11 @@ export interface LaneCall {
   restarts: number;
   /** How often it was put back for fairness. */
   deferrals: number;
+  /**
+   * Sandbox calls: who cancelled it before it was taken (its cancel marker, read with its
+   * job), or null. Undefined for fast calls (the worker goes by the cancels it heard).
+   */
+  cancelledBy?: string | null;
 }
 
 export type LaneState =
@@ -290,12 +311,19 @@ export type LaneState =
 
 export interface LaneClaim {
   calls: LaneCall[];
-  /** With no call taken: when the next put-back call is due (epoch ms), if any. */
+  /**
+   * Fewer calls than asked were waiting: the queue is empty, so the worker waits for its wake
+   * key (or the next put-back call) instead of asking again.
+   */
+  drained: boolean;
+  /** With the queue drained: when the next put-back call is due (epoch ms), if any. */
   nextDueAt?: number;
 }
 
 export class Lane {
   private readonly jobPrefix: string;
+  /** The cancel markers' prefix for the sandbox queue ('' for the fast one: see LaneCall). */
+  private readonly markerPrefix: string;
   private readonly other: QueueKind;
 
   constructor(
@@ -304,6 +332,7 @@ export class Lane {
     readonly kind: QueueKind,
   ) {
     this.jobPrefix = keys.laneJob(kind, '');
+    this.markerPrefix = kind === 'sandbox' ? keys.cancelled('') : '';
     this.other = kind === 'fast' ? 'sandbox' : 'fast';
   }
 
@@ -337,7 +366,7 @@ export class Lane {
   /** Takes up to `n` waiting calls, each with a lease of `leaseMs`. */
   async claim(n: number, leaseMs: number): Promise<LaneClaim> {
     const k = this.keys;
-    const [next, ...flat] = (await CLAIM.run(
+    const [next, drained, ...flat] = (await CLAIM.run(
       this.redis,
       [
         k.laneQueue(this.kind),
@@ -346,10 +375,14 @@ export class Lane {
         k.laneDelayed(this.kind),
         k.laneScores(this.kind),
       ],
-      [n, leaseMs, this.jobPrefix, this.kind === 'sandbox' ? 1 : 0],
-    )) as (string | null)[];
-    const calls = this.calls(flat);
-    return next ? { calls, nextDueAt: Number(next) } : { calls };
+      [n, leaseMs, this.jobPrefix, this.kind === 'sandbox' ? 1 : 0, this.markerPrefix],
+    )) as (string | number | null)[];
+    const claim: LaneClaim = {
+      calls: this.calls(flat as (string | null)[]),
+      drained: drained === 1,
+    };
+    if (next) claim.nextDueAt = Number(next);
+    return claim;
   }
 
   /**
@@ -400,6 +433,7 @@ export class Lane {
         this.jobPrefix,
         // Only the sandbox queue puts calls back and holds running leases.
         this.kind === 'sandbox' ? 1 : 0,
+        this.markerPrefix,
       ],
     )) as (string | null)[];
     return this.calls(flat);
@@ -538,13 +572,26 @@ export class Lane {
 
   private calls(flat: (string | null)[]): LaneCall[] {
     const out: LaneCall[] = [];
-    for (let i = 0; i < flat.length; i += 3) {
+    for (let i = 0; i < flat.length; i += 4) {
       const text = flat[i + 2];
       // Its job expired while it waited (past the stale horizon): nothing to run.
       const value = text ? parse(text) : undefined;
-      if (value && 'job' in value) out.push({ ...value, score: Number(flat[i + 1]) });
+      if (!value || !('job' in value)) continue;
+      const call: LaneCall = { ...value, score: Number(flat[i + 1]) };
+      if (this.markerPrefix !== '') call.cancelledBy = flat[i + 3] ?? null;
+      out.push(call);
     }
     return out;
+  }
+}
+
+/** An ended call's stub from its job key's text (`E|…`); undefined if it is not one, or cut. */
+export function endedStub(text: string): LaneStub | undefined {
+  if (!text.startsWith('E|')) return undefined;
+  try {
+    return JSON.parse(text.slice(2)) as LaneStub;
+  } catch {
+    return undefined;
   }
 }
 

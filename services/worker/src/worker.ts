@@ -63,6 +63,8 @@ const REQUEUED_TTL_MS = 3_600_000;
 interface RunnableJob {
   data: CallJob;
   attemptsStarted: number;
+  /** Who cancelled it before it was taken, from its cancel marker (sandbox calls). */
+  cancelledBy?: string | null;
 }
 
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
@@ -223,19 +225,11 @@ export function createWorker({
 
   /**
    * Who cancelled this call before it started here, if anyone: the cancels heard, and for
-   * sandbox calls the marker that backs up a missed message (a round trip is nothing next to
-   * a sandbox; fast calls stay off Redis and the await).
+   * sandbox calls the marker that backs up a missed message, read with the call's job when it
+   * was taken (fast calls go by the cancels heard alone).
    */
-  function cancelledBefore(
-    call: CallJob,
-    kind: QueueKind,
-  ): string | undefined | Promise<string | undefined> {
-    const heard = cancels.get(call.id);
-    if (heard || kind !== 'sandbox') return heard?.by;
-    return redis
-      .get(keys.cancelled(call.id))
-      .then((by) => by ?? undefined)
-      .catch(() => undefined);
+  function cancelledBefore(job: RunnableJob): string | undefined {
+    return cancels.get(job.data.id)?.by ?? job.cancelledBy ?? undefined;
   }
   const checkResult = createResultChecker(registry, metrics, log);
 
@@ -271,7 +265,11 @@ export function createWorker({
     }
     if (reserve) reserveHoldMs = RESERVE_HOLD_MIN_MS;
     try {
-      await run({ data: job, attemptsStarted: call.restarts + 1 }, 'sandbox', slot.end);
+      await run(
+        { data: job, attemptsStarted: call.restarts + 1, cancelledBy: call.cancelledBy },
+        'sandbox',
+        slot.end,
+      );
     } finally {
       sandboxTaken--;
       for (const end of holds) end();
@@ -352,8 +350,7 @@ export function createWorker({
     /** A non-idempotent run under redis.durability: recorded on replicas before anyone hears. */
     let durable = false;
     try {
-      const before = cancelledBefore(call, kind);
-      const cancelledBy = before instanceof Promise ? await before : before;
+      const cancelledBy = cancelledBefore(job);
       if (cancelledBy !== undefined) {
         // Cancelled while it waited: it never runs.
         outcome = cancelledOutcome(call, cancelledBy);

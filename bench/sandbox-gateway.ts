@@ -31,7 +31,10 @@ writeFileSync(
   config,
   [
     'clients:',
-    `  - { id: bench, key: ${key}, rateLimit: { perMinute: 100000000 } }`,
+    // One client at concurrency 8 may run 8 at once: with the default sandboxInFlight (4) half
+    // its calls would be put back for fairness again and again, which the bench would count as
+    // the cost of a run_python call (test/fairness.test.ts holds the cap itself).
+    `  - { id: bench, key: ${key}, rateLimit: { perMinute: 100000000 }, limits: { sandboxInFlight: ${concurrency} } }`,
     'log: { level: warn }',
     `worker: { sandboxConcurrency: ${concurrency} }`,
     'sandbox:',

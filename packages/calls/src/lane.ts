@@ -131,17 +131,16 @@ const CLAIM = new LuaScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local d, s = KEYS[4], KEYS[5]
-local delays = ARGV[4] == '1'
-if delays then
+-- The first put-back call, if any: most claims find none and read nothing more of them.
+local first = ARGV[4] == '1' and redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2]
+if first and tonumber(first) <= now then
   ${PROMOTE}
+  first = redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2]
 end
 local n = tonumber(ARGV[1])
 local popped = redis.call('ZPOPMIN', KEYS[1], n)
 local drained = #popped < 2 * n
-local next = ''
-if drained and delays then
-  next = redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2] or ''
-end
+local next = drained and first or ''
 local out = {next, drained and 1 or 0}
 if #popped == 0 then return out end
 local leases, keys = {}, {}

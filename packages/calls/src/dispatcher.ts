@@ -8,10 +8,14 @@ import type { CallBrief, CallJob, CallOutcome, CallRecord, QueueKind } from './t
 
 const KINDS: QueueKind[] = ['fast', 'sandbox'];
 /**
- * Fallback checks of a waited-for call (a reply lost in a reconnect, a call failed outside its
- * tool): one round trip of three reads each (see `ended`), at 1, 3, 7, 12, 17… s.
+ * Fallback checks of a waited-for call, at 1, 3, 7, 12, 17… s: one round trip of three reads
+ * each (see `ended`). Every end of a call publishes its reply (a worker's FINISH, a failed call's
+ * too, the sweep's failure, a cancel in the queue), so a reply is lost only with the reply
+ * subscriber's connection: a check reads Redis only if that connection was down, or came up,
+ * since REPLY_UNSURE_MS before the wait began (ioredis subscribes again once it is up).
  */
 const POLL_FIRST_MS = 1000;
+const REPLY_UNSURE_MS = 5000;
 const POLL_MAX_MS = 5000;
 /** Bytes of a job key the fallback poll reads: an ended call's stub, never a job's arguments. */
 const STUB_BYTES = 2048;
@@ -37,6 +41,8 @@ export class Dispatcher {
   readonly replyChannel: string;
   private readonly replies: RedisClient;
   private subscribed: Promise<unknown>;
+  /** When the reply subscriber's connection last came up or went down. */
+  private repliesChangedAt = Date.now();
 
   constructor(
     private readonly connection: RedisClient,
@@ -58,7 +64,11 @@ export class Dispatcher {
       this.settle(outcome.id, outcome);
     });
     this.replies.on('ready', () => {
+      this.repliesChangedAt = Date.now();
       for (const onReady of [...this.readyWaiters]) onReady();
+    });
+    this.replies.on('close', () => {
+      this.repliesChangedAt = Date.now();
     });
     // ioredis re-subscribes by itself after a reconnect (autoResubscribe).
     this.subscribed = this.replies.subscribe(this.replyChannel).catch(() => undefined);
@@ -132,8 +142,15 @@ export class Dispatcher {
         resolve(outcome);
       };
       const timer = setTimeout(() => waiter(undefined), timeoutMs);
+      /** Whether a reply for this call may have been lost (see REPLY_UNSURE_MS). */
+      const unsure = () =>
+        this.replies.status !== 'ready' || this.repliesChangedAt >= started - REPLY_UNSURE_MS;
       const check = (delay: number) => {
         poll = setTimeout(() => {
+          if (!unsure()) {
+            if (Date.now() - started < timeoutMs) check(Math.min(delay * 2, POLL_MAX_MS));
+            return;
+          }
           this.ended(id).then(
             (outcome) => {
               if (done) return;

@@ -252,4 +252,29 @@ describe('Lane', () => {
       await sandbox.finish({ ...first, id: c.id }, outcome(c.id), { claimNext: false, leaseMs: 1 });
     await lane.finish(fast, outcome(fast.id), { claimNext: false, leaseMs: 1 });
   });
+
+  it('a call whose workers stopped twice fails, and its waiting gateway hears so at once', async () => {
+    await drain();
+    const channel = keys.reply(randomUUID());
+    const heard = new Promise<string>((resolve) => {
+      blocking.once('message', (_ch: string, message: string) => resolve(message));
+    });
+    await blocking.subscribe(channel);
+    const call = { ...job('z'), replyTo: channel };
+    await lane.enqueue(call, 10, HORIZON, false);
+    for (const expected of [
+      { again: [call.id], failed: [] },
+      { again: [], failed: [call.id] },
+    ]) {
+      expect((await lane.claim(1, 1)).calls).toHaveLength(1);
+      await new Promise((r) => setTimeout(r, 10));
+      expect(await lane.sweep(HORIZON)).toEqual(expected);
+    }
+    expect(JSON.parse(await heard)).toMatchObject({
+      id: call.id,
+      status: 'error',
+      error: { code: 'worker_error' },
+    });
+    await blocking.unsubscribe(channel);
+  });
 });

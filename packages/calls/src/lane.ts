@@ -32,6 +32,13 @@ import type { CallJob, QueueKind } from './types.js';
  * (`worker_error`).
  */
 
+/**
+ * NOW: the worker's scripts (CLAIM, FINISH, DEFER) take the time from the worker, as its
+ * lease renewals always have, rather than a TIME command each (one command per script is one
+ * per call; issue 20). Leases and put-back delays are seconds long; hosts' clocks agree to a
+ * few ms. The gateway's ENQUEUE and the sweep read Redis's TIME.
+ */
+
 /** How long an ended call's stub outlives it: covers the worker's batched record write. */
 export const LANE_ENDED_MS = 10_000;
 /** How long a failed call's stub lasts: its only trace (no record is written). */
@@ -123,13 +130,12 @@ return {1, priority}
  * prefix, is set), so the worker reads no key of its own before running it.
  *   KEYS: queue, active, wake, delayed, scores
  *   ARGV: n, lease ms, job key prefix, put-back calls (1: this queue has them), cancel marker
- *         prefix ('' = none)
+ *         prefix ('' = none), now (the worker's clock, ms: see NOW)
  *   → {next due, drained (1/0), id1, score1, job1, marker1, id2, …} (a job is false when it
  *     expired, a marker false when the call was not cancelled)
  */
 const CLAIM = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[6])
 local d, s = KEYS[4], KEYS[5]
 -- The first put-back call, if any: most claims find none and read nothing more of them.
 local first = ARGV[4] == '1' and redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2]
@@ -176,12 +182,11 @@ return out
  *   ARGV: id, stub text, stub ms, reply channel ('' = none), events channel ('' = none: the
  *         worker's record batch publishes the outcome with the record), outcome JSON,
  *         outcome event JSON, claim n, lease ms, job key prefix, sandbox (1: promote due
- *         put-back calls, end the running lease), cancel marker prefix ('' = none)
+ *         put-back calls, end the running lease), cancel marker prefix ('' = none), now
  *   → {} or {next id, next score, next job, next marker}
  */
 const FINISH = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[13])
 redis.call('ZADD', KEYS[5], now, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -206,12 +211,11 @@ return {popped[1], popped[2], values[1], values[2]}
  * Puts a call a worker took back for a moment (its client runs its share already): out of the
  * active set, due again in ARGV[2] ms at the place it had, its deferrals counted in its job.
  *   KEYS: active, delayed, scores, job key
- *   ARGV: id, delay ms, queue score
+ *   ARGV: id, delay ms, queue score, now
  *   → the call's deferrals now, or -1 when its job is gone
  */
 const DEFER = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[4])
 redis.call('ZREM', KEYS[1], ARGV[1])
 local text = redis.call('GET', KEYS[4])
 local bar = text and string.find(text, '|', 1, true)
@@ -229,7 +233,7 @@ return deferrals
 /**
  * Hands out again the calls whose lease lapsed (their worker died): at the head of the queue,
  * restarts + 1; a call that lapsed twice fails instead (stub with the reason, its in-flight
- * entry ended). Returns the ids handed out again and the ids failed.
+ * entry ended, its waiting gateway told). Returns the ids handed out again and the ids failed.
  *   KEYS: queue, active, seq, wake
  *   ARGV: job key prefix, in-flight key prefix, batch, failed stub ms, stale horizon ms, kind
  */
@@ -256,6 +260,13 @@ for _, id in ipairs(lapsed) do
           clientId = job.clientId, acceptedAt = job.acceptedAt,
           failed = 'its workers stopped twice while running it'}), 'PX', tonumber(ARGV[4]))
         redis.call('ZREM', ARGV[2] .. tostring(job.clientId) .. ':' .. ARGV[6], id)
+        -- A gateway that waits for it hears at once, as from a FINISH (failedOutcome's shape).
+        if type(job.replyTo) == 'string' then
+          redis.call('PUBLISH', job.replyTo, cjson.encode({id = id, tool = job.tool,
+            status = 'error', error = {code = 'worker_error',
+              message = 'the call could not be completed: its workers stopped twice while running it'},
+            durationMs = 0, cached = false}))
+        end
       else
         redis.call('DEL', key)
       end
@@ -374,7 +385,7 @@ export class Lane {
         k.laneDelayed(this.kind),
         k.laneScores(this.kind),
       ],
-      [n, leaseMs, this.jobPrefix, this.kind === 'sandbox' ? 1 : 0, this.markerPrefix],
+      [n, leaseMs, this.jobPrefix, this.kind === 'sandbox' ? 1 : 0, this.markerPrefix, Date.now()],
     )) as (string | number | null)[];
     const claim: LaneClaim = {
       calls: this.calls(flat as (string | null)[]),
@@ -433,6 +444,7 @@ export class Lane {
         // Only the sandbox queue puts calls back and holds running leases.
         this.kind === 'sandbox' ? 1 : 0,
         this.markerPrefix,
+        Date.now(),
       ],
     )) as (string | null)[];
     return this.calls(flat);
@@ -453,7 +465,7 @@ export class Lane {
           k.laneScores(this.kind),
           k.laneJob(this.kind, call.job.id),
         ],
-        [call.job.id, Math.max(1, Math.round(delayMs)), call.score],
+        [call.job.id, Math.max(1, Math.round(delayMs)), call.score, Date.now()],
       ),
     );
   }

@@ -12,11 +12,10 @@ import type { QueueKind } from './types.js';
  * (GT, Redis 7; on an older server, by the latest lease's score). Returns 1 when granted, 0
  * when refused.
  *   KEYS: the client's running set
- *   ARGV: call id, cap, lease ms
+ *   ARGV: call id, cap, lease ms, now (the worker's clock, ms: see Lane's NOW)
  */
 const ACQUIRE = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[4])
 local cap = tonumber(ARGV[2])
 local n = redis.call('ZCARD', KEYS[1])
 if n >= cap then
@@ -58,7 +57,7 @@ export class RunLeases {
     const granted = await ACQUIRE.run(
       this.redis,
       [this.keys.running(clientId, kind)],
-      [id, Math.max(1, cap), Math.max(1, Math.ceil(leaseMs))],
+      [id, Math.max(1, cap), Math.max(1, Math.ceil(leaseMs)), Date.now()],
     );
     return Number(granted) === 1;
   }

@@ -198,7 +198,9 @@ describe.skipIf(reason !== undefined)('cancellation and live events (docker)', (
     };
     const stats = await until(
       async () => (await (await stack.call('/v1/stats')).json()) as Report,
-      (r) => r.recent.some((c) => c.id === id),
+      (r) =>
+        r.recent.some((c) => c.id === id) &&
+        (r.tools.find((t) => t.tool === 'run_shell')?.cancelled ?? 0) > 0,
       3000,
     );
     expect(stats.tools.find((t) => t.tool === 'run_shell')?.cancelled).toBeGreaterThanOrEqual(1);

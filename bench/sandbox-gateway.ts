@@ -52,6 +52,8 @@ const env = {
   PORT: String(port),
   HOST: '127.0.0.1',
   WORKER_METRICS_PORT: String(metricsPort),
+  // Not the default 9092: another gateway on the machine would make this one exit at start.
+  GATEWAY_METRICS_PORT: String(await freePort()),
   TOOLGATE_REDIS_PREFIX: 'bench-sbx',
   TOOLGATE_LOG_LEVEL: 'info',
 };

@@ -264,15 +264,30 @@ export function createWorker({
       return;
     }
     if (reserve) reserveHoldMs = RESERVE_HOLD_MIN_MS;
+    let released = false;
+    /**
+     * The slot counts as free from the moment the call ends in its lane, not once that end
+     * has come back: its end answers the client, whose next call a claim may take before this
+     * await resumes, and would then find every normal slot taken and go the reserve's way
+     * (held, handed back, put back for 100 ms) though a slot is free.
+     */
+    const release = () => {
+      if (released) return;
+      released = true;
+      sandboxTaken--;
+      for (const end of holds) end();
+    };
     try {
       await run(
         { data: job, attemptsStarted: call.restarts + 1, cancelledBy: call.cancelledBy },
         'sandbox',
-        slot.end,
+        (end, publish) => {
+          release();
+          return slot.end(end, publish);
+        },
       );
     } finally {
-      sandboxTaken--;
-      for (const end of holds) end();
+      release();
     }
   }
 

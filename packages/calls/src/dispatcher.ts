@@ -12,7 +12,8 @@ const KINDS: QueueKind[] = ['fast', 'sandbox'];
  * each (see `ended`). Every end of a call publishes its reply (a worker's FINISH, a failed call's
  * too, the sweep's failure, a cancel in the queue), so a reply is lost only with the reply
  * subscriber's connection: a check reads Redis only if that connection was down, or came up,
- * since REPLY_UNSURE_MS before the wait began (ioredis subscribes again once it is up).
+ * since REPLY_UNSURE_MS before the wait began (ioredis subscribes again once it is up), or if
+ * the reply goes to another gateway's channel (an idempotent retry: `waitFor`).
  */
 const POLL_FIRST_MS = 1000;
 const REPLY_UNSURE_MS = 5000;
@@ -128,6 +129,14 @@ export class Dispatcher {
    * `expect(id)` before enqueueing so a fast completion is never missed.
    */
   expect(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
+    return this.wait(id, timeoutMs, false);
+  }
+
+  /**
+   * `expect`, where `anyReply` says the call's reply goes to another channel (a retry on a
+   * call another request started, perhaps on another gateway): its checks always read Redis.
+   */
+  private wait(id: string, timeoutMs: number, anyReply: boolean): Promise<CallOutcome | undefined> {
     return new Promise((resolve) => {
       const started = Date.now();
       let poll: NodeJS.Timeout | undefined;
@@ -144,7 +153,9 @@ export class Dispatcher {
       const timer = setTimeout(() => waiter(undefined), timeoutMs);
       /** Whether a reply for this call may have been lost (see REPLY_UNSURE_MS). */
       const unsure = () =>
-        this.replies.status !== 'ready' || this.repliesChangedAt >= started - REPLY_UNSURE_MS;
+        anyReply ||
+        this.replies.status !== 'ready' ||
+        this.repliesChangedAt >= started - REPLY_UNSURE_MS;
       const check = (delay: number) => {
         poll = setTimeout(() => {
           if (!unsure()) {
@@ -172,7 +183,8 @@ export class Dispatcher {
 
   /** Waits for an already-accepted call (idempotent retries): checks its state first. */
   async waitFor(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
-    const pending = this.expect(id, timeoutMs);
+    // Its reply goes to the gateway that sent the call first, maybe another: checks read Redis.
+    const pending = this.wait(id, timeoutMs, true);
     let record: CallRecord | undefined;
     try {
       record = await this.lookup(id);

@@ -33,10 +33,11 @@ import type { CallJob, QueueKind } from './types.js';
  */
 
 /**
- * NOW: the worker's scripts (CLAIM, FINISH, DEFER) take the time from the worker, as its
- * lease renewals always have, rather than a TIME command each (one command per script is one
- * per call; issue 20). Leases and put-back delays are seconds long; hosts' clocks agree to a
- * few ms. The gateway's ENQUEUE and the sweep read Redis's TIME.
+ * NOW: the scripts of a call's path (ENQUEUE, CLAIM, FINISH, DEFER) take the time from the
+ * gateway or worker that runs them, as lease renewals always have, rather than a TIME command
+ * each (one command per script is one per call; issue 20). Leases and put-back delays are
+ * seconds long, the in-flight sets' stale horizon minutes; hosts' clocks agree to a few ms.
+ * The periodic sweep reads Redis's TIME.
  */
 
 /** How long an ended call's stub outlives it: covers the worker's batched record write. */
@@ -87,12 +88,12 @@ end
  * place. Upkeep (prune stale in-flight entries, renew the set's expiry) only when ARGV[5] is
  * 1 — the gateway asks for it once a second per client — or on the way to a refusal.
  *   KEYS: in-flight set (this queue), in-flight set (the other), queue, seq, job key, wake
- *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job text, upkeep
+ *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job text, upkeep, now (the
+ *         gateway's clock, ms: see NOW)
  *   → {1, priority} or {0, calls in flight}
  */
 const ENQUEUE = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[6])
 local horizon = tonumber(ARGV[3])
 local limit = tonumber(ARGV[2])
 local upkeep = ARGV[5] == '1'
@@ -368,7 +369,7 @@ export class Lane {
         k.laneJob(this.kind, job.id),
         k.laneWake(this.kind),
       ],
-      [job.id, limit, staleAfterMs, `J0.0|${serialize(job)}`, upkeep ? 1 : 0],
+      [job.id, limit, staleAfterMs, `J0.0|${serialize(job)}`, upkeep ? 1 : 0, Date.now()],
     )) as [number, number];
     return ok === 1 ? { admitted: true, priority: n } : { admitted: false, inFlight: n };
   }

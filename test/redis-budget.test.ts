@@ -28,28 +28,28 @@ import { testTools } from './support/tools.js';
  */
 const BUDGET = {
   /**
-   * POST /tools/calculator/execute, answered with the result. Measured 44.4–44.8 (51.3–51.7
-   * before a drained claim stopped asking again and the worker's scripts stopped reading TIME).
+   * POST /tools/calculator/execute, answered with the result. Measured 43.2–43.5 (51.3–51.7
+   * before a drained claim stopped asking again and the queue's scripts stopped reading TIME).
    */
-  calculatorSync: 49,
-  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 44.5–44.7. */
-  calculatorAsync: 49,
-  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 45.5–45.9. */
-  idempotent: 51,
+  calculatorSync: 48,
+  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 43.7–44.0. */
+  calculatorAsync: 48,
+  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 44.5–44.9. */
+  idempotent: 50,
   /**
    * A call answered from the result cache (the tool never runs): its stats in a batch of their
-   * own here (at concurrency 16 they share one: ~11 per hit). Measured 29.4–29.7.
+   * own here (at concurrency 16 they share one: ~11 per hit). Measured 29.6–29.7.
    */
   cachedHit: 33,
-  /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 71.0–71.2. */
-  approved: 79,
+  /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 69.7–70.1. */
+  approved: 77,
   /**
    * run_python in the docker sandbox, its stats in the worker's batch of a second (shared by
    * the ~6 calls of that second here, so the count moves with timing more than the others').
-   * Measured 47.9–52.6 (73.6–73.8 with a batch of stats per call; 116.5–119.1 with BullMQ's
+   * Measured 45.6–49.9 (73.6–73.8 with a batch of stats per call; 116.5–119.1 with BullMQ's
    * queue).
    */
-  runPython: 58,
+  runPython: 55,
 } as const;
 type Kind = keyof typeof BUDGET;
 

@@ -31,7 +31,10 @@ writeFileSync(
   config,
   [
     'clients:',
-    `  - { id: bench, key: ${key}, rateLimit: { perMinute: 100000000 } }`,
+    // One client at concurrency 8 may run 8 at once: with the default sandboxInFlight (4) half
+    // its calls would be put back for fairness again and again, which the bench would count as
+    // the cost of a run_python call (test/fairness.test.ts holds the cap itself).
+    `  - { id: bench, key: ${key}, rateLimit: { perMinute: 100000000 }, limits: { sandboxInFlight: ${concurrency} } }`,
     'log: { level: warn }',
     `worker: { sandboxConcurrency: ${concurrency} }`,
     'sandbox:',
@@ -49,6 +52,8 @@ const env = {
   PORT: String(port),
   HOST: '127.0.0.1',
   WORKER_METRICS_PORT: String(metricsPort),
+  // Not the default 9092: another gateway on the machine would make this one exit at start.
+  GATEWAY_METRICS_PORT: String(await freePort()),
   TOOLGATE_REDIS_PREFIX: 'bench-sbx',
   TOOLGATE_LOG_LEVEL: 'info',
 };

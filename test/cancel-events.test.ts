@@ -191,11 +191,18 @@ describe.skipIf(reason !== undefined)('cancellation and live events (docker)', (
     expect(containersLeft).toBe(0);
     expect(goneMs).toBeLessThan(2000);
     expect(await status(id)).toBe('cancelled');
-    // The audit log and the stats say so too.
-    const stats = (await (await stack.call('/v1/stats')).json()) as {
+    // The audit log and the stats say so too (a sandbox call's stats within a second).
+    type Report = {
       tools: { tool: string; cancelled: number }[];
       recent: { id: string; status: string }[];
     };
+    const stats = await until(
+      async () => (await (await stack.call('/v1/stats')).json()) as Report,
+      (r) =>
+        r.recent.some((c) => c.id === id) &&
+        (r.tools.find((t) => t.tool === 'run_shell')?.cancelled ?? 0) > 0,
+      3000,
+    );
     expect(stats.tools.find((t) => t.tool === 'run_shell')?.cancelled).toBeGreaterThanOrEqual(1);
     expect(stats.recent.find((c) => c.id === id)?.status).toBe('cancelled');
   }, 30_000);

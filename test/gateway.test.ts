@@ -1,4 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createGateway } from '@toolgate/gateway';
+import { createLogger } from '@toolgate/log';
+import { createToolRegistry } from '@toolgate/tools';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { counter, testTools } from './support/tools.js';
 
@@ -166,6 +169,44 @@ describe('POST /tools/{name}/execute', () => {
       expect(new Set(results.map((r) => r.body.id)).size).toBe(1);
       expect(results.every((r) => r.status === 200 && r.body.result === 1)).toBe(true);
       expect(counter.runs).toBe(1);
+    });
+
+    it('a retry on another gateway waits for the running call and answers soon after it ends', async () => {
+      // The first request's reply goes to its own gateway: the other one finds the outcome by
+      // its fallback check (at 1, 3, 7… s of its wait), not by the tool's timeout.
+      const other = createGateway({
+        config: stack.config,
+        registry: createToolRegistry(testTools),
+        logger: createLogger('t', { level: 'silent' }),
+      });
+      const { port } = await other.listen(0, '127.0.0.1');
+      // Past the first seconds of its reply subscriber, when every check reads Redis anyway.
+      await new Promise((r) => setTimeout(r, 5500));
+      try {
+        const headers = { 'idempotency-key': 'retry-elsewhere' };
+        const first = stack.call('/tools/sleep/execute', { json: { ms: 300 }, headers }).then(json);
+        await new Promise((r) => setTimeout(r, 100));
+        const asked = performance.now();
+        const retry = await fetch(`http://127.0.0.1:${port}/tools/sleep/execute`, {
+          method: 'POST',
+          headers: {
+            ...headers,
+            authorization: `Bearer ${KEYS.alice}`,
+            'content-type': 'application/json',
+          },
+          body: JSON.stringify({ ms: 300 }),
+        }).then(json);
+        const waited = performance.now() - asked;
+        expect(retry).toMatchObject({
+          status: 200,
+          body: { status: 'ok', result: { slept: 300 } },
+        });
+        expect(retry.body.id).toBe((await first).body.id);
+        // The sleep tool's timeout is 2 s: its wait would run past it.
+        expect(waited).toBeLessThan(1800);
+      } finally {
+        await other.close();
+      }
     });
 
     it('keys are per client', async () => {

@@ -52,7 +52,8 @@ export class Fleet {
       const port = await freePort();
       const child = await startTs(
         'services/gateway/src/main.ts',
-        { ...this.env, PORT: String(port) },
+        // No metrics listener: the default 9092 is taken by the second gateway, or another's.
+        { ...this.env, PORT: String(port), GATEWAY_METRICS_PORT: '0' },
         /gateway listening/,
       );
       this.gateways.push({ child, pid: child.pid!, url: `http://127.0.0.1:${port}` });

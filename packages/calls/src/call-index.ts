@@ -32,9 +32,17 @@ export class CallIndex {
     at = Date.now(),
   ): void {
     if (ids.length === 0) return;
+    multi.zadd(this.keys.callIndex(clientId), ...ids.flatMap((id) => [at, id]));
+    this.upkeepTo(multi, clientId, ids.length);
+  }
+
+  /**
+   * The trim and expiry due for `added` ids someone else put in the index: a queue's FINISH
+   * script adds a call as it ends, and its record batch only keeps the index bounded.
+   */
+  upkeepTo(multi: ChainableCommander, clientId: string, added: number): void {
     const key = this.keys.callIndex(clientId);
-    multi.zadd(key, ...ids.flatMap((id) => [at, id]));
-    if (this.upkeep.due(key, ids.length, CALL_INDEX_SIZE)) {
+    if (this.upkeep.due(key, added, CALL_INDEX_SIZE)) {
       multi.zremrangebyrank(key, 0, -(CALL_INDEX_SIZE + 1)).expire(key, this.ttlSeconds);
     }
   }

@@ -2,14 +2,24 @@ import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './redis.js';
 import type { Keys } from './keys.js';
 import type { CallStore } from './store.js';
-import { Lane, type LaneAdmit } from './lane.js';
+import { Lane, endedStub, type LaneAdmit } from './lane.js';
 import { Upkeep } from './upkeep.js';
 import type { CallBrief, CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
 
 const KINDS: QueueKind[] = ['fast', 'sandbox'];
-/** Fallback checks of a waited-for call (a reply lost in a reconnect, a call failed outside its tool). */
+/**
+ * Fallback checks of a waited-for call, at 1, 3, 7, 12, 17… s: one round trip of three reads
+ * each (see `ended`). Every end of a call publishes its reply (a worker's FINISH, a failed call's
+ * too, the sweep's failure, a cancel in the queue), so a reply is lost only with the reply
+ * subscriber's connection: a check reads Redis only if that connection was down, or came up,
+ * since REPLY_UNSURE_MS before the wait began (ioredis subscribes again once it is up), or if
+ * the reply goes to another gateway's channel (an idempotent retry: `waitFor`).
+ */
 const POLL_FIRST_MS = 1000;
+const REPLY_UNSURE_MS = 5000;
 const POLL_MAX_MS = 5000;
+/** Bytes of a job key the fallback poll reads: an ended call's stub, never a job's arguments. */
+const STUB_BYTES = 2048;
 /** How long `lookup` waits once for the record of a call that just ended. */
 const RECORD_GRACE_MS = 25;
 
@@ -32,6 +42,8 @@ export class Dispatcher {
   readonly replyChannel: string;
   private readonly replies: RedisClient;
   private subscribed: Promise<unknown>;
+  /** When the reply subscriber's connection last came up or went down. */
+  private repliesChangedAt = Date.now();
 
   constructor(
     private readonly connection: RedisClient,
@@ -53,7 +65,11 @@ export class Dispatcher {
       this.settle(outcome.id, outcome);
     });
     this.replies.on('ready', () => {
+      this.repliesChangedAt = Date.now();
       for (const onReady of [...this.readyWaiters]) onReady();
+    });
+    this.replies.on('close', () => {
+      this.repliesChangedAt = Date.now();
     });
     // ioredis re-subscribes by itself after a reconnect (autoResubscribe).
     this.subscribed = this.replies.subscribe(this.replyChannel).catch(() => undefined);
@@ -121,6 +137,14 @@ export class Dispatcher {
    * `expect(id)` before enqueueing so a fast completion is never missed.
    */
   expect(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
+    return this.wait(id, timeoutMs, false);
+  }
+
+  /**
+   * `expect`, where `anyReply` says the call's reply goes to another channel (a retry on a
+   * call another request started, perhaps on another gateway): its checks always read Redis.
+   */
+  private wait(id: string, timeoutMs: number, anyReply: boolean): Promise<CallOutcome | undefined> {
     return new Promise((resolve) => {
       const started = Date.now();
       let poll: NodeJS.Timeout | undefined;
@@ -135,12 +159,21 @@ export class Dispatcher {
         resolve(outcome);
       };
       const timer = setTimeout(() => waiter(undefined), timeoutMs);
+      /** Whether a reply for this call may have been lost (see REPLY_UNSURE_MS). */
+      const unsure = () =>
+        anyReply ||
+        this.replies.status !== 'ready' ||
+        this.repliesChangedAt >= started - REPLY_UNSURE_MS;
       const check = (delay: number) => {
         poll = setTimeout(() => {
-          this.lookup(id).then(
-            (record) => {
+          if (!unsure()) {
+            if (Date.now() - started < timeoutMs) check(Math.min(delay * 2, POLL_MAX_MS));
+            return;
+          }
+          this.ended(id).then(
+            (outcome) => {
               if (done) return;
-              if (record?.outcome) this.settle(id, record.outcome);
+              if (outcome) this.settle(id, outcome);
               else if (Date.now() - started < timeoutMs) check(Math.min(delay * 2, POLL_MAX_MS));
             },
             () => {
@@ -158,7 +191,8 @@ export class Dispatcher {
 
   /** Waits for an already-accepted call (idempotent retries): checks its state first. */
   async waitFor(id: string, timeoutMs: number): Promise<CallOutcome | undefined> {
-    const pending = this.expect(id, timeoutMs);
+    // Its reply goes to the gateway that sent the call first, maybe another: checks read Redis.
+    const pending = this.wait(id, timeoutMs, true);
     let record: CallRecord | undefined;
     try {
       record = await this.lookup(id);
@@ -243,6 +277,30 @@ export class Dispatcher {
     }
     // Finished between the two reads (or approved and not yet enqueued).
     return (await this.store.get(id)) ?? record;
+  }
+
+  /**
+   * The outcome of a call that has ended, else undefined: what a waiting gateway's fallback
+   * poll needs, in one round trip of three reads (its record, the head of its job key in
+   * either queue), where `lookup` takes up to nine for a call still running.
+   */
+  async ended(id: string): Promise<CallOutcome | undefined> {
+    const [[, text], [, fast], [, sandbox]] = (await this.connection
+      .pipeline()
+      .get(this.keys.call(id))
+      .getrange(this.keys.laneJob('fast', id), 0, STUB_BYTES - 1)
+      .getrange(this.keys.laneJob('sandbox', id), 0, STUB_BYTES - 1)
+      .exec()) as [[unknown, string | null], [unknown, string], [unknown, string]];
+    const record = text ? (JSON.parse(text) as CallRecord) : undefined;
+    if (record?.outcome && record.status !== 'queued') return record.outcome;
+    for (const head of [fast, sandbox]) {
+      if (!head?.startsWith('E|')) continue;
+      const stub = endedStub(head);
+      // Cut short (a long reason): the full read says.
+      if (!stub) return (await this.lookup(id))?.outcome;
+      if (stub.failed !== undefined) return failedOutcome(id, stub.tool, stub.failed);
+    }
+    return undefined;
   }
 
   /**

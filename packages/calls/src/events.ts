@@ -8,6 +8,12 @@ import type { CallEvent, CallOutcome, CallStatus } from './types.js';
 export const EVENT_BACKLOG = 512;
 /** A call's backlog outlives the call by this long, for readers that come back to it. */
 export const EVENT_BACKLOG_TTL_SECONDS = 3600;
+/**
+ * How often a writer sends its backlog's expiry again: once at its first write, then with a
+ * write at least this long after (the backlog outlives the call's last write by
+ * EVENT_BACKLOG_TTL_SECONDS minus at most this).
+ */
+const EXPIRE_EVERY_MS = 60_000;
 /** Largest output chunk in one event; a flush that gathered more sends several. */
 const MAX_CHUNK_CHARS = 8192;
 
@@ -39,6 +45,7 @@ export class CallEventWriter {
   private dropped = false;
   private timer: NodeJS.Timeout | undefined;
   private flushedAt = -Infinity;
+  private expiredAt = -Infinity;
   private writing: Promise<unknown> = Promise.resolve();
   private closed = false;
 
@@ -144,7 +151,11 @@ export class CallEventWriter {
         .xadd(backlog, 'MAXLEN', '~', EVENT_BACKLOG, '*', 'e', text)
         .publish(this.keys.eventsChannel(this.callId), text);
     }
-    pipeline.expire(backlog, EVENT_BACKLOG_TTL_SECONDS);
+    const now = performance.now();
+    if (now - this.expiredAt >= EXPIRE_EVERY_MS) {
+      this.expiredAt = now;
+      pipeline.expire(backlog, EVENT_BACKLOG_TTL_SECONDS);
+    }
     // In order: each write starts after the one before it has gone out.
     this.writing = this.writing.then(() => pipeline.exec().catch(this.onError));
   }

@@ -242,4 +242,76 @@ describe('Lane', () => {
     for (const j of ann) await lane.finish(j, outcome(j.id), { claimNext: false, leaseMs: 1 });
     expect(await redis.exists(keys.usersInFlight('u', 'fast'))).toBe(0);
   });
+
+  it('a claim that takes fewer calls than asked says the queue is drained, and adds no wake-up', async () => {
+    await drain();
+    const calls = [job('d'), job('e'), job('f')];
+    for (const j of calls) await lane.enqueue(j, 10, HORIZON, false);
+    await redis.del(keys.laneWake('fast'));
+    // Two of three: more wait, so another idle worker is woken for them.
+    const some = await lane.claim(2, 60_000);
+    expect(some).toMatchObject({ drained: false });
+    expect(some.calls).toHaveLength(2);
+    expect(await redis.zcard(keys.laneWake('fast'))).toBe(1);
+    await redis.del(keys.laneWake('fast'));
+    // The last one with room for more: the worker waits for the next enqueue, not claims again.
+    const rest = await lane.claim(5, 60_000);
+    expect(rest).toMatchObject({ drained: true });
+    expect(rest.calls.map((c) => c.job.id)).toEqual([calls[2]!.id]);
+    expect(await redis.zcard(keys.laneWake('fast'))).toBe(0);
+    for (const c of [...some.calls, ...rest.calls])
+      await lane.finish(c.job, outcome(c.job.id), { claimNext: false, leaseMs: 1 });
+  });
+
+  it('a sandbox call comes with its cancel marker, taken by a claim or by the end of the one before', async () => {
+    const sandbox = new Lane(redis, keys, 'sandbox');
+    const [first, second, third] = [job('m'), job('n'), job('o')];
+    for (const j of [first, second, third]) await sandbox.enqueue(j, 10, HORIZON, false);
+    await redis.set(keys.cancelled(first.id), 'ops', 'EX', 60);
+    await redis.set(keys.cancelled(third.id), 'alice', 'EX', 60);
+    const claimed = (await sandbox.claim(2, 60_000)).calls;
+    expect(claimed.map((c) => [c.job.id, c.cancelledBy])).toEqual([
+      [first.id, 'ops'],
+      [second.id, null],
+    ]);
+    const [next] = await sandbox.finish(first, outcome(first.id), {
+      claimNext: true,
+      leaseMs: 60_000,
+    });
+    expect(next).toMatchObject({ job: third, cancelledBy: 'alice' });
+    // Fast calls go by the cancels their worker heard: no marker read.
+    const fast = job('m');
+    await lane.enqueue(fast, 10, HORIZON, false);
+    await redis.set(keys.cancelled(fast.id), 'ops', 'EX', 60);
+    const [taken] = (await lane.claim(1, 60_000)).calls;
+    expect(taken!.cancelledBy).toBeUndefined();
+    for (const c of [second.id, third.id].map((id) => ({ id })))
+      await sandbox.finish({ ...first, id: c.id }, outcome(c.id), { claimNext: false, leaseMs: 1 });
+    await lane.finish(fast, outcome(fast.id), { claimNext: false, leaseMs: 1 });
+  });
+
+  it('a call whose workers stopped twice fails, and its waiting gateway hears so at once', async () => {
+    await drain();
+    const channel = keys.reply(randomUUID());
+    const heard = new Promise<string>((resolve) => {
+      blocking.once('message', (_ch: string, message: string) => resolve(message));
+    });
+    await blocking.subscribe(channel);
+    const call = { ...job('z'), replyTo: channel };
+    await lane.enqueue(call, 10, HORIZON, false);
+    for (const expected of [
+      { again: [call.id], failed: [] },
+      { again: [], failed: [call.id] },
+    ]) {
+      expect((await lane.claim(1, 1)).calls).toHaveLength(1);
+      await new Promise((r) => setTimeout(r, 10));
+      expect(await lane.sweep(HORIZON)).toEqual(expected);
+    }
+    expect(JSON.parse(await heard)).toMatchObject({
+      id: call.id,
+      status: 'error',
+      error: { code: 'worker_error' },
+    });
+    await blocking.unsubscribe(channel);
+  });
 });

@@ -32,6 +32,14 @@ import type { CallJob, QueueKind } from './types.js';
  * (`worker_error`).
  */
 
+/**
+ * NOW: the scripts of a call's path (ENQUEUE, CLAIM, FINISH, DEFER) take the time from the
+ * gateway or worker that runs them, as lease renewals always have, rather than a TIME command
+ * each (one command per script is one per call; issue 20). Leases and put-back delays are
+ * seconds long, the in-flight sets' stale horizon minutes; hosts' clocks agree to a few ms.
+ * The periodic sweep reads Redis's TIME.
+ */
+
 /** How long an ended call's stub outlives it: covers the worker's batched record write. */
 export const LANE_ENDED_MS = 10_000;
 /** How long a failed call's stub lasts: its only trace (no record is written). */
@@ -83,13 +91,13 @@ end
  * place. Upkeep (prune stale in-flight entries, renew the set's expiry) only when ARGV[5] is
  * 1 — the gateway asks for it once a second per client — or on the way to a refusal.
  *   KEYS: in-flight set (this queue), in-flight set (the other), queue, seq, job key, wake
- *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job text, upkeep, arrival
- *         order only (1: a worker's session queue, whose calls run in the order sent)
+ *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job text, upkeep, now (the
+ *         gateway's clock, ms: see NOW), arrival order only (1: a worker's session queue,
+ *         whose calls run in the order sent)
  *   → {1, priority} or {0, calls in flight}
  */
 const ENQUEUE = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[6])
 local horizon = tonumber(ARGV[3])
 local limit = tonumber(ARGV[2])
 local upkeep = ARGV[5] == '1'
@@ -111,7 +119,7 @@ end
 local added = redis.call('ZADD', KEYS[1], now, ARGV[1])
 if upkeep or (here == 0 and added == 1) then redis.call('PEXPIRE', KEYS[1], horizon) end
 local priority = math.min(math.max(1, here + added), ${MAX_PRIORITY})
-if ARGV[6] == '1' then priority = 1 end
+if ARGV[7] == '1' then priority = 1 end
 local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
 redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
 redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
@@ -130,24 +138,22 @@ return {1, priority}
  * from the users set (a cancel leaves them there).
  *   KEYS: as ENQUEUE, then the user's in-flight set (this queue), (the other), the client's
  *         users in flight (this queue)
- *   ARGV: as ENQUEUE's first five, then the user's limit (0 = none), the user, the users'
- *         in-flight key prefix for this queue (`…:inflight-user:<client>:<kind>:`), arrival
- *         order only (as ENQUEUE's sixth)
+ *   ARGV: as ENQUEUE (seven), then the user's limit (0 = none), the user, the users'
+ *         in-flight key prefix for this queue (`…:inflight-user:<client>:<kind>:`)
  *   → {1, priority} or {0, calls in flight, 0 (the client's limit) or 1 (the user's)}
  */
 const ENQUEUE_USER = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[6])
 local horizon = tonumber(ARGV[3])
 local limit = tonumber(ARGV[2])
-local ulimit = tonumber(ARGV[6])
+local ulimit = tonumber(ARGV[8])
 local upkeep = ARGV[5] == '1'
 if upkeep then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
   redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - horizon)
   redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - horizon)
   for _, u in ipairs(redis.call('ZRANGE', KEYS[9], 0, ${USERS_UPKEEP - 1})) do
-    if redis.call('ZCARD', ARGV[8] .. u) == 0 then redis.call('ZREM', KEYS[9], u) end
+    if redis.call('ZCARD', ARGV[10] .. u) == 0 then redis.call('ZREM', KEYS[9], u) end
   end
 end
 local here = redis.call('ZCARD', KEYS[1])
@@ -174,11 +180,11 @@ local added = redis.call('ZADD', KEYS[1], now, ARGV[1])
 if upkeep or (here == 0 and added == 1) then redis.call('PEXPIRE', KEYS[1], horizon) end
 redis.call('ZADD', KEYS[7], now, ARGV[1])
 redis.call('PEXPIRE', KEYS[7], horizon)
-redis.call('ZADD', KEYS[9], now, ARGV[7])
+redis.call('ZADD', KEYS[9], now, ARGV[9])
 redis.call('PEXPIRE', KEYS[9], horizon)
 local users = redis.call('ZCARD', KEYS[9])
 local priority = math.min(math.max(1, (uhere + 1) * users), ${MAX_PRIORITY})
-if ARGV[9] == '1' then priority = 1 end
+if ARGV[7] == '1' then priority = 1 end
 local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
 redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
 redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
@@ -189,38 +195,49 @@ return {1, priority}
 /**
  * Takes up to n waiting calls (put-back ones that are due first rejoin the queue): each
  * leaves the queue for the active set with a lease. Another idle worker is woken when calls
- * remain. With nothing to take: when the next put-back call is due ('' if none).
+ * may remain. With fewer than n taken the queue is drained: the worker waits for the wake key
+ * rather than asking again, until the next put-back call is due ('' if none), which comes
+ * first in the reply. A sandbox call's cancel marker comes with its job (ARGV[5], the markers'
+ * prefix, is set), so the worker reads no key of its own before running it.
  *   KEYS: queue, active, wake, delayed, scores
- *   ARGV: n, lease ms, job key prefix, put-back calls (1: this queue has them)
- *   → {next due, id1, score1, job1, id2, …} (a job is false when it expired)
+ *   ARGV: n, lease ms, job key prefix, put-back calls (1: this queue has them), cancel marker
+ *         prefix ('' = none), now (the worker's clock, ms: see NOW)
+ *   → {next due, drained (1/0), id1, score1, job1, marker1, id2, …} (a job is false when it
+ *     expired, a marker false when the call was not cancelled)
  */
 const CLAIM = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[6])
 local d, s = KEYS[4], KEYS[5]
-local delays = ARGV[4] == '1'
-if delays then
+-- The first put-back call, if any: most claims find none and read nothing more of them.
+local first = ARGV[4] == '1' and redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2]
+if first and tonumber(first) <= now then
   ${PROMOTE}
+  first = redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2]
 end
-local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
-if #popped == 0 then
-  local next = delays and redis.call('ZRANGE', d, 0, 0, 'WITHSCORES')[2]
-  return {next or ''}
-end
-local leases, jobs, out = {}, {}, {''}
+local n = tonumber(ARGV[1])
+local popped = redis.call('ZPOPMIN', KEYS[1], n)
+local drained = #popped < 2 * n
+local next = drained and first or ''
+local out = {next, drained and 1 or 0}
+if #popped == 0 then return out end
+local leases, keys = {}, {}
+local marked = ARGV[5] ~= ''
 for i = 1, #popped, 2 do
   leases[#leases + 1] = now + tonumber(ARGV[2])
   leases[#leases + 1] = popped[i]
-  jobs[#jobs + 1] = ARGV[3] .. popped[i]
+  keys[#keys + 1] = ARGV[3] .. popped[i]
+  if marked then keys[#keys + 1] = ARGV[5] .. popped[i] end
 end
 redis.call('ZADD', KEYS[2], unpack(leases))
-local values = redis.call('MGET', unpack(jobs))
-for i = 1, #jobs do
+local values = redis.call('MGET', unpack(keys))
+local per = marked and 2 or 1
+for i = 1, #popped / 2 do
   out[#out + 1] = popped[2 * i - 1]
   out[#out + 1] = popped[2 * i]
-  out[#out + 1] = values[i]
+  out[#out + 1] = values[per * (i - 1) + 1]
+  out[#out + 1] = marked and values[per * i] or false
 end
-if redis.call('ZCARD', KEYS[1]) > 0 then redis.call('ZADD', KEYS[3], 0, '0') end
+if not drained and redis.call('ZCARD', KEYS[1]) > 0 then redis.call('ZADD', KEYS[3], 0, '0') end
 return out
 `);
 
@@ -231,26 +248,27 @@ return out
  * and the user out of the client's users in flight when it has no call left there), its job replaced by a stub, the waiting gateway and the
  * call's watchers told. Then, unless ARGV[8] is 0, takes the
  * next waiting call for the same slot (as CLAIM, without waking others; put-back calls that
- * are due rejoin the queue first when ARGV[11] is 1).
+ * are due rejoin the queue first when ARGV[11] is 1; its cancel marker comes with it when
+ * ARGV[12] is set).
  *   KEYS: queue, active, job key, in-flight set, call index, delayed, scores, running set,
  *         the user's in-flight set, the client's users in flight, the user's running set
  *         (unused without a user)
  *   ARGV: id, stub text, stub ms, reply channel ('' = none), events channel ('' = none: the
  *         worker's record batch publishes the outcome with the record), outcome JSON,
  *         outcome event JSON, claim n, lease ms, job key prefix, sandbox (1: promote due
- *         put-back calls, end the running lease), user ('' = none)
- *   → {} or {next id, next score, next job}
+ *         put-back calls, end the running lease), cancel marker prefix ('' = none), now,
+ *         user ('' = none)
+ *   → {} or {next id, next score, next job, next marker}
  */
 const FINISH = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[13])
 redis.call('ZADD', KEYS[5], now, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if ARGV[11] == '1' then redis.call('ZREM', KEYS[8], ARGV[1]) end
-if ARGV[12] ~= '' then
+if ARGV[14] ~= '' then
   redis.call('ZREM', KEYS[9], ARGV[1])
-  if redis.call('ZCARD', KEYS[9]) == 0 then redis.call('ZREM', KEYS[10], ARGV[12]) end
+  if redis.call('ZCARD', KEYS[9]) == 0 then redis.call('ZREM', KEYS[10], ARGV[14]) end
   if ARGV[11] == '1' then redis.call('ZREM', KEYS[11], ARGV[1]) end
 end
 redis.call('SET', KEYS[3], ARGV[2], 'PX', tonumber(ARGV[3]))
@@ -264,19 +282,20 @@ end
 local popped = redis.call('ZPOPMIN', KEYS[1], 1)
 if #popped == 0 then return {} end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[9]), popped[1])
-return {popped[1], popped[2], redis.call('GET', ARGV[10] .. popped[1])}
+if ARGV[12] == '' then return {popped[1], popped[2], redis.call('GET', ARGV[10] .. popped[1]), false} end
+local values = redis.call('MGET', ARGV[10] .. popped[1], ARGV[12] .. popped[1])
+return {popped[1], popped[2], values[1], values[2]}
 `);
 
 /**
  * Puts a call a worker took back for a moment (its client runs its share already): out of the
  * active set, due again in ARGV[2] ms at the place it had, its deferrals counted in its job.
  *   KEYS: active, delayed, scores, job key
- *   ARGV: id, delay ms, queue score
+ *   ARGV: id, delay ms, queue score, now
  *   → the call's deferrals now, or -1 when its job is gone
  */
 const DEFER = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[4])
 redis.call('ZREM', KEYS[1], ARGV[1])
 local text = redis.call('GET', KEYS[4])
 local bar = text and string.find(text, '|', 1, true)
@@ -294,7 +313,7 @@ return deferrals
 /**
  * Hands out again the calls whose lease lapsed (their worker died): at the head of the queue,
  * restarts + 1; a call that lapsed twice fails instead (stub with the reason, its in-flight
- * entry ended). Returns the ids handed out again and the ids failed.
+ * entry ended, its waiting gateway told). Returns the ids handed out again and the ids failed.
  *   KEYS: queue, active, seq, wake
  *   ARGV: job key prefix, in-flight key prefix, batch, failed stub ms, stale horizon ms, kind,
  *         users' in-flight key prefix
@@ -324,6 +343,13 @@ for _, id in ipairs(lapsed) do
         redis.call('ZREM', ARGV[2] .. tostring(job.clientId) .. ':' .. ARGV[6], id)
         if type(job.user) == 'string' then
           redis.call('ZREM', ARGV[7] .. tostring(job.clientId) .. ':' .. ARGV[6] .. ':' .. job.user, id)
+        end
+        -- A gateway that waits for it hears at once, as from a FINISH (failedOutcome's shape).
+        if type(job.replyTo) == 'string' then
+          redis.call('PUBLISH', job.replyTo, cjson.encode({id = id, tool = job.tool,
+            status = 'error', error = {code = 'worker_error',
+              message = 'the call could not be completed: its workers stopped twice while running it'},
+            durationMs = 0, cached = false}))
         end
       else
         redis.call('DEL', key)
@@ -387,6 +413,11 @@ export interface LaneCall {
   restarts: number;
   /** How often it was put back for fairness. */
   deferrals: number;
+  /**
+   * Sandbox calls: who cancelled it before it was taken (its cancel marker, read with its
+   * job), or null. Undefined for fast calls (the worker goes by the cancels it heard).
+   */
+  cancelledBy?: string | null;
 }
 
 export type LaneState =
@@ -394,12 +425,19 @@ export type LaneState =
 
 export interface LaneClaim {
   calls: LaneCall[];
-  /** With no call taken: when the next put-back call is due (epoch ms), if any. */
+  /**
+   * Fewer calls than asked were waiting: the queue is empty, so the worker waits for its wake
+   * key (or the next put-back call) instead of asking again.
+   */
+  drained: boolean;
+  /** With the queue drained: when the next put-back call is due (epoch ms), if any. */
   nextDueAt?: number;
 }
 
 export class Lane {
   private readonly jobPrefix: string;
+  /** The cancel markers' prefix for the sandbox queue ('' for the fast one: see LaneCall). */
+  private readonly markerPrefix: string;
   private readonly other: QueueKind;
   /** Whether this is a worker's session queue (not one of the shared queues). */
   private readonly own: boolean;
@@ -417,6 +455,7 @@ export class Lane {
   ) {
     this.own = name !== kind;
     this.jobPrefix = keys.laneJob(kind, '');
+    this.markerPrefix = kind === 'sandbox' ? keys.cancelled('') : '';
     this.other = kind === 'fast' ? 'sandbox' : 'fast';
   }
 
@@ -442,12 +481,19 @@ export class Lane {
       k.laneJob(this.kind, job.id),
       k.laneWake(this.name),
     ];
-    const own = this.own ? 1 : 0;
-    const args = [job.id, limit, staleAfterMs, `J0.0|${serialize(job)}`, upkeep ? 1 : 0];
+    const args = [
+      job.id,
+      limit,
+      staleAfterMs,
+      `J0.0|${serialize(job)}`,
+      upkeep ? 1 : 0,
+      Date.now(),
+      this.own ? 1 : 0,
+    ];
     const user = job.user;
     const [ok, n, scope] = (
       user === undefined
-        ? await ENQUEUE.run(this.redis, keys, [...args, own])
+        ? await ENQUEUE.run(this.redis, keys, args)
         : await ENQUEUE_USER.run(
             this.redis,
             [
@@ -456,7 +502,7 @@ export class Lane {
               k.userInFlight(job.clientId, this.other, user),
               k.usersInFlight(job.clientId, this.kind),
             ],
-            [...args, userLimit, user, k.userInFlight(job.clientId, this.kind, ''), own],
+            [...args, userLimit, user, k.userInFlight(job.clientId, this.kind, '')],
           )
     ) as [number, number, number?];
     return ok === 1
@@ -467,7 +513,7 @@ export class Lane {
   /** Takes up to `n` waiting calls, each with a lease of `leaseMs`. */
   async claim(n: number, leaseMs: number): Promise<LaneClaim> {
     const k = this.keys;
-    const [next, ...flat] = (await CLAIM.run(
+    const [next, drained, ...flat] = (await CLAIM.run(
       this.redis,
       [
         k.laneQueue(this.name),
@@ -476,10 +522,21 @@ export class Lane {
         k.laneDelayed(this.name),
         k.laneScores(this.name),
       ],
-      [n, leaseMs, this.jobPrefix, this.kind === 'sandbox' && !this.own ? 1 : 0],
-    )) as (string | null)[];
-    const calls = this.calls(flat);
-    return next ? { calls, nextDueAt: Number(next) } : { calls };
+      [
+        n,
+        leaseMs,
+        this.jobPrefix,
+        this.kind === 'sandbox' && !this.own ? 1 : 0,
+        this.markerPrefix,
+        Date.now(),
+      ],
+    )) as (string | number | null)[];
+    const claim: LaneClaim = {
+      calls: this.calls(flat as (string | null)[]),
+      drained: drained === 1,
+    };
+    if (next) claim.nextDueAt = Number(next);
+    return claim;
   }
 
   /**
@@ -535,6 +592,8 @@ export class Lane {
         this.jobPrefix,
         // Only the sandbox queue puts calls back and holds running leases.
         this.kind === 'sandbox' ? 1 : 0,
+        this.markerPrefix,
+        Date.now(),
         call.user ?? '',
       ],
     )) as (string | null)[];
@@ -556,7 +615,7 @@ export class Lane {
           k.laneScores(this.name),
           k.laneJob(this.kind, call.job.id),
         ],
-        [call.job.id, Math.max(1, Math.round(delayMs)), call.score],
+        [call.job.id, Math.max(1, Math.round(delayMs)), call.score, Date.now()],
       ),
     );
   }
@@ -716,13 +775,26 @@ export class Lane {
 
   private calls(flat: (string | null)[]): LaneCall[] {
     const out: LaneCall[] = [];
-    for (let i = 0; i < flat.length; i += 3) {
+    for (let i = 0; i < flat.length; i += 4) {
       const text = flat[i + 2];
       // Its job expired while it waited (past the stale horizon): nothing to run.
       const value = text ? parse(text) : undefined;
-      if (value && 'job' in value) out.push({ ...value, score: Number(flat[i + 1]) });
+      if (!value || !('job' in value)) continue;
+      const call: LaneCall = { ...value, score: Number(flat[i + 1]) };
+      if (this.markerPrefix !== '') call.cancelledBy = flat[i + 3] ?? null;
+      out.push(call);
     }
     return out;
+  }
+}
+
+/** An ended call's stub from its job key's text (`E|…`); undefined if it is not one, or cut. */
+export function endedStub(text: string): LaneStub | undefined {
+  if (!text.startsWith('E|')) return undefined;
+  try {
+    return JSON.parse(text.slice(2)) as LaneStub;
+  } catch {
+    return undefined;
   }
 }
 

@@ -5,22 +5,32 @@ import { LuaScript } from './script.js';
 import type { QueueKind } from './types.js';
 
 /**
- * Takes a running lease for a call unless its client already holds `cap` live ones; expired
- * leases (a worker that died mid-call) are dropped first. Returns 1 when granted, 0 when
- * refused.
+ * Takes a running lease for a call unless its client already holds `cap` live ones. Expired
+ * leases (a worker that died mid-call) are dropped only when the count reaches the cap, where
+ * they could refuse a call: below it they count for nothing, and the key's expiry bounds them.
+ * The key expires with its last lease: set when the key is new, else only ever pushed later
+ * (GT, Redis 7; on an older server, by the latest lease's score). Returns 1 when granted, 0
+ * when refused.
  *   KEYS: the client's running set
- *   ARGV: call id, cap, lease ms
+ *   ARGV: call id, cap, lease ms, now (the worker's clock, ms: see Lane's NOW)
  */
 const ACQUIRE = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-  return 0
+local now = tonumber(ARGV[4])
+local cap = tonumber(ARGV[2])
+local n = redis.call('ZCARD', KEYS[1])
+if n >= cap then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  n = redis.call('ZCARD', KEYS[1])
+  if n >= cap and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+local until_ms = now + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], until_ms, ARGV[1])
+if n == 0 then
+  redis.call('PEXPIREAT', KEYS[1], until_ms)
+elseif type(redis.pcall('PEXPIREAT', KEYS[1], until_ms, 'GT')) == 'table' then
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+end
 return 1
 `);
 
@@ -28,17 +38,16 @@ return 1
  * ACQUIRE for a call made for a user with `limits.perUser.sandboxInFlight`: the client's cap
  * and the user's, both or neither taken. Returns 1 when granted, 0 when refused.
  *   KEYS: the client's running set, the user's running set
- *   ARGV: call id, cap, lease ms, the user's cap
+ *   ARGV: call id, cap, lease ms, now (as ACQUIRE), the user's cap
  */
 const ACQUIRE_USER = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
   return 0
 end
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
   return 0
 end
 for i = 1, 2 do
@@ -73,7 +82,7 @@ export class RunLeases {
     leaseMs: number,
     user?: { id: string; cap: number },
   ): Promise<boolean> {
-    const args = [id, Math.max(1, cap), Math.max(1, Math.ceil(leaseMs))];
+    const args = [id, Math.max(1, cap), Math.max(1, Math.ceil(leaseMs)), Date.now()];
     const granted = user
       ? await ACQUIRE_USER.run(
           this.redis,

@@ -159,8 +159,11 @@ export class Stats {
   addBatch(
     multi: ChainableCommander,
     calls: readonly StatCall[],
-    /** Also add the calls to their clients' index (false: the caller did already). */
-    { index = true }: { index?: boolean } = {},
+    /**
+     * Also add the calls to their clients' index; false: the caller did already; 'upkeep': a
+     * queue's FINISH did, keep the index trimmed and expiring only.
+     */
+    { index = true }: { index?: boolean | 'upkeep' } = {},
   ): void {
     if (calls.length === 0) return;
     const at = new Date().toISOString();
@@ -175,7 +178,8 @@ export class Stats {
     for (const [clientId, list] of byClient) {
       this.write(multi, this.statKeys(clientId), list, at);
       this.writeUsers(multi, clientId, list);
-      if (index)
+      if (index === 'upkeep') this.also.index?.upkeepTo(multi, clientId, list.length);
+      else if (index)
         this.also.index?.addTo(
           multi,
           clientId,
@@ -430,27 +434,38 @@ const BATCH_MAX = 200;
 const BATCH_RETRY_FOR_MS = 10_000;
 
 /**
- * The stats (and series) of calls a gateway answers itself — cache hits, refusals after
- * acceptance — in batches: one transaction per BATCH_DELAY_MS or BATCH_MAX calls, as the
- * worker's recorder does for the calls it runs. The call's record, brief, index entry and
- * audit entry are written at once by the caller (a lookup right after the answer finds them);
- * only the counters, which nobody reads per call, wait up to BATCH_DELAY_MS.
+ * The stats (and series) of finished calls in batches: one transaction per `delayMs` or
+ * BATCH_MAX calls. The gateway's for the calls it answers itself — cache hits, refusals after
+ * acceptance — every BATCH_DELAY_MS, as the worker's recorder writes records; the worker's for
+ * sandbox calls over a longer window (see Recorder). The call's record, brief, index entry and
+ * audit entry are written by the caller (a lookup right after the answer finds them); only the
+ * counters, which nobody reads per call, wait.
  */
 export class StatsBatch {
   private pending: StatCall[] = [];
   private timer: NodeJS.Timeout | undefined;
   private readonly writing = new Set<Promise<void>>();
+  private readonly delayMs: number;
+  private readonly index: boolean | 'upkeep';
 
   constructor(
     private readonly redis: RedisClient,
     private readonly stats: Stats,
     private readonly onDropped: (err: unknown, calls: number) => void,
-  ) {}
+    options: {
+      delayMs?: number;
+      /** The index's part (see Stats.addBatch); default false: the caller adds the calls. */
+      index?: boolean | 'upkeep';
+    } = {},
+  ) {
+    this.delayMs = options.delayMs ?? BATCH_DELAY_MS;
+    this.index = options.index ?? false;
+  }
 
   add(outcome: CallOutcome, clientId: string, user?: string): void {
     this.pending.push({ outcome, clientId, ...(user === undefined ? {} : { user }) });
     if (this.pending.length >= BATCH_MAX) this.flush();
-    else this.timer ??= setTimeout(() => this.flush(), BATCH_DELAY_MS);
+    else this.timer ??= setTimeout(() => this.flush(), this.delayMs);
   }
 
   /** Writes what is pending now; resolves once every write so far has landed or given up. */
@@ -480,7 +495,7 @@ export class StatsBatch {
     const started = Date.now();
     for (let attempt = 0; ; attempt++) {
       const multi = this.redis.multi();
-      this.stats.addBatch(multi, batch, { index: false });
+      this.stats.addBatch(multi, batch, { index: this.index });
       for (const [clientId, n] of hits) this.stats.countCache(multi, 'hits', n, clientId);
       try {
         const failed = ((await multi.exec()) ?? []).find(([err]) => err);

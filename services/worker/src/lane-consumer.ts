@@ -113,14 +113,31 @@ export class LaneConsumer {
     );
   }
 
-  /** Claims calls for the free slots; blocks on the wake key while there are none. */
+  /**
+   * Claims calls for the free slots; blocks on the wake key while there are none. A claim that
+   * drained the queue is not followed by another (it would find nothing): the consumer waits
+   * for the wake key, which every enqueue sets, or until the next put-back call is due.
+   */
   private async loop(): Promise<void> {
     const { lane, log, leaseMs } = this.o;
     /** Whether the last claim failed: one warning per outage, not one per retry. */
     let failing = false;
+    /** The last claim emptied the queue: wait before the next. */
+    let drained = false;
+    let nextDueAt: number | undefined;
     while (!this.stopping) {
       if (this.free === 0) {
         await new Promise<void>((resolve) => (this.slotFreed = resolve));
+        continue;
+      }
+      if (drained) {
+        drained = false;
+        // Until a call arrives, or the next put-back one is due.
+        const untilDue = nextDueAt === undefined ? WAIT_S : (nextDueAt - Date.now()) / 1000;
+        const wait = Math.min(WAIT_S, Math.max(0.01, untilDue));
+        await lane.waitForWork(this.o.blocking, Number(wait.toFixed(3))).catch(async () => {
+          if (!this.stopping) await new Promise((r) => setTimeout(r, 500));
+        });
         continue;
       }
       let claimed: Awaited<ReturnType<Lane['claim']>>;
@@ -139,16 +156,7 @@ export class LaneConsumer {
       }
       if (failing) log.info({ queue: lane.kind }, 'taking calls again');
       failing = false;
-      if (claimed.calls.length === 0) {
-        // Until a call arrives, or the next put-back one is due.
-        const untilDue =
-          claimed.nextDueAt === undefined ? WAIT_S : (claimed.nextDueAt - Date.now()) / 1000;
-        const wait = Math.min(WAIT_S, Math.max(0.01, untilDue));
-        await lane.waitForWork(this.o.blocking, Number(wait.toFixed(3))).catch(async () => {
-          if (!this.stopping) await new Promise((r) => setTimeout(r, 500));
-        });
-        continue;
-      }
+      ({ drained, nextDueAt } = claimed);
       for (const call of claimed.calls) {
         this.free--;
         const slot: Promise<void> = this.slot(call).finally(() => {

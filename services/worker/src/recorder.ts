@@ -10,6 +10,7 @@ import {
   type QueueKind,
   type RedisClient,
   type Stats,
+  StatsBatch,
 } from '@toolgate/calls';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry } from '@toolgate/registry';
@@ -27,6 +28,14 @@ const RETRY_FOR_MS = 60_000;
  * Cluster to finish moving toolgate's slot (a transaction meanwhile gets ASK or TRYAGAIN).
  */
 const NOW_RETRY_FOR_MS = 10_000;
+/**
+ * How long a sandbox call's stats and series wait for others to share their transaction.
+ * Sandbox calls end a few to a few hundred a second, so a record batch of MAX_DELAY_MS holds
+ * one or two of them, and their counters (~16 commands a batch: per tool and per client, the
+ * minute's series) would cost each call nearly alone: over a second they are shared (issue 20).
+ * The counters lag the calls by at most this; records and audit entries do not wait.
+ */
+const SANDBOX_STATS_DELAY_MS = 1000;
 
 interface Finished {
   call: CallJob;
@@ -34,19 +43,23 @@ interface Finished {
   outcome: CallOutcome;
   /** The call's last event, to publish with the record (when the worker did not at once). */
   end?: OutcomeEvent;
+  /** Its stats are in the sandbox calls' stats batch, not in the record's transaction. */
+  statsApart?: boolean;
 }
 
 /**
- * Writes what a finished call leaves behind — its record, audit entry, stats, the end of its
- * in-flight entry when nobody waited for it —
- * in batches: one Redis transaction per MAX_DELAY_MS or MAX_BATCH calls. Off the caller's path
- * (the waiting gateway has the outcome from the worker's reply message), and a fraction of the commands and
- * syscalls of one transaction per call.
+ * Writes what a finished call leaves behind — its record, audit entry, stats — in batches:
+ * one Redis transaction per MAX_DELAY_MS or MAX_BATCH calls (sandbox calls' stats in their own,
+ * per SANDBOX_STATS_DELAY_MS). Off the caller's path (the waiting gateway has the outcome from
+ * the worker's reply message), and a fraction of the commands and syscalls of one transaction
+ * per call. The call's index entry is its queue's (FINISH adds it): a batch only keeps the
+ * index trimmed.
  */
 export class Recorder {
   private pending: Finished[] = [];
   private timer: NodeJS.Timeout | undefined;
   private inFlight = new Set<Promise<void>>();
+  private readonly sandboxStats: StatsBatch;
 
   constructor(
     private readonly o: {
@@ -59,9 +72,21 @@ export class Recorder {
       metrics: WorkerMetrics;
       log: Logger;
     },
-  ) {}
+  ) {
+    this.sandboxStats = new StatsBatch(
+      this.o.redis,
+      this.o.stats,
+      (err, calls) =>
+        this.o.log.error({ err, calls }, 'could not count sandbox calls in the stats'),
+      { delayMs: SANDBOX_STATS_DELAY_MS, index: 'upkeep' },
+    );
+  }
 
   add(finished: Finished): void {
+    if (finished.kind === 'sandbox') {
+      this.sandboxStats.add(finished.outcome, finished.call.clientId);
+      finished = { ...finished, statsApart: true };
+    }
     this.pending.push(finished);
     if (this.pending.length >= MAX_BATCH) this.flush();
     else this.timer ??= setTimeout(() => this.flush(), MAX_DELAY_MS);
@@ -75,7 +100,7 @@ export class Recorder {
   /** Writes everything pending now; resolves when every write so far has landed. */
   async drain(): Promise<void> {
     this.flush();
-    await Promise.all(this.inFlight);
+    await Promise.all([...this.inFlight, this.sandboxStats.drain()]);
   }
 
   private flush(): void {
@@ -142,11 +167,14 @@ export class Recorder {
     }
     stats.addBatch(
       pipeline,
-      batch.map(({ call, outcome }) => ({
-        outcome,
-        clientId: call.clientId,
-        ...(call.user === undefined ? {} : { user: call.user }),
-      })),
+      batch
+        .filter(({ statsApart }) => !statsApart)
+        .map(({ call, outcome }) => ({
+          outcome,
+          clientId: call.clientId,
+          ...(call.user === undefined ? {} : { user: call.user }),
+        })),
+      { index: 'upkeep' },
     );
     const results = (await pipeline.exec()) ?? [];
     const failed = results.find(([err]) => err);

@@ -72,6 +72,8 @@ const SESSION_SLOTS = 16;
 interface RunnableJob {
   data: CallJob;
   attemptsStarted: number;
+  /** Who cancelled it before it was taken, from its cancel marker (sandbox calls). */
+  cancelledBy?: string | null;
 }
 
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
@@ -280,19 +282,11 @@ export function createWorker({
 
   /**
    * Who cancelled this call before it started here, if anyone: the cancels heard, and for
-   * sandbox calls the marker that backs up a missed message (a round trip is nothing next to
-   * a sandbox; fast calls stay off Redis and the await).
+   * sandbox calls the marker that backs up a missed message, read with the call's job when it
+   * was taken (fast calls go by the cancels heard alone).
    */
-  function cancelledBefore(
-    call: CallJob,
-    kind: QueueKind,
-  ): string | undefined | Promise<string | undefined> {
-    const heard = cancels.get(call.id);
-    if (heard || kind !== 'sandbox') return heard?.by;
-    return redis
-      .get(keys.cancelled(call.id))
-      .then((by) => by ?? undefined)
-      .catch(() => undefined);
+  function cancelledBefore(job: RunnableJob): string | undefined {
+    return cancels.get(job.data.id)?.by ?? job.cancelledBy ?? undefined;
   }
   const checkResult = createResultChecker(registry, metrics, log);
 
@@ -345,11 +339,30 @@ export function createWorker({
       return;
     }
     if (reserve) reserveHoldMs = RESERVE_HOLD_MIN_MS;
-    try {
-      await run({ data: job, attemptsStarted: call.restarts + 1 }, 'sandbox', slot.end);
-    } finally {
+    let released = false;
+    /**
+     * The slot counts as free from the moment the call ends in its lane, not once that end
+     * has come back: its end answers the client, whose next call a claim may take before this
+     * await resumes, and would then find every normal slot taken and go the reserve's way
+     * (held, handed back, put back for 100 ms) though a slot is free.
+     */
+    const release = () => {
+      if (released) return;
+      released = true;
       sandboxTaken--;
       for (const end of holds) end();
+    };
+    try {
+      await run(
+        { data: job, attemptsStarted: call.restarts + 1, cancelledBy: call.cancelledBy },
+        'sandbox',
+        (end, publish) => {
+          release();
+          return slot.end(end, publish);
+        },
+      );
+    } finally {
+      release();
     }
   }
 
@@ -440,8 +453,7 @@ export function createWorker({
     /** A non-idempotent run under redis.durability: recorded on replicas before anyone hears. */
     let durable = false;
     try {
-      const before = cancelledBefore(call, kind);
-      const cancelledBy = before instanceof Promise ? await before : before;
+      const cancelledBy = cancelledBefore(job);
       if (cancelledBy !== undefined) {
         // Cancelled while it waited: it never runs.
         outcome = cancelledOutcome(call, cancelledBy);

@@ -15,6 +15,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { SandboxConfig } from './config.js';
 import { CallCgroup, detectCgroups, removeStaleCgroups, type CgroupMode } from './cgroup.js';
+import { CHANNEL_DIR, ChannelListener, makeChannelDir, removeChannelDir } from './channel.js';
 import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { RunWatchdog } from './watchdog.js';
@@ -205,7 +206,11 @@ export class BwrapDriver implements SandboxDriver {
     }
   }
 
-  private bwrapArgs(req: PreparedRun, fs: { dir: string; env: Record<string, string> }): string[] {
+  private bwrapArgs(
+    req: PreparedRun,
+    fs: { dir: string; env: Record<string, string> },
+    channelDir: string | undefined,
+  ): string[] {
     const env = { ...fs.env, ...BASE_ENV };
     const args = [
       '--unshare-all',
@@ -242,6 +247,10 @@ export class BwrapDriver implements SandboxDriver {
     ];
     // Loaded last, just before the exec: the launcher wrote the BPF to this fd.
     if (this.seccomp) args.push('--seccomp', String(SECCOMP_FD));
+    // The rootfs is read-only: /run becomes a tmpfs (not writable by the sandbox's uid) so the
+    // channel's mount point can be made in it.
+    if (channelDir !== undefined)
+      args.push('--tmpfs', '/run', '--ro-bind', channelDir, CHANNEL_DIR);
     if (req.workspace !== undefined)
       args.push('--bind', req.workspace, WORKSPACE_MOUNT, '--chdir', WORKSPACE_MOUNT);
     else args.push('--chdir', '/tmp');
@@ -345,10 +354,27 @@ export class BwrapDriver implements SandboxDriver {
     fs: { dir: string; env: Record<string, string> },
   ): Promise<RunResult> {
     const t0 = performance.now();
+    const channelDir = req.channel ? await makeChannelDir(this.config.stateDir) : undefined;
+    let channel: ChannelListener | undefined;
+    try {
+      if (channelDir && req.channel) channel = await ChannelListener.open(channelDir, req.channel);
+      return await this.executeIn(req, fs, channelDir, t0);
+    } finally {
+      await channel?.close();
+      if (channelDir) await removeChannelDir(channelDir);
+    }
+  }
+
+  private async executeIn(
+    req: PreparedRun,
+    fs: { dir: string; env: Record<string, string> },
+    channelDir: string | undefined,
+    t0: number,
+  ): Promise<RunResult> {
     const pooled = req.defaultResources ? this.takeLauncher() : undefined;
     const launcher = pooled ?? (await this.spawnLauncher(req.resources));
     const { child, cgroup } = launcher;
-    const inner = ['bwrap', ...this.bwrapArgs(req, fs)];
+    const inner = ['bwrap', ...this.bwrapArgs(req, fs, channelDir)];
     // As root, drop to the sandbox uid on the host too: bwrap then runs unprivileged, and files
     // written to the workspace belong to the same uid as with the docker driver.
     const argv = this.asRoot

@@ -2,6 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import path from 'node:path';
+import type { ChannelHandler } from './channel.js';
 import type { SandboxConfig, SandboxImage } from './config.js';
 import { SandboxError } from './errors.js';
 import type { OutputStream, ResourceLimits, RunRequest, SandboxLogger } from './types.js';
@@ -22,6 +23,7 @@ export interface PreparedRun {
   onOutput: ((stream: OutputStream, text: string) => void) | undefined;
   callId: string | undefined;
   clientId: string | undefined;
+  channel: ChannelHandler | undefined;
 }
 
 export function prepareRun(config: SandboxConfig, request: RunRequest): PreparedRun {
@@ -74,6 +76,7 @@ export function prepareRun(config: SandboxConfig, request: RunRequest): Prepared
     onOutput: request.onOutput,
     callId: request.callId,
     clientId: request.clientId,
+    channel: request.channel,
   };
 }
 

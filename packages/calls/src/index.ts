@@ -26,6 +26,8 @@ export { RunLeases } from './leases.js';
 export { ConnectionBudget } from './connection-budget.js';
 export { Approvals, cancelledOutcome } from './approvals.js';
 export { AuditLog } from './audit.js';
+export { CodeModeCapabilities } from './code-mode.js';
+export type { CodeModeGrant, CodeModeTake } from './code-mode.js';
 export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, StatsBatch, percentile } from './stats.js';
 export { maskText, redact } from './redact.js';

@@ -55,6 +55,12 @@ export class Clients {
     );
   }
 
+  /** The client with this id (a code-mode capability names its client by id). */
+  byId(id: string): Client | undefined {
+    for (const entry of this.byHash.values()) if (entry.client.id === id) return entry.client;
+    return undefined;
+  }
+
   authenticate(key: string): Client | undefined {
     const hex = sha256(key);
     const entry = this.byHash.get(hex);

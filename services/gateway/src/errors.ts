@@ -19,6 +19,9 @@ export type ApiErrorCode =
   | 'too_many_in_flight'
   | 'too_many_streams'
   | 'too_many_pending_approvals'
+  | 'approval_required'
+  | 'code_mode_max_calls'
+  | 'code_mode_depth'
   | 'unavailable'
   | 'internal';
 
@@ -40,6 +43,9 @@ const STATUS: Record<ApiErrorCode, number> = {
   too_many_in_flight: 429,
   too_many_streams: 429,
   too_many_pending_approvals: 429,
+  approval_required: 403,
+  code_mode_max_calls: 429,
+  code_mode_depth: 400,
   unavailable: 503,
   internal: 500,
 };

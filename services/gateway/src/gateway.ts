@@ -7,6 +7,7 @@ import {
   CallEvents,
   CallIndex,
   CallStore,
+  CodeModeCapabilities,
   Dispatcher,
   Keys,
   ResultCache,
@@ -40,6 +41,7 @@ import { upstreamRoutes } from './routes/upstreams.js';
 import { ApprovalFeed } from './approval-feed.js';
 import { HeldConnections } from './held-connections.js';
 import { callRoutes } from './routes/calls.js';
+import { codeModeRoutes } from './routes/code-mode.js';
 import { consoleApi, consoleDir, consolePages } from './routes/console.js';
 import { executeRoutes } from './routes/execute.js';
 import { healthRoutes } from './routes/health.js';
@@ -266,6 +268,17 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     keys.authFailures,
     config.policy.authFailures.perMinute,
     () => metrics.limited.inc({ kind: 'auth', client: '(unauthenticated)' }),
+  );
+  // Code mode's nested calls carry a script's capability, not a client key (docs/code-mode.md).
+  app.use(
+    codeModeRoutes({
+      capabilities: new CodeModeCapabilities(redis, keys),
+      clients,
+      pipeline,
+      registry,
+      approval: config.codeMode.approval,
+      body: readJsonBody({ limitBytes: config.server.bodyLimitBytes }),
+    }),
   );
   app.use(authenticate(clients, authFailures));
   app.use(chargeRequests(limits, redis, audit)); // before the body is read

@@ -77,6 +77,13 @@ export interface CallRequest {
   signal?: AbortSignal;
   /** Called with the call's id once it is queued, while the request still waits (MCP's cancel map). */
   onAccepted?: (id: string) => void;
+  /** A nested call of a code-mode script: the script's call (audit, records; docs/code-mode.md). */
+  parentCallId?: string;
+  /**
+   * What a call that needs approval does: `park` (the default) waits for a decision;
+   * `refuse` answers 403 `approval_required` without parking (`codeMode.approval: fail`).
+   */
+  approval?: 'park' | 'refuse';
 }
 
 /** A finished call (200), or an accepted one still in flight or parked (202). */
@@ -238,10 +245,23 @@ export class CallPipeline {
         };
         return {
           kind: 'done',
-          outcome: await this.answer(tool, client, args, { status: 'error', error }, 'tool policy'),
+          outcome: await this.answer(
+            tool,
+            client,
+            args,
+            { status: 'error', error },
+            'tool policy',
+            req.parentCallId,
+          ),
         };
       }
       const needsApproval = this.o.requiresApproval(tool);
+      if (needsApproval && req.approval === 'refuse') {
+        throw new ApiError(
+          'approval_required',
+          `"${tool.name}" needs an administrator's approval, and nested calls of this deployment do not wait for one (codeMode.approval: fail)`,
+        );
+      }
 
       if (!needsApproval && tool.cacheTtlSeconds > 0) {
         const hit = await this.o.cache.get(tool, args, client.id);
@@ -255,6 +275,7 @@ export class CallPipeline {
               args,
               { status: 'ok', result: hit.result, cached: true },
               'cache hit',
+              req.parentCallId,
             ),
           };
         }
@@ -293,6 +314,7 @@ export class CallPipeline {
         acceptedAt: Date.now(),
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
         ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
+        ...(req.parentCallId ? { parentCallId: req.parentCallId } : {}),
       };
       const trace = injectContext();
       if (trace) job.trace = trace;
@@ -709,6 +731,7 @@ export class CallPipeline {
     args: Record<string, unknown>,
     result: Pick<CallOutcome, 'status' | 'result' | 'error'> & { cached?: boolean },
     reason: string,
+    parentCallId?: string,
   ): Promise<CallOutcome> {
     const outcome: CallOutcome = {
       id: randomUUID(),
@@ -727,6 +750,7 @@ export class CallPipeline {
       durationMs: 0,
       args,
       reason,
+      ...(parentCallId ? { parentCallId } : {}),
     });
     const call = {
       id: outcome.id,
@@ -778,6 +802,7 @@ export class CallPipeline {
       status: err.code,
       args: req.args,
       reason: err.message,
+      ...(req.parentCallId ? { parentCallId: req.parentCallId } : {}),
     });
     this.o.audit.append(entry).catch(() => undefined);
   }

@@ -41,6 +41,8 @@ export interface StackOptions {
   config?: Record<string, unknown>;
   /** Start without a worker (for 503 tests). */
   worker?: boolean;
+  /** The gateway's port (default: any free one); code-mode tests name it in codeMode.gatewayUrl. */
+  port?: number;
 }
 
 /**
@@ -86,7 +88,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         });
   await worker?.start();
   const gateway = createGateway({ config, registry, logger });
-  const { port } = await gateway.listen(0, '127.0.0.1');
+  const { port } = await gateway.listen(options.port ?? 0, '127.0.0.1');
   const url = `http://127.0.0.1:${port}`;
   const metricsUrl = `http://127.0.0.1:${await gateway.serveMetrics(0, '127.0.0.1')}/metrics`;
   return {

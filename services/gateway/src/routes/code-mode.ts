@@ -5,7 +5,13 @@
  * rate limit, loop guard (the script's call is the conversation), precheck, approval, cache,
  * admission, idempotency, audit and stats, with `parentCallId` the script's call.
  */
-import { Router, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import {
+  Router,
+  type NextFunction,
+  type Request,
+  type RequestHandler,
+  type Response,
+} from 'express';
 import type { CallOutcome, CodeModeCapabilities, CodeModeGrant } from '@toolgate/calls';
 import type { ToolRegistry } from '@toolgate/registry';
 import type { Client, Clients } from '../clients.js';

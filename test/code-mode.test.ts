@@ -17,6 +17,8 @@ import { KEYS, startStack, type Stack } from './support/stack.js';
 const CAROL = 'carol-key-0123456789abcdef';
 const DAVE = 'dave-key-0123456789abcdef0';
 const MAX_CALLS = 30;
+/** The bwrap stack's codeMode.maxResultBytes. */
+const MAX_RESULT_BYTES = 65_536;
 
 /** A nested call that runs until cancelled: what it saw is recorded here. */
 const held = { started: 0, aborted: 0 };
@@ -43,6 +45,8 @@ const holdTool = defineTool({
 /** A local HTTP server the scripts fetch from: /item/<n> answers a small JSON document. */
 async function itemServer(): Promise<{ server: Server; url: string }> {
   const server = createServer((req, res) => {
+    const big = /^\/big\/(\d+)$/.exec(req.url ?? '')?.[1];
+    if (big) return void res.writeHead(200).end('b'.repeat(Number(big)));
     const n = /^\/item\/(\d+)$/.exec(req.url ?? '')?.[1];
     if (!n) return void res.writeHead(404).end();
     res
@@ -70,7 +74,11 @@ for i in range(20):
 print(f"20 items, total price {total}")
 `;
 
-async function startCodeModeStack(driver: 'docker' | 'bwrap', dir: string) {
+async function startCodeModeStack(
+  driver: 'docker' | 'bwrap',
+  dir: string,
+  codeMode: Record<string, unknown> = {},
+) {
   const sandbox = await createSandbox(testSandboxConfig(driver, dir));
   await sandbox.warmUp(60_000);
   const port = await freePort();
@@ -95,7 +103,7 @@ async function startCodeModeStack(driver: 'docker' | 'bwrap', dir: string) {
         loopGuard: { maxCalls: 1000 },
         approval: { tools: ['file_delete'] },
       },
-      codeMode: { gatewayUrl: `http://127.0.0.1:${port}`, maxCalls: MAX_CALLS },
+      codeMode: { gatewayUrl: `http://127.0.0.1:${port}`, maxCalls: MAX_CALLS, ...codeMode },
     },
   });
   return { sandbox, stack };
@@ -324,7 +332,10 @@ describe.skipIf(bwrapReason !== undefined)('code mode (bwrap)', () => {
     dir = await mkdtemp(path.join(tmpdir(), 'tg-codemode-bw-'));
     await chmod(dir, 0o711);
     items = await itemServer();
-    ({ stack, sandbox } = await startCodeModeStack('bwrap', dir));
+    ({ stack, sandbox } = await startCodeModeStack('bwrap', dir, {
+      approval: 'fail',
+      maxResultBytes: MAX_RESULT_BYTES,
+    }));
   }, 120_000);
   afterAll(async () => {
     await stack?.close();
@@ -337,5 +348,53 @@ describe.skipIf(bwrapReason !== undefined)('code mode (bwrap)', () => {
     const out = await runScript(stack, twentyFetches(items.url));
     expect(out).toMatchObject({ status: 'ok', result: { exitCode: 0 } });
     expect(out.result!.stdout).toBe('20 items, total price 1900\n');
+  });
+
+  it(`a script receives at most codeMode.maxResultBytes (${MAX_RESULT_BYTES}) of results`, async () => {
+    const out = await runScript(
+      stack,
+      `n = 0
+try:
+    for i in range(10):
+        toolgate.http_get(url="${items.url}/big/20000")
+        n += 1
+except toolgate.ToolError as e:
+    print(n, e.code)`,
+    );
+    // Three answers of ~20 KB fit in 64 KiB, the fourth does not.
+    expect(out.result!.stdout).toBe('3 code_mode_bytes\n');
+  });
+
+  it('a request over 1 MiB is refused request_too_large', async () => {
+    const out = await runScript(
+      stack,
+      `import json, socket, struct
+try:
+    toolgate.calculator(expression="1" * (2 * 1024 * 1024))
+except toolgate.ToolError as e:
+    print(e.code)
+# The worker's own bound, whatever the client: a frame announcing 2 MiB.
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/toolgate/sock")
+s.sendall(struct.pack(">I", 2 * 1024 * 1024) + b"{")
+(n,) = struct.unpack(">I", s.recv(4))
+print(json.loads(s.recv(n))["error"]["code"])`,
+    );
+    expect(out.result!.stdout).toBe('request_too_large\nrequest_too_large\n');
+  });
+
+  it('with codeMode.approval: fail a nested file_delete fails at once with approval_required', async () => {
+    const out = await runScript(
+      stack,
+      `try:
+    toolgate.file_delete(path="x.txt")
+except toolgate.ToolError as e:
+    print(e.code)`,
+    );
+    expect(out.result!.stdout).toBe('approval_required\n');
+    const pending = (await (
+      await stack.call('/v1/approvals', { key: KEYS.admin })
+    ).json()) as unknown[];
+    expect(pending).toHaveLength(0);
   });
 });

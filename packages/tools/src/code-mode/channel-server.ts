@@ -55,7 +55,8 @@ export class ScriptChannel {
                 message: `a nested call's request is at most ${MAX_REQUEST_BYTES} bytes of JSON (this one: ${size})`,
               },
             });
-            socket.end();
+            // Whatever else it sends is not read: the connection ends here.
+            socket.destroy();
             return;
           }
           if (buffered.length < 4 + size) break;

@@ -4,6 +4,7 @@
  * description and arguments as the docstring. Calls go over the sandbox's channel socket.
  */
 import { CHANNEL_SOCKET } from '@toolgate/sandbox';
+import { MAX_REQUEST_BYTES } from './channel-server.js';
 
 /** What the module is generated from: one tool the client may call. */
 export interface ScriptTool {
@@ -120,7 +121,11 @@ export function pythonModule(tools: readonly ScriptTool[]): string {
     names.push([fn, tool.name]);
     functions.push(toolFunction(tool, fn));
   }
-  return `${RUNTIME.replace('@SOCKET@', pyString(CHANNEL_SOCKET))}
+  const runtime = RUNTIME.replace('@SOCKET@', pyString(CHANNEL_SOCKET)).replaceAll(
+    '@MAX_REQUEST@',
+    String(MAX_REQUEST_BYTES),
+  );
+  return `${runtime}
 _NAMES = {${names.map(([fn, name]) => `${pyString(fn)}: ${pyString(name)}`).join(', ')}}
 __all__ = ['call', 'help', 'tools', 'ToolError', *_NAMES]
 
@@ -177,6 +182,8 @@ def _read(s, n):
 
 def _request(message):
     data = _json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    if len(data) > @MAX_REQUEST@:
+        raise ToolError("request_too_large", f"a nested call's request is at most @MAX_REQUEST@ bytes of JSON (this one: {len(data)})")
     s = _connection()
     s.sendall(_struct.pack(">I", len(data)) + data)
     (n,) = _struct.unpack(">I", _read(s, 4))

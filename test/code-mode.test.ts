@@ -42,6 +42,16 @@ const holdTool = defineTool({
   },
 });
 
+/** Counts its runs: a retried call answered from its idempotency key does not run again. */
+let runs = 0;
+const countTool = defineTool({
+  name: 'count_runs',
+  description: 'Counts its runs',
+  category: 'test',
+  parameters: Type.Object({}),
+  handler: () => ++runs,
+});
+
 /** A local HTTP server the scripts fetch from: /item/<n> answers a small JSON document. */
 async function itemServer(): Promise<{ server: Server; url: string }> {
   const server = createServer((req, res) => {
@@ -83,7 +93,7 @@ async function startCodeModeStack(
   await sandbox.warmUp(60_000);
   const port = await freePort();
   const stack = await startStack({
-    tools: [holdTool],
+    tools: [holdTool, countTool],
     port,
     services: { sandbox, workspaces: createWorkspaces(sandbox.config) },
     config: {
@@ -290,6 +300,17 @@ except toolgate.ToolError as e:
     expect(out.result!.stdout).toBe(
       'run_code_with_tools code_mode_depth\nrun_python code_mode_depth\n',
     );
+  });
+
+  it('a nested call with an idempotency key runs once', async () => {
+    const out = await runScript(
+      stack,
+      `a = toolgate.call("count_runs", idempotency_key="once")
+b = toolgate.call("count_runs", idempotency_key="once")
+c = toolgate.count_runs()
+print(a == b, c == a + 1)`,
+    );
+    expect(out.result!.stdout).toBe('True True\n');
   });
 
   it('run_python with tools: true is code mode too', async () => {

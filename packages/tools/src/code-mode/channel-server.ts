@@ -1,6 +1,7 @@
 /**
  * The worker's end of one script's channel: frames of a 4-byte big-endian length and JSON,
- * request then reply, per connection in order. Requests are `{"op":"call","tool","args"}` and
+ * request then reply, per connection in order. Requests are `{"op":"call","tool","args",
+ * "idempotencyKey?"}` and
  * `{"op":"help","name"}`; replies `{"ok":true,"result"}` or `{"ok":false,"error","callId?"}`.
  * Bounded: a request's size, the connections open at once, and the bytes of results the
  * script receives in all.
@@ -83,7 +84,13 @@ export class ScriptChannel {
   };
 
   private async answer(frame: Buffer): Promise<Reply> {
-    let request: { op?: unknown; tool?: unknown; name?: unknown; args?: unknown };
+    let request: {
+      op?: unknown;
+      tool?: unknown;
+      name?: unknown;
+      args?: unknown;
+      idempotencyKey?: unknown;
+    };
     try {
       request = JSON.parse(frame.toString('utf8')) as typeof request;
       if (typeof request !== 'object' || request === null) throw new Error('not an object');
@@ -108,8 +115,19 @@ export class ScriptChannel {
         error: { code: 'invalid_request', message: 'expected {"op":"call","tool","args"}' },
       };
     }
+    const key = request.idempotencyKey;
+    if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > 255))
+      return {
+        ok: false,
+        error: { code: 'invalid_request', message: 'an idempotency key is 1 to 255 characters' },
+      };
     this.calls++;
-    const outcome = await this.session.call(request.tool, request.args ?? {}, this.signal);
+    const outcome = await this.session.call(
+      request.tool,
+      request.args ?? {},
+      this.signal,
+      key as string | undefined,
+    );
     return toReply(outcome);
   }
 

@@ -194,15 +194,21 @@ def _request(message):
     raise ToolError(e.get("code", "error"), e.get("message", ""), e.get("details"), reply.get("callId"))
 
 
-def _call(name, args):
-    return _request({"op": "call", "tool": name, "args": args})
+def _call(name, args, idempotency_key=None):
+    message = {"op": "call", "tool": name, "args": args}
+    if idempotency_key is not None:
+        message["idempotencyKey"] = idempotency_key
+    return _request(message)
 
 
-def call(name: str, args: _t.Optional[dict] = None, **kwargs) -> _t.Any:
-    """Calls a tool by its toolgate name: call("http_get", {"url": "https://example.com"})."""
+def call(name: str, args: _t.Optional[dict] = None, *, idempotency_key: _t.Optional[str] = None, **kwargs) -> _t.Any:
+    """Calls a tool by its toolgate name: call("http_get", {"url": "https://example.com"}).
+
+    idempotency_key: the same key with the same call answers the first call's result instead
+    of running it again (1-255 characters; the client's keys, as Idempotency-Key over HTTP)."""
     a = dict(args or {})
     a.update(kwargs)
-    return _call(name, a)
+    return _call(name, a, idempotency_key)
 
 
 def help(name: str) -> dict:

@@ -24,8 +24,16 @@ export interface NestedOutcome {
 export interface CodeModeSession {
   /** The tools the script's client may call, code mode itself aside. */
   readonly tools: readonly ScriptTool[];
-  /** One nested call through the gateway's pipeline; never throws (refusals are outcomes). */
-  call(tool: string, args: unknown, signal: AbortSignal): Promise<NestedOutcome>;
+  /**
+   * One nested call through the gateway's pipeline; never throws (refusals are outcomes).
+   * `idempotencyKey`: the script's own, under the client's idempotency rule.
+   */
+  call(
+    tool: string,
+    args: unknown,
+    signal: AbortSignal,
+    idempotencyKey?: string,
+  ): Promise<NestedOutcome>;
   /** The script ended: its capability is revoked. */
   close(): Promise<void>;
 }

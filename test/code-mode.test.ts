@@ -320,6 +320,26 @@ print(a == b, c == a + 1)`,
     expect(await res.json()).toMatchObject({ status: 'ok', result: { stdout: '42\n' } });
   });
 
+  it('a script killed at its own timeout cancels the child it was waiting for', async () => {
+    const before = held.aborted;
+    const res = await stack.call('/tools/run_code_with_tools/execute', {
+      json: { code: 'toolgate.hold()', timeoutSeconds: 2 },
+    });
+    const out = (await res.json()) as Outcome & { result: { timedOut: boolean } };
+    expect(out).toMatchObject({ status: 'ok', result: { timedOut: true } });
+    const child = await eventually(
+      async () =>
+        (
+          (await (await stack.call('/v1/calls?tool=hold&limit=5')).json()) as {
+            calls: { id: string; status: string; createdAt: number }[];
+          }
+        ).calls.sort((a, b) => b.createdAt - a.createdAt)[0],
+      (c) => c?.status === 'cancelled',
+    );
+    expect(child?.status).toBe('cancelled');
+    expect(held.aborted).toBe(before + 1);
+  }, 40_000);
+
   it('cancelling the script cancels its running child', async () => {
     const before = held.aborted;
     const accepted = await runScript(stack, 'toolgate.hold()', KEYS.alice, '?wait=false');

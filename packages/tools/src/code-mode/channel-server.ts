@@ -24,12 +24,25 @@ export class ScriptChannel {
   /** Nested calls made (answered or not). */
   calls = 0;
   private connections = 0;
+  /** Aborted when the script ends, however it ends: its nested calls still out are cancelled. */
+  private readonly ended = new AbortController();
+  private readonly signal: AbortSignal;
 
   constructor(
     private readonly session: CodeModeSession,
     private readonly maxResultBytes: number,
-    private readonly signal: AbortSignal,
-  ) {}
+    callSignal: AbortSignal,
+  ) {
+    this.signal = AbortSignal.any([callSignal, this.ended.signal]);
+  }
+
+  /**
+   * The script ended (exit, its own timeout, a kill): nested calls still waiting — parked for
+   * approval, queued, running — are hung up on, which cancels them on the gateway.
+   */
+  close(): void {
+    this.ended.abort();
+  }
 
   /** Serves one connection of the sandbox's socket. */
   handle = (socket: Socket): void => {

@@ -21,8 +21,8 @@ export async function runWithTools(
     timeoutMs: (timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1000,
     signal: ctx.signal,
   });
+  const channel = new ScriptChannel(session, codeMode.maxResultBytes, ctx.signal);
   try {
-    const channel = new ScriptChannel(session, codeMode.maxResultBytes, ctx.signal);
     const module = pythonModule(session.tools);
     const stdin = `${Buffer.byteLength(module)}\n${module}${code}`;
     return await runInWorkspace(
@@ -34,6 +34,7 @@ export async function runWithTools(
       { channel: channel.handle },
     );
   } finally {
+    channel.close();
     await session.close();
   }
 }

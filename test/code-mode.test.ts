@@ -313,6 +313,18 @@ print(a == b, c == a + 1)`,
     expect(out.result!.stdout).toBe('True True\n');
   });
 
+  it('the nested-call route takes only a live capability, never a client key', async () => {
+    for (const key of ['tgcm_forged0123456789', KEYS.alice]) {
+      const res = await stack.call('/v1/code-mode/calls', {
+        key,
+        json: { tool: 'calculator', args: { expression: '1+1' } },
+      });
+      expect(res.status).toBe(401);
+      expect(await res.json()).toMatchObject({ error: { code: 'unauthorized' } });
+      expect((await stack.call('/v1/code-mode/tools', { key })).status).toBe(401);
+    }
+  });
+
   it('run_python with tools: true is code mode too', async () => {
     const res = await stack.call('/tools/run_python/execute', {
       json: { code: 'print(toolgate.calculator(expression="6*7"))', tools: true },

@@ -272,6 +272,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   // Code mode's nested calls carry a script's capability, not a client key (docs/code-mode.md).
   app.use(
     codeModeRoutes({
+      failures: authFailures,
       capabilities: new CodeModeCapabilities(redis, keys),
       clients,
       pipeline,

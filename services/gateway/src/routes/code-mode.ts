@@ -15,6 +15,7 @@ import {
 import type { CallOutcome, CodeModeCapabilities, CodeModeGrant } from '@toolgate/calls';
 import type { ToolRegistry } from '@toolgate/registry';
 import type { Client, Clients } from '../clients.js';
+import type { AuthFailures } from '../policy/auth-failures.js';
 import { ApiError } from '../errors.js';
 import { objectBody } from '../http.js';
 import type { CallPipeline } from '../pipeline.js';
@@ -42,6 +43,8 @@ export interface CodeModeRouteOptions {
   approval: 'wait' | 'fail';
   /** The gateway's body reader (its limits), run once the capability is known good. */
   body: RequestHandler;
+  /** Unknown capabilities count as bad keys of their source address (`policy.authFailures`). */
+  failures?: AuthFailures;
 }
 
 interface Authorized {
@@ -61,6 +64,13 @@ function unknownCapability(): ApiError {
   );
 }
 
+/** A request with no valid capability: counted against its address like a bad key. */
+async function refuse(o: CodeModeRouteOptions, req: Request): Promise<ApiError> {
+  const err = unknownCapability();
+  if (!o.failures) return err;
+  return o.failures.fail(req.ip ?? req.socket.remoteAddress ?? 'unknown', err);
+}
+
 export function codeModeRoutes(o: CodeModeRouteOptions): Router {
   const router = Router();
 
@@ -68,7 +78,7 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
   router.get('/v1/code-mode/tools', async (req, res) => {
     const grant = await o.capabilities.peek(bearer(req));
     const client = grant && o.clients.byId(grant.clientId);
-    if (!client) throw unknownCapability();
+    if (!client) throw await refuse(o, req);
     const tools = o.registry
       .list()
       .filter((t) => t.name !== CODE_MODE_TOOL && client.scope.allows(t))
@@ -91,10 +101,10 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
               'this script has made all the nested calls it may (codeMode.maxCalls)',
             ),
           );
-        return next(unknownCapability());
+        return void refuse(o, req).then(next, next);
       }
       const client = o.clients.byId(taken.grant.clientId);
-      if (!client) return next(unknownCapability());
+      if (!client) return void refuse(o, req).then(next, next);
       res.locals.codeMode = { client, grant: taken.grant } satisfies Authorized;
       next();
     }, next);

@@ -92,15 +92,19 @@ function toolFunction(tool: ScriptTool, fnName: string): string {
   }
   // Required ones first: Python wants those without defaults before the others.
   params.sort((a, b) => Number(a.includes('= _UNSET')) - Number(b.includes('= _UNSET')));
-  if (extra || tool.parameters.additionalProperties !== false) params.push('**_extra');
-  const signature = params.length > 0 ? `*, ${params.join(', ')}` : '';
+  const rest = extra || tool.parameters.additionalProperties !== false;
+  // `*` makes the named ones keyword-only; Python refuses a bare `*` right before `**`.
+  const signature = [
+    ...(params.length > 0 ? ['*', ...params] : []),
+    ...(rest ? ['**_extra'] : []),
+  ].join(', ');
   const doc = `${tool.description}\n\nArgs:\n${docArgs.join('\n') || '    (none)'}`;
   return [
     `def ${fnName}(${signature}) -> _t.Any:`,
     // locals() first: inside a comprehension it would be the comprehension's (Python < 3.12).
     `    _l = dict(locals())`,
     `    _a = {k: v for k, v in _l.items() if k != '_extra' and v is not _UNSET}`,
-    params.some((p) => p.startsWith('**')) ? `    _a.update(_l.get('_extra') or {})` : '',
+    rest ? `    _a.update(_l.get('_extra') or {})` : '',
     `    return _call(${pyString(tool.name)}, _a)`,
     `${fnName}.__doc__ = ${pyString(doc)}`,
     '',

@@ -117,6 +117,8 @@ export class CodeModeBroker implements CodeModeServices {
       throw err;
     }
     const base = this.base;
+    // Taken here, in the script's span: each nested call joins the script's trace.
+    const trace = injectContext();
     const log = this.o.log;
     return {
       tools,
@@ -130,8 +132,7 @@ export class CodeModeBroker implements CodeModeServices {
                 authorization: `Bearer ${token}`,
                 'content-type': 'application/json',
                 ...(idempotencyKey ? { 'idempotency-key': idempotencyKey } : {}),
-                // The nested call's spans join the script's trace.
-                ...injectContext(),
+                ...trace,
               },
               body: JSON.stringify({ tool, args }),
             },

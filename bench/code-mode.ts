@@ -67,6 +67,18 @@ const env = {
 const worker = await startTs('services/worker/src/main.ts', env, /worker started/);
 const gateway = await startTs('services/gateway/src/main.ts', env, /gateway listening/);
 const base = `http://127.0.0.1:${port}`;
+let stopping = false;
+for (const [name, child] of [
+  ['worker', worker],
+  ['gateway', gateway],
+] as const) {
+  // A service gone mid-run would leave requests hanging: fail loudly instead.
+  child.once('exit', (code, signal) => {
+    if (stopping) return;
+    console.error(`the ${name} exited during the benchmark (${signal ?? code})`);
+    process.exit(1);
+  });
+}
 const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
 
 async function execute(tool: string, args: unknown): Promise<Record<string, unknown>> {
@@ -164,6 +176,7 @@ const separateBytes = await bridgeContentBytes(
   })),
 );
 
+stopping = true;
 await stop(gateway);
 await stop(worker);
 items.close();

@@ -22,11 +22,16 @@ export interface LoopOptions {
   onToolResult?: (name: string, args: string, result: string) => void;
   /** Show long calls' output as it comes, and cancel them on a signal (lib/toolgate.ts). */
   live?: LiveCalls;
+  /** Offer the model only these tools (e.g. `['run_code_with_tools']` for code mode). */
+  only?: readonly string[];
 }
 
 export async function runOpenAIChat(openai: OpenAI, options: LoopOptions): Promise<string> {
   const { toolgate, model, maxTurns = 8 } = options;
-  const tools = await fetchTools<ChatCompletionTool>(toolgate, 'openai');
+  const listed = await fetchTools<ChatCompletionTool>(toolgate, 'openai');
+  const tools = options.only
+    ? listed.filter((t) => t.type === 'function' && options.only!.includes(t.function.name))
+    : listed;
   const messages: ChatCompletionMessageParam[] = [
     ...(options.system ? [{ role: 'system' as const, content: options.system }] : []),
     { role: 'user', content: options.prompt },

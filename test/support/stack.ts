@@ -43,7 +43,7 @@ export interface StackOptions {
   worker?: boolean;
   /** Where the gateway and worker log (default: silent, or TEST_LOG_LEVEL). */
   logger?: Logger;
-  /** The gateway's port (default: any free one). */
+  /** The gateway's port (default: any free one); code-mode tests name it in codeMode.gatewayUrl. */
   port?: number;
 }
 

@@ -22,6 +22,8 @@ export interface AuditEntry {
   tool: string;
   status: string;
   callId?: string;
+  /** A nested call of a code-mode script: the script's call. */
+  parentCallId?: string;
   durationMs?: number;
   /** Redacted; when the entry was over the size cap, a cut JSON text of the redacted args. */
   args?: unknown;

@@ -29,6 +29,8 @@ export { RunLeases } from './leases.js';
 export { ConnectionBudget } from './connection-budget.js';
 export { Approvals, cancelledOutcome } from './approvals.js';
 export { AuditLog } from './audit.js';
+export { CodeModeCapabilities } from './code-mode.js';
+export type { CodeModeGrant, CodeModeTake } from './code-mode.js';
 export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, StatsBatch, percentile, USER_STATS_MAX, USER_STATS_SHOWN } from './stats.js';
 export { maskText, redact, redactValues } from './redact.js';

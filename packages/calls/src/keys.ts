@@ -146,6 +146,14 @@ export class Keys {
     return `${this.prefix}:brief:${id}`;
   }
 
+  /**
+   * A running script's code-mode capability (a hash: client, parent call, calls remaining),
+   * named by the digest of its token and expiring with the script (docs/code-mode.md).
+   */
+  codeModeCapability(tokenDigest: string): string {
+    return `${this.base}:codemode:${tokenDigest}`;
+  }
+
   idempotency(clientId: string, key: string): string {
     return `${this.prefix}:idem:${clientId}:${key}`;
   }

@@ -69,6 +69,8 @@ export interface CallJob {
   replyTo?: string;
   /** The admin who approved this call, for calls that needed approval. */
   approvedBy?: string;
+  /** A nested call of a code-mode script: the script's call (docs/code-mode.md). */
+  parentCallId?: string;
   /** W3C trace context carriers, so the worker's spans join the gateway's trace. */
   trace?: Record<string, string>;
   /** The session the call runs in, and the worker hosting it (whose own queue takes it). */

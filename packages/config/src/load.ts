@@ -36,6 +36,7 @@ const OVERRIDES: Record<string, [string[], 'string' | 'int' | 'list']> = {
   TOOLGATE_SANDBOX_CONCURRENCY: [['worker', 'sandboxConcurrency'], 'int'],
   WORKER_METRICS_PORT: [['worker', 'metricsPort'], 'int'],
   GATEWAY_METRICS_PORT: [['server', 'metricsPort'], 'int'],
+  TOOLGATE_CODE_MODE_GATEWAY_URL: [['codeMode', 'gatewayUrl'], 'string'],
   TOOLGATE_SANDBOX_DRIVER: [['sandbox', 'driver'], 'string'],
   TOOLGATE_WORKER_QUEUES: [['worker', 'queues'], 'list'],
   TOOLGATE_CONSOLE_DIR: [['console', 'dir'], 'string'],

@@ -447,6 +447,20 @@ export const ConfigSchema = Type.Object(
       },
       closed,
     ),
+    /** run_code_with_tools and run_python's `tools: true` (docs/code-mode.md). */
+    codeMode: Type.Object(
+      {
+        /** Where workers send a script's nested calls (any gateway replica; compose: the gateway service). */
+        gatewayUrl: Type.String({ minLength: 1, default: 'http://127.0.0.1:8080' }),
+        /** Nested calls one script may make; the next is refused `code_mode_max_calls`. */
+        maxCalls: Type.Integer({ minimum: 1, maximum: 10_000, default: 200 }),
+        /** Bytes of results one script may receive in all; past it `code_mode_bytes`. */
+        maxResultBytes: Type.Integer({ minimum: 1024, default: 8_388_608 }),
+        /** A nested call that needs approval: park the script until decided, or fail at once. */
+        approval: StringEnum(['wait', 'fail'], 'wait'),
+      },
+      closed,
+    ),
     /** The operator console at /console (docs/console.md). */
     console: Type.Object(
       {

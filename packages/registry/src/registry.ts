@@ -96,6 +96,7 @@ export class ToolRegistry {
       ...(strictIssue === undefined ? {} : { strictIssue }),
       ...(spec.annotations ? { annotations: spec.annotations } : {}),
       precheck: spec.precheck as Tool['precheck'],
+      ...(spec.describe ? { describe: spec.describe } : {}),
       handler: spec.handler as Tool['handler'],
     };
     this.tools.set(tool.name, tool);
@@ -219,7 +220,11 @@ export class ToolRegistry {
       result = this.nameOrder().filter(keep);
     }
     const limit = options.limit;
-    return limit !== undefined && limit >= 0 ? result.slice(0, limit) : result;
+    if (limit !== undefined && limit >= 0) result = result.slice(0, limit);
+    if (!scope || !result.some((t) => t.describe)) return result;
+    // Tools described per client see everything this client may call, whatever the filters.
+    const visible = this.nameOrder().filter((t) => scope.allows(t));
+    return result.map((t) => (t.describe ? { ...t, description: t.describe(visible) } : t));
   }
 
   categories(): string[] {

@@ -119,6 +119,12 @@ export interface ToolSpec<
    * on the gateway's event loop (docs/policy-budgets.md).
    */
   precheck?: (args: Static<S>, ctx: PrecheckContext) => void;
+  /**
+   * The description one client's listing shows, made from the tools that client may call
+   * (`visible`): for tools whose use depends on the others (run_code_with_tools). Bounded by
+   * the tool; `description` stays what search and unscoped listings read.
+   */
+  describe?: (visible: readonly Tool[]) => string;
   handler: (args: Static<S>, ctx: ToolContext) => Promise<R> | R;
 }
 
@@ -157,6 +163,7 @@ export interface Tool {
   /** MCP annotations from the tool's origin (upstream tools), when it gave some. */
   annotations?: Record<string, unknown>;
   precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;
+  describe?: (visible: readonly Tool[]) => string;
   handler: (args: unknown, ctx: ToolContext) => Promise<unknown> | unknown;
 }
 

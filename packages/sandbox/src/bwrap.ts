@@ -21,6 +21,7 @@ import {
   removeStaleCgroups,
   type CgroupMode,
 } from './cgroup.js';
+import { CHANNEL_DIR, ChannelListener, makeChannelDir, removeChannelDir } from './channel.js';
 import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { RunWatchdog } from './watchdog.js';
@@ -372,7 +373,11 @@ export class BwrapDriver implements SandboxDriver {
     return handle;
   }
 
-  private bwrapArgs(req: PreparedRun, fs: { dir: string; env: Record<string, string> }): string[] {
+  private bwrapArgs(
+    req: PreparedRun,
+    fs: { dir: string; env: Record<string, string> },
+    channelDir: string | undefined,
+  ): string[] {
     const env = { ...fs.env, ...BASE_ENV };
     const args = [
       '--unshare-all',
@@ -409,6 +414,10 @@ export class BwrapDriver implements SandboxDriver {
     ];
     // Loaded last, just before the exec: the launcher wrote the BPF to this fd.
     if (this.seccomp) args.push('--seccomp', String(SECCOMP_FD));
+    // The rootfs is read-only: /run becomes a tmpfs (not writable by the sandbox's uid) so the
+    // channel's mount point can be made in it.
+    if (channelDir !== undefined)
+      args.push('--tmpfs', '/run', '--ro-bind', channelDir, CHANNEL_DIR);
     if (req.workspace !== undefined)
       args.push('--bind', req.workspace, WORKSPACE_MOUNT, '--chdir', WORKSPACE_MOUNT);
     else args.push('--chdir', '/tmp');
@@ -417,8 +426,12 @@ export class BwrapDriver implements SandboxDriver {
   }
 
   /** What the launcher execs: bwrap, under setpriv when the worker is root. */
-  private launchArgv(req: PreparedRun, fs: { dir: string; env: Record<string, string> }): string[] {
-    const inner = ['bwrap', ...this.bwrapArgs(req, fs)];
+  private launchArgv(
+    req: PreparedRun,
+    fs: { dir: string; env: Record<string, string> },
+    channelDir?: string,
+  ): string[] {
+    const inner = ['bwrap', ...this.bwrapArgs(req, fs, channelDir)];
     // As root, drop to the sandbox uid on the host too: bwrap then runs unprivileged, and files
     // written to the workspace belong to the same uid as with the docker driver.
     return this.asRoot
@@ -530,10 +543,27 @@ export class BwrapDriver implements SandboxDriver {
     fs: { dir: string; env: Record<string, string> },
   ): Promise<RunResult> {
     const t0 = performance.now();
+    const channelDir = req.channel ? await makeChannelDir(this.config.stateDir) : undefined;
+    let channel: ChannelListener | undefined;
+    try {
+      if (channelDir && req.channel) channel = await ChannelListener.open(channelDir, req.channel);
+      return await this.executeIn(req, fs, channelDir, t0);
+    } finally {
+      await channel?.close();
+      if (channelDir) await removeChannelDir(channelDir);
+    }
+  }
+
+  private async executeIn(
+    req: PreparedRun,
+    fs: { dir: string; env: Record<string, string> },
+    channelDir: string | undefined,
+    t0: number,
+  ): Promise<RunResult> {
     const pooled = req.defaultResources ? this.takeLauncher() : undefined;
     const launcher = pooled ?? (await this.spawnLauncher(req.resources));
     const { child, cgroup } = launcher;
-    const argv = this.launchArgv(req, fs);
+    const argv = this.launchArgv(req, fs, channelDir);
     const killGroup = () => {
       try {
         if (child.pid) process.kill(-child.pid, 'SIGKILL');

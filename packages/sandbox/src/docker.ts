@@ -10,6 +10,7 @@ import path from 'node:path';
 import { Writable, type Duplex } from 'node:stream';
 import Docker from 'dockerode';
 import type { SandboxConfig } from './config.js';
+import { CHANNEL_DIR, ChannelListener, makeChannelDir, removeChannelDir } from './channel.js';
 import { ExitMarkerScanner, encodeEnvelope, type ExitReport } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { SlotMounts } from './mounts.js';
@@ -82,6 +83,8 @@ interface Armed {
   onStderr: (b: Buffer) => void;
   /** Empty slot directory mounted at /workspace (pooled containers). */
   slot: string | undefined;
+  /** This container's own directory at CHANNEL_DIR, where a code-mode call's socket goes. */
+  channelDir: string;
   /** Its address on the egress network (network-enabled containers), known to the proxy. */
   address: string | undefined;
   createdAt: number;
@@ -445,6 +448,7 @@ export class DockerDriver implements SandboxDriver {
     let reported: (r: ExitReport) => void = () => undefined;
     const exitReport = new Promise<ExitReport>((resolve) => (reported = resolve));
     let firstReport = 0;
+    let channel: ChannelListener | undefined;
     const scan = (scanner: ExitMarkerScanner) => (b: Buffer) => {
       scanner.push(b);
       if (!firstReport && (outScan.report || errScan.report)) firstReport = performance.now();
@@ -457,6 +461,7 @@ export class DockerDriver implements SandboxDriver {
       if (armed.dead)
         throw new SandboxError('start_failed', 'sandbox container stopped before its call');
       if (armed.slot && req.workspace) await this.mounts.bind(req.workspace, armed.slot);
+      if (req.channel) channel = await ChannelListener.open(armed.channelDir, req.channel);
       const mounted = performance.now();
       armed.stream.end(encodeEnvelope(req.argv, req.stdin, nonce));
       const stopped = async () => ({
@@ -501,6 +506,7 @@ export class DockerDriver implements SandboxDriver {
       throw err;
     } finally {
       watch.dispose();
+      await channel?.close();
       // Output in: the replacement starts now, off this call's path (WarmPool.acquire).
       if (poolable) pool.refill();
       void (killing ?? Promise.resolve()).then(() => this.dispose(armed));
@@ -538,8 +544,11 @@ export class DockerDriver implements SandboxDriver {
     const fsize = limits.fileSizeMb * MiB;
     const egressNetwork = how.network ? this.egress : undefined;
     const egress = egressNetwork?.info;
-    if (how.network && !egress)
+    if (how.network && !egress) {
+      if (slot) await this.mounts.releaseSlot(slot);
       throw new SandboxError('invalid_request', 'network access is unavailable');
+    }
+    const channelDir = await makeChannelDir(this.config.stateDir);
     let container: Docker.Container;
     try {
       container = await this.docker.createContainer({
@@ -618,11 +627,14 @@ export class DockerDriver implements SandboxDriver {
                   },
                 ]
               : []),
+            // Read-only: connecting to a socket needs no write access to its filesystem.
+            { Type: 'bind' as const, Source: channelDir, Target: CHANNEL_DIR, ReadOnly: true },
           ],
         },
       });
     } catch (err) {
       if (slot) await this.mounts.releaseSlot(slot);
+      await removeChannelDir(channelDir);
       throw err;
     }
     this.live.add(container.id);
@@ -649,6 +661,7 @@ export class DockerDriver implements SandboxDriver {
         onStdout: () => undefined,
         onStderr: () => undefined,
         slot,
+        channelDir,
         address: undefined,
         createdAt: Date.now(),
         dead: false,
@@ -676,6 +689,7 @@ export class DockerDriver implements SandboxDriver {
       if (address) egressNetwork?.release(address);
       await this.removeContainer(container);
       if (slot) await this.mounts.releaseSlot(slot);
+      await removeChannelDir(channelDir);
       throw new SandboxError(
         'start_failed',
         `sandbox container failed to start: ${(err as Error).message}`,
@@ -699,6 +713,7 @@ export class DockerDriver implements SandboxDriver {
     if (armed.address) this.egress?.release(armed.address);
     await this.removeContainer(armed.container);
     if (armed.slot) await this.mounts.releaseSlot(armed.slot);
+    await removeChannelDir(armed.channelDir);
   }
 
   private async removeContainer(container: Docker.Container): Promise<void> {

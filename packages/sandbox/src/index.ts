@@ -94,6 +94,8 @@ export {
   sandboxConfigProblems,
 } from './config.js';
 export { SandboxError } from './errors.js';
+export { CHANNEL_DIR, CHANNEL_SOCKET } from './channel.js';
+export type { ChannelHandler } from './channel.js';
 export { mountTable } from './mounts.js';
 export {
   Workspaces,

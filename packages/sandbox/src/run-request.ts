@@ -2,6 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import path from 'node:path';
+import type { ChannelHandler } from './channel.js';
 import type { SandboxConfig, SandboxImage } from './config.js';
 import { SandboxError } from './errors.js';
 import type {
@@ -29,6 +30,7 @@ export interface PreparedRun {
   callId: string | undefined;
   clientId: string | undefined;
   credentials: EgressCredentials | undefined;
+  channel: ChannelHandler | undefined;
 }
 
 export function prepareRun(config: SandboxConfig, request: RunRequest): PreparedRun {
@@ -82,6 +84,7 @@ export function prepareRun(config: SandboxConfig, request: RunRequest): Prepared
     callId: request.callId,
     clientId: request.clientId,
     credentials: request.credentials,
+    channel: request.channel,
   };
 }
 

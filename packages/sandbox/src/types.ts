@@ -1,5 +1,6 @@
 /** The one interface every sandbox driver implements (docker.ts, bwrap.ts). */
 import type { Readable, Writable } from 'node:stream';
+import type { ChannelHandler } from './channel.js';
 import type { SandboxLimits } from './config.js';
 
 export type DriverName = 'docker' | 'bwrap';
@@ -40,6 +41,11 @@ export interface RunRequest {
    * Nothing is delivered once run() has settled. A throwing callback is ignored.
    */
   onOutput?: (stream: OutputStream, text: string) => void;
+  /**
+   * Code mode: a unix socket at CHANNEL_SOCKET inside this sandbox (and no other), listened on
+   * for the length of the run; each connection is handed here. Absent: the socket is not there.
+   */
+  channel?: ChannelHandler;
   /** For labels and logs. */
   callId?: string;
   /**

@@ -5,6 +5,7 @@ import { httpTools } from './http/index.js';
 import { memoryTools } from './memory/index.js';
 import { metaTools } from './meta/index.js';
 import { sandboxedTools } from './sandboxed/index.js';
+import { codeModeTools } from './code-mode/index.js';
 
 /** The in-process built-in tools (docs/spec.md §4). */
 export const builtinTools: AnyToolSpec[] = [
@@ -12,6 +13,7 @@ export const builtinTools: AnyToolSpec[] = [
   currentTime,
   ...httpTools,
   ...sandboxedTools,
+  ...codeModeTools,
   ...memoryTools,
   ...metaTools,
 ];
@@ -45,6 +47,19 @@ export {
   toToolError,
 } from './sandboxed/index.js';
 export { checkShellCommand, shellPolicyError, POLICY_DENIED } from './policy/index.js';
+export {
+  codeModeTools,
+  runCodeWithTools,
+  pythonModule,
+  ScriptChannel,
+  MAX_REQUEST_BYTES,
+} from './code-mode/index.js';
+export type {
+  CodeModeServices,
+  CodeModeSession,
+  NestedOutcome,
+  ScriptTool,
+} from './code-mode/index.js';
 export type {
   EgressProxy,
   EgressProxyOptions,

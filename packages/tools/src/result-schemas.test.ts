@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createHttpServices, type HttpPolicy } from './http/index.js';
 import { createMemoryStore, type MemoryStore } from './memory/index.js';
 import { createToolCatalog } from './meta/index.js';
-import { createToolRegistry } from './index.js';
+import { createToolRegistry, type CodeModeServices } from './index.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 
@@ -324,6 +324,36 @@ describe.skipIf(unavailable !== undefined)(`sandboxed tools (${driver})`, () => 
   afterAll(async () => {
     await sandbox?.close();
     await rm(dir, { recursive: true, force: true });
+  });
+
+  it('run_code_with_tools: a script calling a tool, and one failing', async () => {
+    // A session standing in for the worker's (the gateway path is test/code-mode.test.ts).
+    const codeMode: CodeModeServices = {
+      maxResultBytes: 1 << 20,
+      open: () =>
+        Promise.resolve({
+          tools: [
+            { name: 'calculator', description: 'Math', parameters: tool('calculator').parameters },
+          ],
+          call: (_name, args) =>
+            Promise.resolve({
+              status: 'ok',
+              result: (args as { expression: string }).expression.length,
+            }),
+          close: () => Promise.resolve(),
+        }),
+    };
+    const codeCtx = () => baseCtx({ sandbox, workspaces, codeMode });
+    expect(
+      await run(
+        'run_code_with_tools',
+        { code: 'print(toolgate.calculator(expression="1+2"))' },
+        codeCtx(),
+      ),
+    ).toMatchObject({ stdout: '3\n', exitCode: 0 });
+    expect(
+      await run('run_code_with_tools', { code: 'raise ValueError("no")' }, codeCtx()),
+    ).toMatchObject({ exitCode: 1, stderr: expect.stringContaining('ValueError: no') });
   });
 
   it('run_python: output, a failing program, output cut at the limit, a timeout', async () => {

@@ -71,7 +71,7 @@ export class Clients {
     return new Set(this.all.keys());
   }
 
-  /** The configured client with this id (a token's client claim names it). */
+  /** The configured client with this id (a token's client claim, a code-mode capability). */
   byId(id: string): Client | undefined {
     return this.all.get(id);
   }

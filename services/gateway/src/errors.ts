@@ -26,6 +26,9 @@ export type ApiErrorCode =
   | 'too_many_secrets'
   | 'secrets_disabled'
   | 'too_many_sessions'
+  | 'approval_required'
+  | 'code_mode_max_calls'
+  | 'code_mode_depth'
   | 'unavailable'
   | 'internal';
 
@@ -54,6 +57,9 @@ const STATUS: Record<ApiErrorCode, number> = {
   too_many_secrets: 409,
   secrets_disabled: 503,
   too_many_sessions: 429,
+  approval_required: 403,
+  code_mode_max_calls: 429,
+  code_mode_depth: 400,
   unavailable: 503,
   internal: 500,
 };

@@ -7,6 +7,7 @@ import {
   CallEvents,
   CallIndex,
   CallStore,
+  CodeModeCapabilities,
   Dispatcher,
   Keys,
   ResultCache,
@@ -45,6 +46,7 @@ import { protectedResourceRoutes } from './routes/well-known.js';
 import { ApprovalFeed } from './approval-feed.js';
 import { HeldConnections } from './held-connections.js';
 import { callRoutes } from './routes/calls.js';
+import { codeModeRoutes } from './routes/code-mode.js';
 import { consoleApi, consoleDir, consolePages } from './routes/console.js';
 import { executeRoutes } from './routes/execute.js';
 import { sessionRoutes } from './routes/sessions.js';
@@ -274,6 +276,18 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     keys.authFailures,
     config.policy.authFailures.perMinute,
     () => metrics.limited.inc({ kind: 'auth', client: '(unauthenticated)' }),
+  );
+  // Code mode's nested calls carry a script's capability, not a client key (docs/code-mode.md).
+  app.use(
+    codeModeRoutes({
+      failures: authFailures,
+      capabilities: new CodeModeCapabilities(redis, keys),
+      clients,
+      pipeline,
+      registry,
+      approval: config.codeMode.approval,
+      body: readJsonBody({ limitBytes: config.server.bodyLimitBytes }),
+    }),
   );
   const oauth = config.auth.oauth ? new OAuthResource(config.auth.oauth, clients) : undefined;
   if (oauth) app.use(protectedResourceRoutes(oauth));

@@ -84,6 +84,13 @@ export interface CallRequest {
   onAccepted?: (id: string) => void;
   /** The session to run in (`X-Toolgate-Session`, MCP `_meta`; docs/sessions.md). */
   session?: string;
+  /** A nested call of a code-mode script: the script's call (audit, records; docs/code-mode.md). */
+  parentCallId?: string;
+  /**
+   * What a call that needs approval does: `park` (the default) waits for a decision;
+   * `refuse` answers 403 `approval_required` without parking (`codeMode.approval: fail`).
+   */
+  approval?: 'park' | 'refuse';
 }
 
 /** A finished call (200), or an accepted one still in flight or parked (202). */
@@ -251,10 +258,23 @@ export class CallPipeline {
         };
         return {
           kind: 'done',
-          outcome: await this.answer(tool, client, args, { status: 'error', error }, 'tool policy'),
+          outcome: await this.answer(
+            tool,
+            client,
+            args,
+            { status: 'error', error },
+            'tool policy',
+            req.parentCallId,
+          ),
         };
       }
       const needsApproval = this.o.requiresApproval(tool);
+      if (needsApproval && req.approval === 'refuse') {
+        throw new ApiError(
+          'approval_required',
+          `"${tool.name}" needs an administrator's approval, and nested calls of this deployment do not wait for one (codeMode.approval: fail)`,
+        );
+      }
       let host: string | undefined;
       if (req.session !== undefined) {
         if (needsApproval) {
@@ -273,6 +293,7 @@ export class CallPipeline {
               args,
               { status: 'error', error: found.lost },
               'session lost',
+              req.parentCallId,
             ),
           };
         }
@@ -293,6 +314,7 @@ export class CallPipeline {
               args,
               { status: 'ok', result: hit.result, cached: true },
               'cache hit',
+              req.parentCallId,
             ),
           };
         }
@@ -335,6 +357,7 @@ export class CallPipeline {
         ...(req.conversationId ? { conversationId: req.conversationId } : {}),
         ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
         ...(host !== undefined ? { session: { id: req.session!, host } } : {}),
+        ...(req.parentCallId ? { parentCallId: req.parentCallId } : {}),
       };
       const trace = injectContext();
       if (trace) job.trace = trace;
@@ -830,6 +853,7 @@ export class CallPipeline {
     args: Record<string, unknown>,
     result: Pick<CallOutcome, 'status' | 'result' | 'error'> & { cached?: boolean },
     reason: string,
+    parentCallId?: string,
   ): Promise<CallOutcome> {
     const outcome: CallOutcome = {
       id: randomUUID(),
@@ -849,6 +873,7 @@ export class CallPipeline {
       durationMs: 0,
       args,
       reason,
+      ...(parentCallId ? { parentCallId } : {}),
     });
     const call = {
       id: outcome.id,
@@ -902,6 +927,7 @@ export class CallPipeline {
       status: err.code,
       args: req.args,
       reason: err.message,
+      ...(req.parentCallId ? { parentCallId: req.parentCallId } : {}),
     });
     this.o.audit.append(entry).catch(() => undefined);
   }

@@ -153,6 +153,7 @@ export class Recorder {
         durationMs: outcome.durationMs,
         args: call.args,
         ...(call.approvedBy ? { by: call.approvedBy } : {}),
+        ...(call.parentCallId ? { parentCallId: call.parentCallId } : {}),
       });
       // The audit entry's redacted arguments are the record's too (one redaction per call).
       store.addTo(pipeline, finishedRecord({ ...call, redactedArgs: entry.args }, kind, outcome));

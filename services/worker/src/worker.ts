@@ -6,6 +6,7 @@ import {
   CallEventWriter,
   CallIndex,
   CallStore,
+  CodeModeCapabilities,
   Heartbeat,
   Lane,
   Keys,
@@ -39,6 +40,7 @@ import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
 import { createResultChecker } from './result-check.js';
 import { SessionHost } from './sessions/session-host.js';
+import { CodeModeBroker } from './code-mode.js';
 
 /** A lease outlives its call's timeout by this much before it counts as a dead worker's. */
 const LEASE_GRACE_MS = 60_000;
@@ -141,11 +143,25 @@ export function createWorker({
     config.upstreams.length === 0
       ? undefined
       : new UpstreamCalls(config.upstreams, createGuardedFetch(config.policy.http), stdioServers);
-  const services: ToolServices = upstreamCalls ? { ...given, upstreams: upstreamCalls } : given;
   let upstreamCatalog: UpstreamCatalog | undefined;
   const keys = Keys.for(config.redis);
   const redis = createRedis(config.redis, 'blocking');
   redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
+  // Code mode: scripts' nested calls go to a gateway under a capability (docs/code-mode.md).
+  const codeMode =
+    given.codeMode ??
+    new CodeModeBroker({
+      capabilities: new CodeModeCapabilities(redis, keys),
+      gatewayUrl: config.codeMode.gatewayUrl,
+      maxCalls: config.codeMode.maxCalls,
+      maxResultBytes: config.codeMode.maxResultBytes,
+      log: log.child({ component: 'code-mode' }),
+    });
+  const services: ToolServices = {
+    ...given,
+    codeMode,
+    ...(upstreamCalls ? { upstreams: upstreamCalls } : {}),
+  };
   const audit = new AuditLog(redis, keys, config.audit);
   const index = new CallIndex(redis, keys, config.calls.ttlSeconds);
   const stats = new Stats(redis, keys, { series: new Series(redis, keys), index });

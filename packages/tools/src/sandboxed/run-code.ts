@@ -5,7 +5,8 @@
  */
 import { checkShellCommand, shellPolicyError } from '../policy/index.js';
 import { Type, defineTool, spaceOf, type ToolContext } from '@toolgate/registry';
-import type { RunResult } from '@toolgate/sandbox';
+import type { RunRequest, RunResult } from '@toolgate/sandbox';
+import { runWithTools } from '../code-mode/script.js';
 import { sandboxServices, toToolError } from './services.js';
 
 export interface RunToolResult {
@@ -45,6 +46,7 @@ export async function runInWorkspace(
   argv: string[],
   stdin: string | undefined,
   timeoutSecs: number | undefined,
+  extra: Pick<RunRequest, 'channel'> = {},
 ): Promise<RunToolResult> {
   const { sandbox, workspaces } = sandboxServices(ctx);
   let result: RunResult;
@@ -60,6 +62,7 @@ export async function runInWorkspace(
       onOutput: (stream, text) => ctx.events?.output(stream, text),
       callId: ctx.callId,
       clientId: ctx.clientId,
+      ...extra,
     });
   } catch (err) {
     throw toToolError(err);
@@ -100,6 +103,12 @@ export const runPython = defineTool({
   parameters: Type.Object({
     code: Type.String({ minLength: 1, maxLength: 200_000, description: 'Python source to run' }),
     timeoutSeconds,
+    tools: Type.Optional(
+      Type.Boolean({
+        description:
+          'true: code mode, your tools are functions of the `toolgate` module (as run_code_with_tools)',
+      }),
+    ),
   }),
   result: RunResultSchema,
   sandbox: { image: 'python' },
@@ -107,7 +116,9 @@ export const runPython = defineTool({
   timeoutMs: (MAX_TIMEOUT_SECONDS + 30) * 1000,
   // -u: print() reaches the live output as it happens, not in 8 KiB blocks at the exit.
   handler: (args, ctx) =>
-    runInWorkspace(ctx, 'python', ['python3', '-u', '-'], args.code, args.timeoutSeconds),
+    args.tools
+      ? runWithTools(ctx, args.code, args.timeoutSeconds)
+      : runInWorkspace(ctx, 'python', ['python3', '-u', '-'], args.code, args.timeoutSeconds),
 });
 
 export const runShell = defineTool({

@@ -1,0 +1,180 @@
+/**
+ * The gateway side of code mode (docs/code-mode.md): a worker running a script sends the
+ * script's nested calls here, with the script's capability instead of a client key. Each one
+ * then takes the same pipeline as a model's call, as the script's client: scope, validation,
+ * rate limit, loop guard (the script's call is the conversation), precheck, approval, cache,
+ * admission, idempotency, audit and stats, with `parentCallId` the script's call.
+ */
+import {
+  Router,
+  type NextFunction,
+  type Request,
+  type RequestHandler,
+  type Response,
+} from 'express';
+import type { CallOutcome, CodeModeCapabilities, CodeModeGrant } from '@toolgate/calls';
+import type { ToolRegistry } from '@toolgate/registry';
+import type { Client, Clients } from '../clients.js';
+import type { AuthFailures } from '../policy/auth-failures.js';
+import { ApiError } from '../errors.js';
+import { objectBody } from '../http.js';
+import type { CallPipeline } from '../pipeline.js';
+
+/** Tools a nested call cannot run: code mode is one level deep. */
+export const CODE_MODE_TOOL = 'run_code_with_tools';
+
+/** Whether this call would start code mode (run_code_with_tools, or run_python with tools). */
+export function startsCodeMode(tool: string, args: unknown): boolean {
+  if (tool === CODE_MODE_TOOL) return true;
+  return (
+    tool === 'run_python' &&
+    typeof args === 'object' &&
+    args !== null &&
+    (args as { tools?: unknown }).tools === true
+  );
+}
+
+export interface CodeModeRouteOptions {
+  capabilities: CodeModeCapabilities;
+  clients: Clients;
+  pipeline: CallPipeline;
+  registry: ToolRegistry;
+  /** `codeMode.approval`: a nested call that needs approval waits for it, or fails at once. */
+  approval: 'wait' | 'fail';
+  /** The gateway's body reader (its limits), run once the capability is known good. */
+  body: RequestHandler;
+  /** Unknown capabilities count as bad keys of their source address (`policy.authFailures`). */
+  failures?: AuthFailures;
+}
+
+interface Authorized {
+  client: Client;
+  grant: CodeModeGrant;
+}
+
+function bearer(req: Request): string {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.get('authorization') ?? '');
+  return m?.[1] ?? '';
+}
+
+function unknownCapability(): ApiError {
+  return new ApiError(
+    'unauthorized',
+    "unknown or expired code-mode capability (the script's call has ended)",
+  );
+}
+
+/** A request with no valid capability: counted against its address like a bad key. */
+async function refuse(o: CodeModeRouteOptions, req: Request): Promise<ApiError> {
+  const err = unknownCapability();
+  if (!o.failures) return err;
+  return o.failures.fail(req.ip ?? req.socket.remoteAddress ?? 'unknown', err);
+}
+
+export function codeModeRoutes(o: CodeModeRouteOptions): Router {
+  const router = Router();
+
+  /** The listing the script's `toolgate` module is made from: the client's tools, code mode aside. */
+  router.get('/v1/code-mode/tools', async (req, res) => {
+    const grant = await o.capabilities.peek(bearer(req));
+    const client = grant && o.clients.byId(grant.clientId);
+    if (!client) throw await refuse(o, req);
+    const tools = o.registry
+      .list()
+      .filter((t) => t.name !== CODE_MODE_TOOL && client.scope.allows(t))
+      .map((t) => ({
+        name: t.name,
+        description: t.description,
+        parameters: t.parameters,
+        ...(t.result ? { result: t.result } : {}),
+      }));
+    res.json({ tools });
+  });
+
+  const authorize = (req: Request, res: Response, next: NextFunction) => {
+    o.capabilities.take(bearer(req)).then((taken) => {
+      if (!taken.ok) {
+        if (taken.reason === 'exhausted')
+          return next(
+            new ApiError(
+              'code_mode_max_calls',
+              'this script has made all the nested calls it may (codeMode.maxCalls)',
+            ),
+          );
+        return void refuse(o, req).then(next, next);
+      }
+      const client = o.clients.byId(taken.grant.clientId);
+      if (!client) return void refuse(o, req).then(next, next);
+      res.locals.codeMode = { client, grant: taken.grant } satisfies Authorized;
+      next();
+    }, next);
+  };
+
+  router.post('/v1/code-mode/calls', authorize, o.body, async (req, res) => {
+    const { client, grant } = res.locals.codeMode as Authorized;
+    const body = objectBody(req);
+    const tool = body.tool;
+    const args = body.args ?? {};
+    if (typeof tool !== 'string' || tool.length === 0 || tool.length > 128)
+      throw new ApiError('invalid_request', '"tool" must be a tool name');
+    if (startsCodeMode(tool, args))
+      throw new ApiError(
+        'code_mode_depth',
+        `a nested call cannot start code mode ("${tool}"${tool === CODE_MODE_TOOL ? '' : ' with tools'}): code mode is one level deep`,
+      );
+    const idempotencyKey = req.get('idempotency-key');
+    // The worker hangs up when the script ends (cancelled, timed out, killed): its nested call
+    // is cancelled with it, wherever it is (parked, queued or running).
+    const gone = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    const response = await o.pipeline.call(client, {
+      tool,
+      args,
+      wait: true,
+      signal: gone.signal,
+      conversationId: grant.parentCallId,
+      parentCallId: grant.parentCallId,
+      approval: o.approval === 'fail' ? 'refuse' : 'park',
+      ...(idempotencyKey && idempotencyKey.length <= 255 ? { idempotencyKey } : {}),
+    });
+    let outcome: CallOutcome | undefined;
+    if (response.kind === 'done') outcome = response.outcome;
+    else {
+      // Parked for approval (or still running past the wait): the script waits for its end.
+      const id = response.id;
+      const onGone = () => void o.pipeline.cancel(client, id).catch(() => undefined);
+      gone.signal.addEventListener('abort', onGone, { once: true });
+      if (gone.signal.aborted) onGone();
+      try {
+        await o.pipeline.watch(
+          client,
+          id,
+          (event) => {
+            if (event.type === 'outcome') outcome = event.outcome;
+          },
+          gone.signal,
+        );
+      } finally {
+        gone.signal.removeEventListener('abort', onGone);
+      }
+      if (!outcome) {
+        const record = await o.pipeline.get(client, id);
+        outcome = record.outcome ?? {
+          id,
+          tool,
+          status: 'error',
+          error: {
+            code: record.status,
+            message: `the nested call ended ${record.status} without a result`,
+          },
+          durationMs: 0,
+          cached: false,
+        };
+      }
+    }
+    res.json(outcome);
+  });
+  return router;
+}

@@ -45,6 +45,8 @@ export interface SessionView {
   expiresAt: string;
   /** Its sandbox's memory when its worker last looked (every 10 s), once started. */
   memoryBytes?: number;
+  /** The user it belongs to (listed to the client's API key, which sees all of them). */
+  user?: string;
 }
 
 /** `GET /v1/sessions`: the caller's own sessions. */

@@ -2,14 +2,23 @@
  * Sessions and held connections bound to their user (issue 22 §2, docs/auth.md "Bound to the
  * user"): with real tokens from oidc-provider (authorization code with PKCE), one user's
  * session is unknown to another user of the same client, and `limits.perUser.sessions` /
- * `limits.perUser.streams` keep one user from holding all of the client's sessions or streams.
+ * `limits.perUser.streams` keep one user from holding all of the client's sessions or streams;
+ * an admin's workspace reset of the client reaches its users' own workspaces (`isolation:
+ * user`), or one user's with `?user=`.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
+import { Keys, WorkspaceResets, createRedis, type RedisClient } from '@toolgate/calls';
+import {
+  createSandbox,
+  createWorkspaces,
+  type Sandbox,
+  type WorkspaceResetSource,
+  type Workspaces,
+} from '@toolgate/sandbox';
 import { testSandboxConfig } from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startAuthServer, type AuthServer } from './support/auth-server.js';
@@ -31,6 +40,8 @@ let as: AuthServer;
 let stack: Stack;
 let sandbox: Sandbox;
 let dir: string;
+let redis: RedisClient;
+let workspaces: Workspaces;
 let audience: string;
 const tokens = new Map<string, string>();
 
@@ -88,6 +99,7 @@ const errorCode = async (res: Response) =>
 const ann = { user: 'ann' };
 const ben = { user: 'ben' };
 const carolKey = { key: KEYS.alice };
+const admin = { key: KEYS.admin };
 
 beforeAll(async () => {
   const port = await freePort();
@@ -95,16 +107,26 @@ beforeAll(async () => {
   as = await startAuthServer({ audience, scopes: [SCOPE], clients: [CAROL] });
   dir = mkdtempSync(join(tmpdir(), 'toolgate-user-sessions-'));
   sandbox = await createSandbox(testSandboxConfig('docker', dir));
+  // Admin resets as the worker reads them (services/worker/src/sandbox.ts), under the stack's
+  // Redis prefix once it is known.
+  const late: { resets?: WorkspaceResets } = {};
+  const source: WorkspaceResetSource = {
+    current: (name) => late.resets!.current(name),
+    all: () => late.resets!.all(),
+    idIn: (all, name) => late.resets!.idIn(all, name),
+  };
+  workspaces = createWorkspaces(sandbox.config, { resets: source });
   stack = await startStack({
     port,
     tools: testTools,
-    services: { sandbox, workspaces: createWorkspaces(sandbox.config) },
+    services: { sandbox, workspaces },
     config: {
       clients: [
         {
           id: 'carol',
           key: KEYS.alice,
           tools: ['*'],
+          isolation: 'user',
           rateLimit: { perMinute: 100_000 },
           limits: { sessions: 3, perUser: { sessions: 2, streams: 1 } },
         },
@@ -113,12 +135,16 @@ beforeAll(async () => {
       auth: { oauth: { issuer: as.issuer, audience, scopes: { [SCOPE]: ['*'] } } },
     },
   });
+  redis = createRedis(stack.config.redis.url, 'command');
+  late.resets = new WorkspaceResets(redis, new Keys(stack.config.redis.prefix));
 }, 120_000);
 
 afterAll(async () => {
   await stack?.close();
   await sandbox?.close();
   await as?.close();
+  redis?.disconnect();
+  await workspaces?.unmountAll();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -235,5 +261,49 @@ describe('limits.perUser.streams', () => {
         { timeout: 5000, interval: 100 },
       )
       .toBe(200);
+  });
+});
+
+describe('DELETE /v1/workspaces/{client} under isolation: user', () => {
+  const shell = async (who: { user: string }, command: string) => {
+    const res = await call(who, '/tools/run_shell/execute', { method: 'POST', json: { command } });
+    const body = (await res.json()) as { status: string; result: { stdout: string } };
+    expect(body, JSON.stringify(body)).toMatchObject({ status: 'ok' });
+    return body.result.stdout;
+  };
+  const files = (who: { user: string }) => shell(who, 'ls -A /workspace');
+  const reset = (query = '') => call(admin, `/v1/workspaces/carol${query}`, { method: 'DELETE' });
+
+  it("the client's reset empties every user's workspace; ?user= empties that user's alone", async () => {
+    await shell(ann, 'echo a > /workspace/ann.txt');
+    await shell(ben, 'echo b > /workspace/ben.txt');
+    expect(await files(ann)).toBe('ann.txt\n');
+    expect(await files(ben)).toBe('ben.txt\n');
+
+    const all = await reset();
+    expect(all.status).toBe(202);
+    expect(await all.json()).toMatchObject({ client: 'carol', status: 'scheduled' });
+    expect(await files(ann)).toBe('');
+    expect(await files(ben)).toBe('');
+
+    // Written after the reset: kept (the copies are made under the new id).
+    await shell(ann, 'echo a2 > /workspace/ann2.txt');
+    await shell(ben, 'echo b2 > /workspace/ben2.txt');
+    expect(await files(ann)).toBe('ann2.txt\n');
+
+    const one = await reset('?user=ann');
+    expect(one.status).toBe(202);
+    expect(await one.json()).toMatchObject({ client: 'carol', user: 'ann', status: 'scheduled' });
+    expect(await files(ann)).toBe('');
+    expect(await files(ben)).toBe('ben2.txt\n');
+  }, 60_000);
+
+  it('a bad ?user= is 400 invalid_request; a user is not an admin', async () => {
+    for (const query of ['?user=', `?user=${'x'.repeat(257)}`, '?user=a&user=b']) {
+      const res = await reset(query);
+      expect(res.status, query).toBe(400);
+      expect(await errorCode(res)).toBe('invalid_request');
+    }
+    expect((await call(ann, '/v1/workspaces/carol', { method: 'DELETE' })).status).toBe(403);
   });
 });

@@ -49,6 +49,21 @@ export interface SessionView {
   user?: string;
 }
 
+/** `GET /v1/secrets/{client}[?user=]`: names and update times only (values are write-only). */
+export interface SecretList {
+  client: string;
+  user?: string;
+  secrets: { name: string; updatedAt: string }[];
+}
+
+/** `PUT /v1/secrets/{client}/{name}[?user=]`: 201 when created, 200 when replaced. */
+export interface SecretSaved {
+  client: string;
+  name: string;
+  user?: string;
+  updatedAt: string;
+}
+
 /** `GET /v1/sessions`: the caller's own sessions. */
 export interface SessionList {
   sessions: SessionView[];

@@ -8,6 +8,7 @@ import { Approvals } from './pages/approvals.js';
 import { CallDetail } from './pages/call-detail.js';
 import { Calls } from './pages/calls.js';
 import { Overview } from './pages/overview.js';
+import { Connect, Secrets } from './pages/secrets.js';
 import { Sessions } from './pages/sessions.js';
 import { SignIn } from './pages/sign-in.js';
 import { Tools } from './pages/tools.js';
@@ -58,6 +59,7 @@ export function App() {
     ['tools', 'Tools'],
     ['sessions', 'Sessions'],
     ...(who.admin ? [['upstreams', 'Upstreams'] as [string, string]] : []),
+    ...(who.admin ? [['secrets', 'Secrets'] as [string, string]] : []),
   ];
   return (
     <>
@@ -94,7 +96,18 @@ export function App() {
         {page === 'tools' && <Tools selected={route[1]} />}
         {page === 'upstreams' && <Upstreams who={who} selected={route.slice(1)} />}
         {page === 'sessions' && <Sessions />}
-        {!['overview', 'approvals', 'calls', 'tools', 'upstreams', 'sessions'].includes(page) && (
+        {page === 'secrets' && <Secrets who={who} owner={route.slice(1)} />}
+        {page === 'connect' && <Connect who={who} target={route.slice(1)} />}
+        {![
+          'overview',
+          'approvals',
+          'calls',
+          'tools',
+          'upstreams',
+          'sessions',
+          'secrets',
+          'connect',
+        ].includes(page) && (
           <p>
             No such page. <a href={href('overview')}>Go to the overview</a>.
           </p>

@@ -5,11 +5,13 @@ import { LuaScript } from './script.js';
 
 /**
  * Drops the client's expired slots (a gateway that died without giving them back), refuses
- * when `cap` live slots remain, else takes one. Time is Redis's, so gateways with skewed
- * clocks agree on what has expired. Returns the client's live slots counting this one, or
- * minus the live slots when refused.
+ * when `cap` live slots remain, or when the slot's user already holds `user cap` of them
+ * (a slot's id ends with `~<user tag>` for a user; counted over the client's live slots, at
+ * most `cap`), else takes one. Time is Redis's, so gateways with skewed clocks agree on what
+ * has expired. Returns the client's live slots counting this one, minus the live slots when
+ * refused for the client, or 0 when refused for the user.
  *   KEYS: the client's slot set
- *   ARGV: slot id, cap, lease ms
+ *   ARGV: slot id, cap, lease ms, user suffix ('' = none), user cap (0 = none)
  */
 const ACQUIRE = new LuaScript(`
 local t = redis.call('TIME')
@@ -17,6 +19,15 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local held = redis.call('ZCARD', KEYS[1])
 if held >= tonumber(ARGV[2]) then return -held end
+local suffix = ARGV[4]
+local userCap = tonumber(ARGV[5])
+if suffix ~= '' and userCap > 0 then
+  local mine = 0
+  for _, slot in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if string.sub(slot, -#suffix) == suffix then mine = mine + 1 end
+  end
+  if mine >= userCap then return 0 end
+end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
 return held + 1
@@ -77,17 +88,26 @@ export class ConnectionBudget {
 
   /**
    * Takes one of the client's `cap` slots: the slot, or undefined when the client already
-   * holds `cap` (the caller answers 429). Rejects when Redis does not answer.
+   * holds `cap` (the caller answers 429). With `user`, the slot is also one of that user's
+   * `user.cap` (`limits.perUser.streams`): 'user' when the user already holds them. Rejects
+   * when Redis does not answer.
    */
-  async acquire(clientId: string, cap: number): Promise<HeldSlot | undefined> {
-    const id = `${this.owner}:${++this.next}`;
+  async acquire(
+    clientId: string,
+    cap: number,
+    user?: { id: string; cap?: number },
+  ): Promise<HeldSlot | undefined | 'user'> {
+    // base64url holds no '~', so one user's suffix never ends another's slot id.
+    const suffix = user === undefined ? '' : `~${Buffer.from(user.id).toString('base64url')}`;
+    const id = `${this.owner}:${++this.next}${suffix}`;
     const n = Number(
       await ACQUIRE.run(
         this.redis,
         [this.keys.heldConnections(clientId)],
-        [id, Math.max(1, cap), this.o.leaseMs],
+        [id, Math.max(1, cap), this.o.leaseMs, suffix, user?.cap ?? 0],
       ),
     );
+    if (n === 0) return 'user';
     if (n < 0) return undefined;
     let ids = this.held.get(clientId);
     if (!ids) this.held.set(clientId, (ids = new Set()));

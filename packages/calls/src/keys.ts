@@ -349,6 +349,15 @@ export class Keys {
     return `${this.base}:mcp-loglevel:${clientId}`;
   }
 
+  /**
+   * The protocol version a 2025-era MCP client of this principal (`principal()`) declared at
+   * `initialize` together with URL-mode elicitation (its capabilities live nowhere else: no
+   * session is kept). Read only when a call of its lacks a secret.
+   */
+  mcpUrlElicitation(principal: string): string {
+    return `${this.base}:mcp-elicit-url:${principal}`;
+  }
+
   /** The call an MCP request runs, so `notifications/cancelled` on any gateway can cancel it. */
   mcpRequest(clientId: string, requestId: string): string {
     return `${this.base}:mcp-req:${clientId}:${requestId}`;

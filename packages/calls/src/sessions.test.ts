@@ -36,9 +36,38 @@ describe('SessionStore', () => {
     const results = await Promise.all(Array.from({ length: 20 }, () => create('capped')));
     expect(results.filter((r) => r.created)).toHaveLength(4);
     expect(results.filter((r) => !r.created)).toEqual(
-      Array.from({ length: 16 }, () => ({ created: false, sessions: 4 })),
+      Array.from({ length: 16 }, () => ({ created: false, sessions: 4, scope: 'client' })),
     );
     expect(await store.list('capped')).toHaveLength(4);
+  });
+
+  it("never lets a user past its share, however many ask at once; the client's others still fit", async () => {
+    const asUser = (user: string) =>
+      store.create({
+        clientId: 'shared',
+        user,
+        tool: 'run_python',
+        workerId: 'w1',
+        cap: 6,
+        userCap: 2,
+        idleMs: 60_000,
+        lifetimeMs: 600_000,
+      });
+    const results = await Promise.all(Array.from({ length: 20 }, () => asUser('ann')));
+    expect(results.filter((r) => r.created)).toHaveLength(2);
+    expect(results.filter((r) => !r.created)).toEqual(
+      Array.from({ length: 18 }, () => ({ created: false, sessions: 2, scope: 'user' })),
+    );
+    expect((await asUser('ben')).created).toBe(true);
+    expect(await store.list('shared', 'ann')).toHaveLength(2);
+    expect(await store.list('shared', 'ben')).toHaveLength(1);
+    expect(await store.list('shared', null)).toHaveLength(0);
+    expect(await store.list('shared')).toHaveLength(3);
+    // Another user's remove finds nothing; the user's own, or the client's (no user), does.
+    const [first] = await store.list('shared', 'ann');
+    expect(await store.remove(first!.id, 'shared', 'ben')).toBeUndefined();
+    expect(await store.remove(first!.id, 'shared', null)).toBeUndefined();
+    expect(await store.remove(first!.id, 'shared', 'ann')).toBe('w1');
   });
 
   it('removes only the owner’s session, and tells its host', async () => {

@@ -26,6 +26,8 @@ export interface SessionInfo {
   expiresAt: number;
   /** Memory its sandbox used when its worker last looked (every 10 s), if it has started. */
   memoryBytes?: number;
+  /** The user it was created for (an OAuth token's user); absent: the client's API key. */
+  user?: string;
 }
 
 export interface SessionRecord extends SessionInfo {
@@ -41,7 +43,9 @@ export interface SessionRecord extends SessionInfo {
 }
 
 export type SessionCreate =
-  { created: true; id: string; expiresAt: number } | { created: false; sessions: number };
+  | { created: true; id: string; expiresAt: number }
+  /** Refused: the client's cap (`limits.sessions`), or the user's (`limits.perUser.sessions`). */
+  | { created: false; sessions: number; scope: 'client' | 'user' };
 
 const FIELDS = [
   'client',
@@ -54,14 +58,18 @@ const FIELDS = [
   'opened',
   'lost',
   'memoryBytes',
+  'user',
 ] as const;
 
 /**
- * Checks the client's cap and creates the session in one step (a check and its increment
- * split by an await would let two requests both pass at cap − 1).
+ * Checks the client's cap (and the user's, when one is set) and creates the session in one
+ * step (a check and its increment split by an await would let two requests both pass at
+ * cap − 1). The user's count reads the owners of the client's live sessions, at most its cap
+ * (`limits.sessions`), so it needs no key of its own.
  *   KEYS: client's sessions, session, host's sessions
- *   ARGV: id, cap, client, tool, worker, idle ms, lifetime ms
- *   → {1, expiresAt} or {0, sessions}
+ *   ARGV: id, cap, client, tool, worker, idle ms, lifetime ms, user ('' = none), user cap
+ *     (0 = none), session prefix
+ *   → {1, expiresAt}, {0, sessions} (client's cap) or {-1, sessions} (the user's cap)
  */
 const CREATE = new LuaScript(`
 local t = redis.call('TIME')
@@ -69,11 +77,20 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 if n >= tonumber(ARGV[2]) then return {0, n} end
+local userCap = tonumber(ARGV[9])
+if ARGV[8] ~= '' and userCap > 0 then
+  local mine = 0
+  for _, other in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if redis.call('HGET', ARGV[10] .. other, 'user') == ARGV[8] then mine = mine + 1 end
+  end
+  if mine >= userCap then return {-1, mine} end
+end
 local life = tonumber(ARGV[7])
 local ends = now + life
 local expires = math.min(now + tonumber(ARGV[6]), ends)
 redis.call('HSET', KEYS[2], 'client', ARGV[3], 'tool', ARGV[4], 'worker', ARGV[5],
   'createdAt', now, 'lastUsedAt', now, 'expiresAt', expires, 'endsAt', ends, 'opened', 0)
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'user', ARGV[8]) end
 redis.call('PEXPIREAT', KEYS[2], expires)
 redis.call('ZADD', KEYS[1], expires, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], life)
@@ -107,15 +124,17 @@ return 0
 `);
 
 /**
- * Removes a session if `ARGV[2]` owns it ('' = whoever does): its hash, its place in its
- * client's and its host's sets; tells its host to kill the sandbox.
+ * Removes a session if `ARGV[2]` owns it ('' = whoever does) and, when `ARGV[5]` is '1', if it
+ * is `ARGV[6]`'s (a user's; '' = the client's API key's): its hash, its place in its client's
+ * and its host's sets; tells its host to kill the sandbox.
  *   KEYS: session, kill channel (published to); ARGV: id, client ('' = any), client-set
- *   prefix, host-set prefix
- *   → the host worker's id, or false when there was no such session (of that client)
+ *   prefix, host-set prefix, match the user (1/0), user
+ *   → the host worker's id, or false when there was no such session (of that owner)
  */
 const REMOVE = new LuaScript(`
 local owner = redis.call('HGET', KEYS[1], 'client')
 if not owner or (ARGV[2] ~= '' and owner ~= ARGV[2]) then return false end
+if ARGV[5] == '1' and (redis.call('HGET', KEYS[1], 'user') or '') ~= ARGV[6] then return false end
 local worker = redis.call('HGET', KEYS[1], 'worker')
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', ARGV[3] .. owner, ARGV[1])
@@ -162,9 +181,13 @@ export class SessionStore {
 
   async create(o: {
     clientId: string;
+    /** The user it is for (an OAuth token's user); absent: the client as a whole. */
+    user?: string;
     tool: SessionTool;
     workerId: string;
     cap: number;
+    /** `limits.perUser.sessions`: one user's sessions of the client; absent: the client's cap only. */
+    userCap?: number;
     idleMs: number;
     lifetimeMs: number;
   }): Promise<SessionCreate> {
@@ -176,9 +199,21 @@ export class SessionStore {
         this.keys.session(id),
         this.keys.hostSessions(o.workerId),
       ],
-      [id, o.cap, o.clientId, o.tool, o.workerId, o.idleMs, o.lifetimeMs],
+      [
+        id,
+        o.cap,
+        o.clientId,
+        o.tool,
+        o.workerId,
+        o.idleMs,
+        o.lifetimeMs,
+        o.user ?? '',
+        o.user === undefined ? 0 : (o.userCap ?? 0),
+        this.keys.sessionPrefix,
+      ],
     )) as [number, number];
-    return ok === 1 ? { created: true, id, expiresAt: n } : { created: false, sessions: n };
+    if (ok === 1) return { created: true, id, expiresAt: n };
+    return { created: false, sessions: n, scope: ok === -1 ? 'user' : 'client' };
   }
 
   async get(id: string): Promise<SessionRecord | undefined> {
@@ -186,8 +221,11 @@ export class SessionStore {
     return recordOf(id, values);
   }
 
-  /** The client's live sessions (at most its cap: reads a few short hashes). */
-  async list(clientId: string): Promise<SessionInfo[]> {
+  /**
+   * The client's live sessions (at most its cap: reads a few short hashes); with `user`, only
+   * that user's (null: only the client's API key's own; undefined: all of the client's).
+   */
+  async list(clientId: string, user?: string | null): Promise<SessionInfo[]> {
     const ids = await this.redis.zrangebyscore(
       this.keys.clientSessions(clientId),
       Date.now(),
@@ -200,8 +238,12 @@ export class SessionStore {
     const out: SessionInfo[] = [];
     rows.forEach(([, values], i) => {
       const record = recordOf(ids[i]!, values);
-      if (record && record.clientId === clientId) {
-        const { id, tool, createdAt, lastUsedAt, expiresAt, memoryBytes } = record;
+      if (
+        record &&
+        record.clientId === clientId &&
+        (user === undefined || (record.user ?? null) === user)
+      ) {
+        const { id, tool, createdAt, lastUsedAt, expiresAt, memoryBytes, user: owner } = record;
         out.push({
           id,
           tool,
@@ -209,6 +251,7 @@ export class SessionStore {
           lastUsedAt,
           expiresAt,
           ...(memoryBytes === undefined ? {} : { memoryBytes }),
+          ...(owner === undefined ? {} : { user: owner }),
         });
       }
     });
@@ -235,12 +278,22 @@ export class SessionStore {
     await MEMORY.run(this.redis, [this.keys.session(id)], [Math.round(bytes)]);
   }
 
-  /** Removes the session (of `clientId`, if given); its host's worker id, or undefined. */
-  async remove(id: string, clientId?: string): Promise<string | undefined> {
+  /**
+   * Removes the session (of `clientId`, if given; and of `user` if given, null meaning the
+   * client's API key's own); its host's worker id, or undefined.
+   */
+  async remove(id: string, clientId?: string, user?: string | null): Promise<string | undefined> {
     const worker = (await REMOVE.run(
       this.redis,
       [this.keys.session(id), this.keys.sessionKills],
-      [id, clientId ?? '', this.keys.clientSessionsPrefix, this.keys.hostSessionsPrefix],
+      [
+        id,
+        clientId ?? '',
+        this.keys.clientSessionsPrefix,
+        this.keys.hostSessionsPrefix,
+        user === undefined ? 0 : 1,
+        user ?? '',
+      ],
     )) as string | null;
     return worker ?? undefined;
   }
@@ -334,8 +387,19 @@ export function sessionLostOutcome(job: Pick<CallJob, 'id' | 'tool' | 'session'>
 }
 
 function recordOf(id: string, values: (string | null)[]): SessionRecord | undefined {
-  const [client, tool, worker, createdAt, lastUsedAt, expiresAt, endsAt, opened, lost, memory] =
-    values;
+  const [
+    client,
+    tool,
+    worker,
+    createdAt,
+    lastUsedAt,
+    expiresAt,
+    endsAt,
+    opened,
+    lost,
+    memory,
+    user,
+  ] = values;
   if (!client || !tool || !worker) return undefined;
   return {
     id,
@@ -349,5 +413,6 @@ function recordOf(id: string, values: (string | null)[]): SessionRecord | undefi
     opened: opened === '1',
     lost: lost === '1',
     ...(memory ? { memoryBytes: Number(memory) } : {}),
+    ...(user ? { user } : {}),
   };
 }

@@ -15,6 +15,11 @@ import { LuaScript } from './script.js';
  * replica without it), and a counter restarted from 0 would repeat ids a marker already holds
  * (`1 < 1`: the reset applied nothing). A forgotten hash resets nothing; the next reset gets a
  * fresh id that no marker holds, so it applies everywhere. No clocks need to agree either.
+ *
+ * A user's workspace (`isolation: user`, named `<client>@<user>`: Keys' `principal`) is
+ * compared with both its client's id and its own, joined (`<client's>|<user's>`): a reset of
+ * the client changes it for every one of its users without a list of them, a reset of one user
+ * (`?user=`) for that user alone.
  */
 const SCHEDULE = new LuaScript(`
 local old = redis.call('HGET', KEYS[1], ARGV[1])
@@ -38,25 +43,47 @@ export class WorkspaceResets {
     private readonly keys: Keys,
   ) {}
 
-  /** Schedules a reset of the client's workspace on every host. */
-  async schedule(clientId: string): Promise<ScheduledReset> {
+  /**
+   * Schedules a reset on every host of a workspace: a client's (and with it all its users'),
+   * or, for a name `<client>@<user>`, one user's.
+   */
+  async schedule(name: string): Promise<ScheduledReset> {
     const resetId = String(
       await SCHEDULE.run(
         this.redis,
         [this.keys.workspaceResets],
-        [clientId, randomBytes(12).toString('hex')],
+        [name, randomBytes(12).toString('hex')],
       ),
     );
     return { resetId, generation: Number(resetId.split(':')[0]) };
   }
 
-  /** The id of the client's last reset; null when this Redis knows of none. */
-  async current(clientId: string): Promise<string | null> {
-    return this.redis.hget(this.keys.workspaceResets, clientId);
+  /** The id a workspace's copy is compared with; null when this Redis knows of no reset. */
+  async current(name: string): Promise<string | null> {
+    const at = name.indexOf('@');
+    if (at < 0) return this.redis.hget(this.keys.workspaceResets, name);
+    const [client, user] = await this.redis.hmget(
+      this.keys.workspaceResets,
+      name.slice(0, at),
+      name,
+    );
+    return joined(client ?? null, user ?? null);
+  }
+
+  /** The same as `current`, from a map all() read (the reaper: one read for every workspace). */
+  idIn(all: ReadonlyMap<string, string>, name: string): string | null {
+    const at = name.indexOf('@');
+    if (at < 0) return all.get(name) ?? null;
+    return joined(all.get(name.slice(0, at)) ?? null, all.get(name) ?? null);
   }
 
   /** Every client with a reset, for the reaper. */
   async all(): Promise<Map<string, string>> {
     return new Map(Object.entries(await this.redis.hgetall(this.keys.workspaceResets)));
   }
+}
+
+/** A user's workspace's id: its client's and its own (null: neither was ever reset). */
+function joined(client: string | null, user: string | null): string | null {
+  return client === null && user === null ? null : `${client ?? ''}|${user ?? ''}`;
 }

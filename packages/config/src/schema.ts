@@ -81,6 +81,10 @@ const ClientSchema = Type.Object(
               ),
               queued: Type.Optional(Type.Integer({ minimum: 1 })),
               sandboxInFlight: Type.Optional(Type.Integer({ minimum: 1 })),
+              /** One user's sessions (docs/sessions.md), inside the client's `sessions`. */
+              sessions: Type.Optional(Type.Integer({ minimum: 1 })),
+              /** One user's held connections (event streams …), inside `maxStreamsPerClient`. */
+              streams: Type.Optional(Type.Integer({ minimum: 1 })),
             },
             { additionalProperties: false },
           ),

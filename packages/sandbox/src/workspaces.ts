@@ -64,10 +64,15 @@ export interface ResolvedPath {
  * forgot its ids (and counts again from 0) can never make a later reset look old.
  */
 export interface WorkspaceResetSource {
-  /** The id of the client's last reset; null when none is known. */
-  current(clientId: string): Promise<string | null>;
-  /** Every client with a reset, for the reaper. */
+  /** The id a workspace (a client's, or `<client>@<user>`) is compared with; null: none known. */
+  current(name: string): Promise<string | null>;
+  /** Every reset id Redis holds, for the reaper. */
   all(): Promise<Map<string, string>>;
+  /**
+   * `current` read from all()'s map (a user's workspace also follows its client's resets);
+   * absent: each workspace is compared with its own name's id only.
+   */
+  idIn?(all: ReadonlyMap<string, string>, name: string): string | null;
 }
 
 export interface WorkspaceOptions {
@@ -332,9 +337,11 @@ export class Workspaces {
     const counts = { expired: 0, reset: 0 };
     const names = await readdir(this.root).catch(() => [] as string[]);
     if (names.length === 0) return counts;
+    const source = this.options.resets;
+    const all = (await source?.all()) ?? new Map<string, string>();
+    // A directory without a marker is known by its name only: its own (client's) reset.
     const resets = new Map<string, string>();
-    for (const [client, id] of (await this.options.resets?.all()) ?? [])
-      resets.set(Workspaces.dirName(client), id);
+    for (const [client, id] of all) resets.set(Workspaces.dirName(client), id);
     const ttlMs = (this.options.ttlDays ?? 0) * DAY_MS;
     const busyMs = this.options.busyMs ?? 0;
     await this.lock.with(async () => {
@@ -348,7 +355,10 @@ export class Workspaces {
             () => undefined,
           );
         if (used === undefined || now - used < busyMs) continue;
-        if (resetPending(madeUnder(await this.readMarker(dir)), resets.get(name))) {
+        const marker = await this.readMarker(dir);
+        // The marker names whose it is: a user's follows its client's resets too.
+        const current = marker && source?.idIn ? source.idIn(all, marker.client) : resets.get(name);
+        if (resetPending(madeUnder(marker), current)) {
           await this.removeDir(dir);
           counts.reset++;
         } else if (ttlMs > 0 && now - used > ttlMs) {

@@ -45,6 +45,23 @@ export interface SessionView {
   expiresAt: string;
   /** Its sandbox's memory when its worker last looked (every 10 s), once started. */
   memoryBytes?: number;
+  /** The user it belongs to (listed to the client's API key, which sees all of them). */
+  user?: string;
+}
+
+/** `GET /v1/secrets/{client}[?user=]`: names and update times only (values are write-only). */
+export interface SecretList {
+  client: string;
+  user?: string;
+  secrets: { name: string; updatedAt: string }[];
+}
+
+/** `PUT /v1/secrets/{client}/{name}[?user=]`: 201 when created, 200 when replaced. */
+export interface SecretSaved {
+  client: string;
+  name: string;
+  user?: string;
+  updatedAt: string;
 }
 
 /** `GET /v1/sessions`: the caller's own sessions. */

@@ -21,7 +21,7 @@ export interface Client {
   /** Fair share of the workers (docs/scheduling.md). */
   limits: { queued: number; sandboxInFlight: number; pendingApprovals: number; sessions: number };
   /** One user's share of the client's (docs/auth.md, users); absent: the client's only. */
-  perUser: { rateLimitPerMinute?: number; queued?: number };
+  perUser: { rateLimitPerMinute?: number; queued?: number; sessions?: number; streams?: number };
   /** Whose workspace and memory calls use: the client's, or each user's own. */
   isolation: 'client' | 'user';
 }
@@ -52,6 +52,10 @@ export class Clients {
             ? { rateLimitPerMinute: c.limits.perUser.rateLimit.perMinute }
             : {}),
           ...(c.limits.perUser?.queued === undefined ? {} : { queued: c.limits.perUser.queued }),
+          ...(c.limits.perUser?.sessions === undefined
+            ? {}
+            : { sessions: c.limits.perUser.sessions }),
+          ...(c.limits.perUser?.streams === undefined ? {} : { streams: c.limits.perUser.streams }),
         },
         isolation: c.isolation,
       };

@@ -315,6 +315,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       syncWaitGraceMs: config.server.syncWaitGraceMs,
       callTtlSeconds: config.calls.ttlSeconds,
       held,
+      ...(config.auth.oauth ? { publicOrigin: new URL(config.auth.oauth.audience).origin } : {}),
     }),
   );
   app.use(callRoutes(pipeline, { held }));

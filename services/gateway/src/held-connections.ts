@@ -44,23 +44,43 @@ export class HeldConnections {
     // Authentication and the rate charge awaited before this handler ran: a client that left
     // then has already had its 'close', which no listener added now would hear.
     if (res.closed || this.shutdown.aborted) abort();
-    let slot: HeldSlot | undefined;
+    let slot: HeldSlot | undefined | 'user';
     let ended = false;
     const release = () => {
       if (ended) return;
       ended = true;
       res.off('close', abort);
       this.shutdown.removeEventListener('abort', abort);
-      slot?.release();
+      if (typeof slot === 'object') slot.release();
     };
     gone.signal.addEventListener('abort', release, { once: true });
     // Nobody to answer: take no slot; the handler sees the aborted signal and stops.
     if (gone.signal.aborted) return { signal: gone.signal, release };
     try {
-      slot = await guardRedis(() => this.budget.acquire(client.id, this.cap), this.redis);
+      const user =
+        client.user === undefined
+          ? undefined
+          : {
+              id: client.user,
+              ...(client.perUser.streams === undefined ? {} : { cap: client.perUser.streams }),
+            };
+      slot = await guardRedis(() => this.budget.acquire(client.id, this.cap, user), this.redis);
     } catch (err) {
       release();
       throw err;
+    }
+    if (slot === 'user') {
+      slot = undefined;
+      release();
+      const cap = client.perUser.streams ?? this.cap;
+      throw new ApiError(
+        'too_many_streams',
+        `user "${client.user ?? ''}" of client "${client.id}" already holds ${cap} connections open (event streams, the approvals feed, MCP requests that wait); its limit is ${cap} (limits.perUser.streams)`,
+        {
+          headers: { 'Retry-After': String(RETRY_SECONDS) },
+          details: { limit: cap, scope: 'user' },
+        },
+      );
     }
     if (!slot) {
       release();

@@ -443,7 +443,9 @@ export class CallPipeline {
   /**
    * The worker a session's call goes to, or the `session_lost` error the call answers (its
    * worker stopped: what it left is reaped here, so a caller never waits for a dead worker).
-   * A session that does not exist, or is another client's, is a 404.
+   * A session that does not exist, or is another client's or another user's (the client's
+   * API key's sessions and each user's are apart too: each runs in its own workspace under
+   * `isolation: user`), is a 404.
    */
   private async sessionHost(
     client: Client,
@@ -451,7 +453,7 @@ export class CallPipeline {
     id: string,
   ): Promise<{ host: string } | { lost: { code: string; message: string } }> {
     const record = isCallId(id) ? await this.o.sessions.get(id) : undefined;
-    if (!record || record.clientId !== client.id) {
+    if (!record || record.clientId !== client.id || record.user !== client.user) {
       throw new ApiError(
         'session_not_found',
         `no session "${id}": it expired, was deleted or never existed; start one with POST /v1/sessions`,

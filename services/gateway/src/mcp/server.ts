@@ -9,6 +9,8 @@ import {
   LOG_LEVEL_META_KEY,
   ProtocolError,
   Server,
+  inputRequired,
+  type InputRequiredResult,
   type CallToolResult,
   type LoggingLevel,
   type McpRequestContext,
@@ -18,6 +20,13 @@ import { ApiError } from '../errors.js';
 import type { CallPipeline, CallResponse } from '../pipeline.js';
 import type { Prepaid } from '../policy/limits.js';
 import { isLoggingLevel, type LogLevels } from './log-level.js';
+import {
+  URL_ELICITATION_REQUIRED,
+  credentialElicitation,
+  declaresUrlElicitation,
+  requestCapabilities,
+  type UrlElicitationSupport,
+} from './elicitation.js';
 import { CallNotifier } from './notifier.js';
 import type { McpRequests } from './requests.js';
 import { principal } from '@toolgate/calls';
@@ -37,6 +46,8 @@ export interface McpServerDeps {
   syncWaitGraceMs: number;
   /** Reported to clients in the initialize / discover result. */
   version: string;
+  /** Which 2025-era clients declared URL-mode elicitation at `initialize`. */
+  elicitation: UrlElicitationSupport;
 }
 
 /** Who is asking, handed from the express route to the factory through `authInfo.extra`. */
@@ -44,6 +55,10 @@ export interface McpCaller {
   client: Client;
   prepaid?: Prepaid;
   conversationId?: string;
+  /** A 2025-era request's `MCP-Protocol-Version` header. */
+  protocolVersion?: string;
+  /** Where the console is served (`<origin>`, the console at `/console/`): elicitation links. */
+  consoleBase: string;
 }
 
 const INSTRUCTIONS =
@@ -93,59 +108,93 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
     return {};
   });
 
-  server.setRequestHandler('tools/call', async (request, ctx): Promise<CallToolResult> => {
-    const { name, arguments: args } = request.params;
-    const tool = registry.get(name);
-    // 2026-07-28 requests carry their level (none: no log messages); older clients set it once.
-    const level: LoggingLevel | undefined =
-      era === 'modern' ? modernLevel(ctx.mcpReq.envelope) : await logLevels.get(client.id);
-    const notifier = new CallNotifier({
-      send: (n) => ctx.mcpReq.notify(n),
-      tool: name,
-      progressToken: ctx.mcpReq._meta?.progressToken,
-      level,
-    });
-    const requestId = ctx.mcpReq.id;
-    // The session to run in (docs/sessions.md): MCP's per-request `_meta`, as HTTP's header.
-    const session = (ctx.mcpReq._meta as Record<string, unknown> | undefined)?.[SESSION_META_KEY];
-    let callId: string | undefined;
-    let response: CallResponse;
-    try {
-      response = await pipeline.call(client, {
+  server.setRequestHandler(
+    'tools/call',
+    async (request, ctx): Promise<CallToolResult | InputRequiredResult> => {
+      const { name, arguments: args } = request.params;
+      const tool = registry.get(name);
+      // 2026-07-28 requests carry their level (none: no log messages); older clients set it once.
+      const level: LoggingLevel | undefined =
+        era === 'modern' ? modernLevel(ctx.mcpReq.envelope) : await logLevels.get(client.id);
+      const notifier = new CallNotifier({
+        send: (n) => ctx.mcpReq.notify(n),
         tool: name,
-        args: args ?? {},
-        wait: true,
-        ...(prepaid ? { prepaid } : {}),
-        ...(conversationId ? { conversationId } : {}),
-        ...(typeof session === 'string' ? { session } : {}),
-        onEvent: notifier.onEvent,
-        onAccepted: (id) => {
-          callId = id;
-          notifier.callId = id;
-          const ttl = Math.ceil(((tool?.timeoutMs ?? 0) + deps.syncWaitGraceMs) / 1000) + 60;
-          requests
-            .register(principal(client.id, client.user), requestId, id, ttl)
-            .catch(() => undefined);
-        },
-        // On 2026-07-28 a closed response stream is the cancellation. A 2025-era client that
-        // disconnects has not cancelled (that spec says so): it sends notifications/cancelled.
-        ...(era === 'modern' ? { signal: ctx.mcpReq.signal } : {}),
+        progressToken: ctx.mcpReq._meta?.progressToken,
+        level,
       });
-    } catch (err) {
+      const requestId = ctx.mcpReq.id;
+      // The session to run in (docs/sessions.md): MCP's per-request `_meta`, as HTTP's header.
+      const session = (ctx.mcpReq._meta as Record<string, unknown> | undefined)?.[SESSION_META_KEY];
+      let callId: string | undefined;
+      let response: CallResponse;
+      try {
+        response = await pipeline.call(client, {
+          tool: name,
+          args: args ?? {},
+          wait: true,
+          ...(prepaid ? { prepaid } : {}),
+          ...(conversationId ? { conversationId } : {}),
+          ...(typeof session === 'string' ? { session } : {}),
+          onEvent: notifier.onEvent,
+          onAccepted: (id) => {
+            callId = id;
+            notifier.callId = id;
+            const ttl = Math.ceil(((tool?.timeoutMs ?? 0) + deps.syncWaitGraceMs) / 1000) + 60;
+            requests
+              .register(principal(client.id, client.user), requestId, id, ttl)
+              .catch(() => undefined);
+          },
+          // On 2026-07-28 a closed response stream is the cancellation. A 2025-era client that
+          // disconnects has not cancelled (that spec says so): it sends notifications/cancelled.
+          ...(era === 'modern' ? { signal: ctx.mcpReq.signal } : {}),
+        });
+      } catch (err) {
+        await notifier.close();
+        if (!(err instanceof ApiError)) throw err;
+        const refused = refusal(err);
+        if ('result' in refused) return refused.result;
+        throw new ProtocolError(refused.error.code, refused.error.message, refused.error.data);
+      } finally {
+        if (callId)
+          requests
+            .release(principal(client.id, client.user), requestId, callId)
+            .catch(() => undefined);
+      }
       await notifier.close();
-      if (!(err instanceof ApiError)) throw err;
-      const refused = refusal(err);
-      if ('result' in refused) return refused.result;
-      throw new ProtocolError(refused.error.code, refused.error.message, refused.error.data);
-    } finally {
-      if (callId)
-        requests
-          .release(principal(client.id, client.user), requestId, callId)
-          .catch(() => undefined);
-    }
-    await notifier.close();
-    return toResult(response, tool);
-  });
+      // A secret nobody set: a client that takes URL-mode elicitation is sent to the console's
+      // Connect page for it (it retries once the secret is set); others read the tool error.
+      const elicitation =
+        response.kind === 'done'
+          ? credentialElicitation(response.outcome, caller.consoleBase)
+          : undefined;
+      if (elicitation && (await takesUrlElicitation(ctx.mcpReq.envelope))) {
+        // 2026-07-28: an input-required result (the client opens the URL, then sends the call
+        // again, which runs anew); 2025-11-25: the URLElicitationRequiredError, retried by the
+        // client the same way.
+        if (era === 'modern') {
+          const { message, url } = elicitation;
+          return inputRequired({
+            inputRequests: { [elicitation.secret]: inputRequired.elicitUrl({ message, url }) },
+          });
+        }
+        const { secret: _secret, ...wire } = elicitation;
+        throw new ProtocolError(URL_ELICITATION_REQUIRED, elicitation.message, {
+          elicitations: [wire],
+        });
+      }
+      return toResult(response, tool);
+    },
+  );
+
+  /** Whether this request's client declared URL-mode elicitation (2025-11-25 or later). */
+  async function takesUrlElicitation(envelope: unknown): Promise<boolean> {
+    // 2026-07-28 requests carry their capabilities (in the envelope the SDK reads off `_meta`);
+    // that version is later than 2025-11-25.
+    if (era === 'modern') return declaresUrlElicitation(requestCapabilities(envelope));
+    return deps.elicitation
+      .legacy(principal(client.id, client.user), caller.protocolVersion)
+      .catch(() => false);
+  }
 
   return server;
 }

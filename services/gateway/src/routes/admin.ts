@@ -1,6 +1,7 @@
 import type { Approvals, AuditLog, AuditQuery, WorkspaceResets } from '@toolgate/calls';
-import { isCallId } from '@toolgate/calls';
+import { isCallId, principal } from '@toolgate/calls';
 import { Router, type Request } from 'express';
+import { MAX_USER_LENGTH } from '../auth/oauth.js';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
 import type { GatewayMetrics } from '../metrics.js';
@@ -191,7 +192,8 @@ export function adminRoutes(deps: {
  * every worker host. The gateway touches no host files: it gives the client a new reset id in
  * Redis, and each worker deletes a copy made under another id before the client's next call
  * there (or in its reaper pass). Hence 202 "scheduled": the next call of that client starts with an empty
- * workspace; one already running finishes in the old one.
+ * workspace; one already running finishes in the old one. Under `isolation: user` the client's
+ * reset reaches each user's workspace too; `?user=<sub>` resets that one user's only.
  */
 export function workspaceAdminRoutes(deps: {
   redis: RedisClient;
@@ -203,8 +205,25 @@ export function workspaceAdminRoutes(deps: {
   router.delete('/v1/workspaces/:client', requireAdmin, async (req, res) => {
     const client = (req.params as { client: string }).client;
     if (!clientIds.has(client)) throw new ApiError('not_found', `no client with id "${client}"`);
-    const { generation, resetId } = await guardRedis(() => resets.schedule(client), redis);
-    res.status(202).json({ client, status: 'scheduled', generation, resetId });
+    const user = req.query.user;
+    if (
+      user !== undefined &&
+      (typeof user !== 'string' || user.length === 0 || user.length > MAX_USER_LENGTH)
+    ) {
+      throw new ApiError(
+        'invalid_request',
+        `"user" must be given once, 1 to ${MAX_USER_LENGTH} characters (a token's user claim)`,
+      );
+    }
+    const name = user === undefined ? client : principal(client, user);
+    const { generation, resetId } = await guardRedis(() => resets.schedule(name), redis);
+    res.status(202).json({
+      client,
+      ...(user === undefined ? {} : { user }),
+      status: 'scheduled',
+      generation,
+      resetId,
+    });
   });
   return router;
 }

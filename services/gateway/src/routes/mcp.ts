@@ -17,6 +17,7 @@ import type { HeldConnections } from '../held-connections.js';
 import { clientOf, prepaidOf } from '../http.js';
 import { LogLevels } from '../mcp/log-level.js';
 import type { OriginPolicy } from '../mcp/origin.js';
+import { UrlElicitationSupport } from '../mcp/elicitation.js';
 import { McpRequests } from '../mcp/requests.js';
 import { callerOf, createMcpServer, type McpCaller } from '../mcp/server.js';
 import { McpTasks } from '../mcp/tasks.js';
@@ -37,12 +38,18 @@ export interface McpDeps {
   version?: string;
   /** The client's budget of held connections: MCP requests that wait hold one slot each. */
   held: HeldConnections;
+  /**
+   * toolgate's public origin (`auth.oauth.audience`'s), for links to the console; absent: the
+   * request's own scheme and host.
+   */
+  publicOrigin?: string;
 }
 
 export function mcpRoutes(deps: McpDeps): Router {
   const { origins, logger } = deps;
   const log = logger.child({ component: 'mcp' });
   const requests = new McpRequests(deps.redis, deps.keys);
+  const elicitation = new UrlElicitationSupport(deps.redis, deps.keys);
   const tasks = new McpTasks({
     registry: deps.registry,
     pipeline: deps.pipeline,
@@ -57,6 +64,7 @@ export function mcpRoutes(deps: McpDeps): Router {
     requests,
     syncWaitGraceMs: deps.syncWaitGraceMs,
     version: deps.version ?? '0.1.0',
+    elicitation,
   };
   const handler = createMcpHandler((ctx) => createMcpServer(serverDeps, callerOf(ctx), ctx.era), {
     onerror: (err) => log.debug({ err: err.message }, 'mcp request rejected'),
@@ -85,12 +93,22 @@ export function mcpRoutes(deps: McpDeps): Router {
     const held = waitsForCall(req.body) ? await deps.held.hold(res, clientOf(res)) : undefined;
     if (held?.signal.aborted) return held.release();
     const conversationId = req.get('x-conversation-id');
+    const protocolVersion = req.get('mcp-protocol-version');
     const prepaid = prepaidOf(res);
     const caller: McpCaller = {
       client: clientOf(res),
       ...(prepaid ? { prepaid } : {}),
       ...(conversationId ? { conversationId } : {}),
+      ...(protocolVersion ? { protocolVersion } : {}),
+      consoleBase: deps.publicOrigin ?? `${req.protocol}://${req.get('host') ?? 'localhost'}`,
     };
+    // A 2025-era client declares its capabilities here only (no session is kept).
+    const init = initializeParams(req.body);
+    if (init !== undefined) {
+      await elicitation
+        .initialized(principal(caller.client.id, caller.client.user), init)
+        .catch((err: unknown) => log.warn({ err }, 'mcp capabilities not recorded'));
+    }
     // The adapter hands `req.auth` to the factory as `authInfo`: the key was checked already.
     const request: NodeIncomingMessageLike = Object.assign(req, {
       auth: {
@@ -143,6 +161,13 @@ function waitsForCall(body: unknown): boolean {
   const { method, params } = body as { method?: unknown; params?: { task?: unknown } };
   if (method === 'tasks/result') return true;
   return method === 'tools/call' && (typeof params !== 'object' || params?.task === undefined);
+}
+
+/** The params of an `initialize` request, if the body is one. */
+function initializeParams(body: unknown): unknown {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
+  const { method, params } = body as { method?: unknown; params?: unknown };
+  return method === 'initialize' ? (params ?? {}) : undefined;
 }
 
 /** The request a `notifications/cancelled` message names, if the body is one. */

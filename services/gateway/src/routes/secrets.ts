@@ -6,6 +6,7 @@
 import type { AuditLog, RedisClient } from '@toolgate/calls';
 import { SecretError, type SecretStore } from '@toolgate/secrets';
 import { Router, type Request } from 'express';
+import type { SecretList, SecretSaved } from '../api-types.js';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
 import { guardRedis } from '../pipeline.js';
@@ -74,7 +75,8 @@ export function secretRoutes(deps: {
     const client = clientParam(req);
     const user = userParam(req);
     const secrets = await run(() => store.list(client, user));
-    res.json({ client, ...(user === undefined ? {} : { user }), secrets });
+    const body: SecretList = { client, ...(user === undefined ? {} : { user }), secrets };
+    res.json(body);
   });
 
   router.put('/v1/secrets/:client/:name', async (req, res) => {
@@ -91,9 +93,8 @@ export function secretRoutes(deps: {
     }
     const { created, updatedAt } = await run(() => store.set(client, name, body.value, user));
     await run(() => record({ client, name, user, status: 'set', by: clientOf(res).id }));
-    res
-      .status(created ? 201 : 200)
-      .json({ client, name, ...(user === undefined ? {} : { user }), updatedAt });
+    const saved: SecretSaved = { client, name, ...(user === undefined ? {} : { user }), updatedAt };
+    res.status(created ? 201 : 200).json(saved);
   });
 
   router.delete('/v1/secrets/:client/:name', async (req, res) => {

@@ -46,12 +46,24 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
     }
     const created = await sessions.create({
       clientId: client.id,
+      ...(client.user === undefined ? {} : { user: client.user }),
       tool: tool as SessionTool,
       workerId: host,
       cap: client.limits.sessions,
+      ...(client.perUser.sessions === undefined ? {} : { userCap: client.perUser.sessions }),
       idleMs: config.idleSeconds * 1000,
       lifetimeMs: config.maxLifetimeSeconds * 1000,
     });
+    if (!created.created && created.scope === 'user') {
+      throw new ApiError(
+        'too_many_sessions',
+        `user "${client.user ?? ''}" of client "${client.id}" holds ${created.sessions} sessions, its limit (limits.perUser.sessions: ${client.perUser.sessions ?? 0}); delete one or let one expire`,
+        {
+          details: { sessions: created.sessions, limit: client.perUser.sessions, scope: 'user' },
+          headers: { 'Retry-After': String(SESSIONS_RETRY_SECONDS) },
+        },
+      );
+    }
     if (!created.created) {
       throw new ApiError(
         'too_many_sessions',
@@ -69,7 +81,9 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
   });
 
   router.get('/v1/sessions', async (_req, res) => {
-    const list = await sessions.list(clientOf(res).id);
+    // A user sees its own sessions; the client's API key (no user) all of the client's.
+    const client = clientOf(res);
+    const list = await sessions.list(client.id, client.user);
     const body: SessionList = {
       sessions: list.map((s) => ({
         id: s.id,
@@ -78,6 +92,7 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
         lastUsedAt: new Date(s.lastUsedAt).toISOString(),
         expiresAt: new Date(s.expiresAt).toISOString(),
         ...(s.memoryBytes === undefined ? {} : { memoryBytes: s.memoryBytes }),
+        ...(s.user === undefined ? {} : { user: s.user }),
       })),
     };
     res.json(body);
@@ -85,8 +100,10 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
 
   router.delete('/v1/sessions/:id', async (req, res) => {
     const id = req.params.id!;
-    // Another client's session is as unknown as a missing one.
-    const host = isCallId(id) ? await sessions.remove(id, clientOf(res).id) : undefined;
+    // Another client's session, or another user's of the same client, is as unknown as a
+    // missing one; the client's API key (no user) may end any of the client's.
+    const client = clientOf(res);
+    const host = isCallId(id) ? await sessions.remove(id, client.id, client.user) : undefined;
     if (!host) throw new ApiError('session_not_found', `no session "${id}"`);
     res.status(204).end();
   });

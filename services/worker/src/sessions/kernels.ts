@@ -16,10 +16,19 @@ export const FRAME_START = '\x1e';
  * files, cwd and /tmp persist between calls. A trailing expression's repr is printed, as in a
  * notebook. SIGINT (a timeout or a cancel) raises KeyboardInterrupt in the call; between calls
  * it is ignored, so an interrupt that comes late never kills the kernel.
+ *
+ * Rich outputs, as a Jupyter kernel's display_data: matplotlib draws with an in-memory backend
+ * (`module://toolgate_inline`, Agg underneath); `plt.show()` and the end of each call send every
+ * open figure as an `image/png` frame `{"t":"display","mime","data"}` on stdout and close it.
+ * `display(obj)` sends a figure or an object with `_repr_png_` as `image/png`, anything else as
+ * `text/plain`. The kernel drops an image over `maxBytes` itself (a frame `{"t":"display",
+ * "mime","omitted":"attachment_too_large","bytes"}`), so a huge figure never crosses the pipe;
+ * the worker checks every frame again (session.ts): code in the session can write frames too.
  */
 export const PYTHON_KERNEL = String.raw`
-import ast, json, os, signal, sys, traceback
+import ast, base64, importlib.abc, importlib.util, io, json, os, signal, sys, traceback
 TOKEN = sys.argv[1]
+MAX_ATTACHMENT = int(sys.argv[2])
 ctrl = os.fdopen(os.dup(0), 'rb', buffering=0)
 _null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(_null, 0)
@@ -36,6 +45,69 @@ def frame(obj):
         pass
     os.write(1, ('\x1e' + TOKEN + json.dumps(obj) + '\n').encode())
     os.write(2, ('\x1e' + TOKEN + '\n').encode())
+
+def emit(obj):
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    os.write(1, ('\x1e' + TOKEN + json.dumps(obj) + '\n').encode())
+
+def display_png(data):
+    if len(data) > MAX_ATTACHMENT:
+        emit({'t': 'display', 'mime': 'image/png', 'omitted': 'attachment_too_large', 'bytes': len(data)})
+    else:
+        emit({'t': 'display', 'mime': 'image/png', 'data': base64.b64encode(data).decode()})
+
+def figure_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', bbox_inches='tight')
+    return buf.getvalue()
+
+def flush_figures():
+    plt = sys.modules.get('matplotlib.pyplot')
+    if plt is None:
+        return
+    try:
+        for num in plt.get_fignums():
+            display_png(figure_png(plt.figure(num)))
+    finally:
+        plt.close('all')
+
+def display(*objs):
+    """Shows each object after the call's output: a figure or _repr_png_ as an image, else its text."""
+    for obj in objs:
+        mpl_figure = sys.modules.get('matplotlib.figure')
+        if mpl_figure is not None and isinstance(obj, mpl_figure.Figure):
+            display_png(figure_png(obj))
+            continue
+        to_png = getattr(obj, '_repr_png_', None)
+        data = to_png() if callable(to_png) else None
+        if isinstance(data, bytes):
+            display_png(data)
+        else:
+            emit({'t': 'display', 'mime': 'text/plain', 'data': obj if isinstance(obj, str) else repr(obj)})
+
+INLINE_BACKEND = '''
+from matplotlib.backends.backend_agg import FigureCanvasAgg as FigureCanvas
+from matplotlib.backend_bases import FigureManagerBase as FigureManager
+def show(*args, **kwargs):
+    _flush()
+'''
+
+class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    # matplotlib imports its backend by name when pyplot first draws; this one lives here.
+    def find_spec(self, name, path, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == 'toolgate_inline' else None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        module._flush = flush_figures
+        exec(INLINE_BACKEND, module.__dict__)
+
+sys.meta_path.insert(0, InlineBackend())
+os.environ['MPLBACKEND'] = 'module://toolgate_inline'
+ns['display'] = display
 
 def readline():
     buf = bytearray()
@@ -89,6 +161,10 @@ while True:
         report()
         code = 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        flush_figures()
+    except BaseException:
+        report()
     frame({'t': 'done', 'exitCode': code})
 `;
 
@@ -153,9 +229,14 @@ while :; do
 done
 `;
 
-export function kernelArgv(tool: 'run_python' | 'run_shell', token: string): string[] {
+/** `maxAttachmentBytes`: the largest image the Python kernel sends (ATTACHMENT_LIMITS). */
+export function kernelArgv(
+  tool: 'run_python' | 'run_shell',
+  token: string,
+  maxAttachmentBytes: number,
+): string[] {
   return tool === 'run_python'
-    ? ['python3', '-u', '-c', PYTHON_KERNEL, token]
+    ? ['python3', '-u', '-c', PYTHON_KERNEL, token, String(maxAttachmentBytes)]
     : ['bash', '-c', SHELL_LOOP, 'tg', token];
 }
 

@@ -193,21 +193,17 @@ for (const { driver, reason } of drivers) {
       const s = await open();
       const many = await run(
         s,
-        'import matplotlib.pyplot as plt\nfor i in range(6):\n    plt.figure(); plt.plot([i, 0])',
+        'import matplotlib.pyplot as plt\nfor i in range(10):\n    plt.figure(); plt.plot([i, 0])',
       );
       expect(many.attachments, JSON.stringify(many).slice(0, 3000)).toHaveLength(4);
-      expect(many.attachmentsOmitted).toEqual([
-        {
+      // The first 4 refused ones are listed: a flood of figures stays a short result.
+      expect(many.attachmentsOmitted).toEqual(
+        Array.from({ length: 4 }, () => ({
           mimeType: 'image/png',
           bytes: expect.any(Number) as number,
           code: 'too_many_attachments',
-        },
-        {
-          mimeType: 'image/png',
-          bytes: expect.any(Number) as number,
-          code: 'too_many_attachments',
-        },
-      ]);
+        })),
+      );
       expect(many.stderr).toContain('too_many_attachments (at most 4 per call)');
 
       // An object whose PNG is over 1 MiB: the kernel sends only that it was too large.

@@ -21,14 +21,17 @@ export const FRAME_START = '\x1e';
  * (`module://toolgate_inline`, Agg underneath); `plt.show()` and the end of each call send every
  * open figure as an `image/png` frame `{"t":"display","mime","data"}` on stdout and close it.
  * `display(obj)` sends a figure or an object with `_repr_png_` as `image/png`, anything else as
- * `text/plain`. The kernel drops an image over `maxBytes` itself (a frame `{"t":"display",
- * "mime","omitted":"attachment_too_large","bytes"}`), so a huge figure never crosses the pipe;
- * the worker checks every frame again (session.ts): code in the session can write frames too.
+ * `text/plain`. The kernel sends at most `count` per call, each at most `bytes`, and only a
+ * frame `{"t":"display","mime","omitted":<code>,"bytes"}` for the others, so a huge figure
+ * never crosses the pipe; the worker checks every frame again (session.ts): code in the
+ * session can write frames too.
  */
 export const PYTHON_KERNEL = String.raw`
 import ast, base64, importlib.abc, importlib.util, io, json, os, signal, sys, traceback
 TOKEN = sys.argv[1]
 MAX_ATTACHMENT = int(sys.argv[2])
+MAX_ATTACHMENTS = int(sys.argv[3])
+shown = [0]
 ctrl = os.fdopen(os.dup(0), 'rb', buffering=0)
 _null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(_null, 0)
@@ -53,11 +56,28 @@ def emit(obj):
         pass
     os.write(1, ('\x1e' + TOKEN + json.dumps(obj) + '\n').encode())
 
+def omitted(mime, size):
+    if shown[0] >= MAX_ATTACHMENTS:
+        return 'too_many_attachments'
+    if size > MAX_ATTACHMENT:
+        return 'attachment_too_large'
+    shown[0] += 1
+    return None
+
 def display_png(data):
-    if len(data) > MAX_ATTACHMENT:
-        emit({'t': 'display', 'mime': 'image/png', 'omitted': 'attachment_too_large', 'bytes': len(data)})
+    why = omitted('image/png', len(data))
+    if why:
+        emit({'t': 'display', 'mime': 'image/png', 'omitted': why, 'bytes': len(data)})
     else:
         emit({'t': 'display', 'mime': 'image/png', 'data': base64.b64encode(data).decode()})
+
+def display_text(text):
+    size = len(text.encode('utf-8', 'replace'))
+    why = omitted('text/plain', size)
+    if why:
+        emit({'t': 'display', 'mime': 'text/plain', 'omitted': why, 'bytes': size})
+    else:
+        emit({'t': 'display', 'mime': 'text/plain', 'data': text})
 
 def figure_png(fig):
     buf = io.BytesIO()
@@ -86,7 +106,7 @@ def display(*objs):
         if isinstance(data, bytes):
             display_png(data)
         else:
-            emit({'t': 'display', 'mime': 'text/plain', 'data': obj if isinstance(obj, str) else repr(obj)})
+            display_text(obj if isinstance(obj, str) else repr(obj))
 
 INLINE_BACKEND = '''
 from matplotlib.backends.backend_agg import FigureCanvasAgg as FigureCanvas
@@ -146,6 +166,7 @@ while True:
     except ValueError:
         continue
     code = 0
+    shown[0] = 0
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         run(request['code'])
@@ -229,14 +250,22 @@ while :; do
 done
 `;
 
-/** `maxAttachmentBytes`: the largest image the Python kernel sends (ATTACHMENT_LIMITS). */
+/** `attachments`: what the Python kernel sends of one call's rich outputs (ATTACHMENT_LIMITS). */
 export function kernelArgv(
   tool: 'run_python' | 'run_shell',
   token: string,
-  maxAttachmentBytes: number,
+  attachments: { count: number; bytes: number },
 ): string[] {
   return tool === 'run_python'
-    ? ['python3', '-u', '-c', PYTHON_KERNEL, token, String(maxAttachmentBytes)]
+    ? [
+        'python3',
+        '-u',
+        '-c',
+        PYTHON_KERNEL,
+        token,
+        String(attachments.bytes),
+        String(attachments.count),
+      ]
     : ['bash', '-c', SHELL_LOOP, 'tg', token];
 }
 

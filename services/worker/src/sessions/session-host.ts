@@ -161,7 +161,7 @@ export class SessionHost {
     const workspace = await workspaces.ensure(record.clientId);
     const process = await sandbox.open({
       image: record.tool === 'run_python' ? 'python' : 'shell',
-      argv: kernelArgv(record.tool, token, ATTACHMENT_LIMITS.bytes),
+      argv: kernelArgv(record.tool, token, ATTACHMENT_LIMITS),
       workspace,
       label: `session-${record.id}`,
       clientId: record.clientId,

@@ -374,12 +374,8 @@ export class Session {
     const current = this.current;
     if (!current) return;
     const mimeType = frame.mime === 'image/png' ? 'image/png' : 'text/plain';
-    if (frame.omitted === 'attachment_too_large') {
-      this.omit(
-        mimeType,
-        typeof frame.bytes === 'number' ? frame.bytes : 0,
-        'attachment_too_large',
-      );
+    if (frame.omitted === 'attachment_too_large' || frame.omitted === 'too_many_attachments') {
+      this.omit(mimeType, typeof frame.bytes === 'number' ? frame.bytes : 0, frame.omitted);
       return;
     }
     if (typeof frame.data !== 'string') return;
@@ -402,9 +398,9 @@ export class Session {
   }
 
   private omit(mimeType: string, bytes: number, code: OmittedAttachment['code']): void {
-    // Bounded like the attachments: a flood of refused outputs is one more line at most.
+    // Bounded like the attachments: of a flood of refused outputs, the first `count` are listed.
     const current = this.current;
-    if (!current || current.omitted.length > this.limits.attachments.count) return;
+    if (!current || current.omitted.length >= this.limits.attachments.count) return;
     current.omitted.push({ mimeType, bytes, code });
   }
 

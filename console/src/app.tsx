@@ -93,7 +93,7 @@ export function App() {
         {page === 'calls' && route[1] !== undefined && <CallDetail id={route[1]} who={who} />}
         {page === 'tools' && <Tools selected={route[1]} />}
         {page === 'upstreams' && <Upstreams who={who} selected={route.slice(1)} />}
-        {page === 'sessions' && <Sessions />}
+        {page === 'sessions' && <Sessions admin={who.admin} />}
         {!['overview', 'approvals', 'calls', 'tools', 'upstreams', 'sessions'].includes(page) && (
           <p>
             No such page. <a href={href('overview')}>Go to the overview</a>.

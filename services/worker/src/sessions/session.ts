@@ -37,6 +37,8 @@ class FrameReader {
   private buffer = '';
   /** Inside a frame longer than maxFrame: dropped up to its newline. */
   private skipping = false;
+  /** Characters of that frame dropped so far. */
+  private skipped = 0;
 
   constructor(
     stream: Readable,
@@ -50,8 +52,6 @@ class FrameReader {
     stream.setEncoding('utf8');
     stream.on('data', (chunk: string) => this.feed(chunk));
   }
-
-  private skipped = 0;
 
   private feed(chunk: string): void {
     if (this.skipping) {

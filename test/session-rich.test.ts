@@ -130,6 +130,16 @@ for (const { driver, reason } of drivers) {
       const next = await run(s, 'len(plt.get_fignums())');
       expect(next.stdout).toBe('0\n');
       expect(next.attachments).toBeUndefined();
+      // The kernel's backend is its own: a child process draws with matplotlib's usual one.
+      const child = await run(
+        s,
+        [
+          'import subprocess, sys',
+          'r = subprocess.run([sys.executable, "-c", "import matplotlib.pyplot as p; p.plot([1]); p.savefig(\'/tmp/c.png\'); print(p.get_backend())"], capture_output=True, text=True)',
+          'print(r.returncode, r.stdout.strip(), r.stderr)',
+        ].join('\n'),
+      );
+      expect(child.stdout).toBe('0 agg \n');
       await env.stack.call(`/v1/sessions/${s}`, { method: 'DELETE' });
     });
 

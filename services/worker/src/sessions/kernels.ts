@@ -18,7 +18,8 @@ export const FRAME_START = '\x1e';
  * it is ignored, so an interrupt that comes late never kills the kernel.
  *
  * Rich outputs, as a Jupyter kernel's display_data: matplotlib draws with an in-memory backend
- * (`module://toolgate_inline`, Agg underneath); `plt.show()` and the end of each call send every
+ * (`module://toolgate_inline`, Agg underneath, chosen as matplotlib is imported unless
+ * MPLBACKEND names another); `plt.show()` and the end of each call send every
  * open figure as an `image/png` frame `{"t":"display","mime","data"}` on stdout and close it.
  * `display(obj)` sends a figure or an object with `_repr_png_` as `image/png`, anything else as
  * `text/plain`. The kernel sends at most `count` per call, each at most `bytes`, and only a
@@ -115,10 +116,36 @@ def show(*args, **kwargs):
     _flush()
 '''
 
+class ChooseBackend(importlib.abc.Loader):
+    # Wraps matplotlib's own loader: once it is imported, its backend is this kernel's, unless
+    # the code's environment names one. Not MPLBACKEND: the code's child processes inherit the
+    # environment, and this backend exists in the kernel only.
+    def __init__(self, loader):
+        self.loader = loader
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        if not os.environ.get('MPLBACKEND'):
+            module.rcParams['backend'] = 'module://toolgate_inline'
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
 class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     # matplotlib imports its backend by name when pyplot first draws; this one lives here.
     def find_spec(self, name, path, target=None):
-        return importlib.util.spec_from_loader(name, self) if name == 'toolgate_inline' else None
+        if name == 'toolgate_inline':
+            return importlib.util.spec_from_loader(name, self)
+        if name != 'matplotlib':
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, 'find_spec'):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    if spec.loader is not None:
+                        spec.loader = ChooseBackend(spec.loader)
+                    return spec
+        return None
     def create_module(self, spec):
         return None
     def exec_module(self, module):
@@ -126,7 +153,6 @@ class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(INLINE_BACKEND, module.__dict__)
 
 sys.meta_path.insert(0, InlineBackend())
-os.environ['MPLBACKEND'] = 'module://toolgate_inline'
 ns['display'] = display
 
 def readline():

@@ -95,7 +95,7 @@ export function App() {
         {page === 'calls' && route[1] !== undefined && <CallDetail id={route[1]} who={who} />}
         {page === 'tools' && <Tools selected={route[1]} />}
         {page === 'upstreams' && <Upstreams who={who} selected={route.slice(1)} />}
-        {page === 'sessions' && <Sessions />}
+        {page === 'sessions' && <Sessions admin={who.admin} />}
         {page === 'secrets' && <Secrets who={who} owner={route.slice(1)} />}
         {page === 'connect' && <Connect who={who} target={route.slice(1)} />}
         {![

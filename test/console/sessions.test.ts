@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEYS, startStack, type Stack } from '../support/stack.js';
 
 // The console's sessions page in a real browser against a real gateway, worker and sandbox:
-// a client sees its sessions (age, idle, memory) and stops one.
+// a client sees its sessions (age, idle, memory) and stops one; an admin sees every client's.
 const CHROMIUM = '/usr/bin/chromium';
 const DIST = join(import.meta.dirname, '../../console/dist/index.html');
 const noBrowser = existsSync(CHROMIUM) ? undefined : `${CHROMIUM} is missing`;
@@ -81,5 +81,39 @@ describe.skipIf(reason !== undefined)('console: sessions page (chromium)', () =>
     expect(after.status).toBe(404);
     expect(problems).toEqual([]);
     await context.close();
+  }, 60_000);
+
+  it('an admin sees every client’s sessions with their client, and stops another’s', async () => {
+    const open = async (key: string) => {
+      const res = await stack.call('/v1/sessions', { json: { tool: 'run_python' }, key });
+      return ((await res.json()) as { id: string }).id;
+    };
+    const alices = await open(KEYS.alice);
+    const own = await open(KEYS.admin);
+
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    context.setDefaultTimeout(10_000);
+    const page = await context.newPage();
+    page.on('pageerror', (e) => problems.push(e.message));
+    await page.goto(`${stack.url}/console/`);
+    await page.getByLabel('API key').fill(KEYS.admin);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByText('Signed in as').waitFor();
+    await page.getByRole('link', { name: 'Sessions' }).click();
+
+    const row = page.locator(`tr[data-session-id="${alices}"]`);
+    await row.waitFor();
+    expect(await row.locator('td').nth(1).textContent()).toBe('alice');
+    expect(await page.locator(`tr[data-session-id="${own}"] td`).nth(1).textContent()).toBe('ops');
+    await row.getByRole('button', { name: `Stop session ${alices}` }).click();
+    await row.waitFor({ state: 'detached' });
+    const after = await stack.call('/tools/run_python/execute', {
+      json: { code: '1' },
+      headers: { 'x-toolgate-session': alices },
+    });
+    expect(after.status).toBe(404);
+    expect(problems).toEqual([]);
+    await context.close();
+    await stack.call(`/v1/sessions/${own}`, { method: 'DELETE', key: KEYS.admin });
   }, 60_000);
 });

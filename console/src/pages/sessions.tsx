@@ -1,8 +1,9 @@
 /**
  * The signed-in client's sessions (docs/sessions.md): age, idle time, memory; Stop deletes one
- * (its sandbox is killed at once).
+ * (its sandbox is killed at once). An admin sees every client's (GET /v1/admin/sessions, the
+ * oldest 100) with a Client column, and may stop any.
  */
-import type { SessionList } from '@toolgate/gateway';
+import type { AdminSessionList, SessionList } from '@toolgate/gateway';
 import { useState } from 'preact/hooks';
 import { get, remove } from '../api.js';
 import { ErrorNote, Page, useNow, usePoll } from '../components.js';
@@ -10,9 +11,13 @@ import { span } from '../format.js';
 
 const MiB = 1024 * 1024;
 
-export function Sessions() {
+export function Sessions({ admin }: { admin: boolean }) {
   const [tick, setTick] = useState(0);
-  const { data, error } = usePoll((s) => get<SessionList>('/v1/sessions', s), 5000, [tick]);
+  const base = admin ? '/v1/admin/sessions' : '/v1/sessions';
+  const { data, error } = usePoll((s) => get<SessionList | AdminSessionList>(base, s), 5000, [
+    tick,
+    base,
+  ]);
   const [stopError, setStopError] = useState<unknown>(undefined);
   const [stopping, setStopping] = useState<string | undefined>(undefined);
   const now = useNow();
@@ -21,7 +26,7 @@ export function Sessions() {
     setStopping(id);
     setStopError(undefined);
     try {
-      await remove(`/v1/sessions/${encodeURIComponent(id)}`);
+      await remove(`${base}/${encodeURIComponent(id)}`);
     } catch (e) {
       setStopError(e);
     } finally {
@@ -39,10 +44,13 @@ export function Sessions() {
       {data && data.sessions.length > 0 && (
         <div class="table-wrap">
           <table>
-            <caption class="sr-only">This key's sessions; updates every 5 seconds</caption>
+            <caption class="sr-only">
+              {admin ? "Every client's sessions" : "This key's sessions"}; updates every 5 seconds
+            </caption>
             <thead>
               <tr>
                 <th scope="col">Session</th>
+                {admin && <th scope="col">Client</th>}
                 <th scope="col">Tool</th>
                 <th scope="col">Age</th>
                 <th scope="col">Idle</th>
@@ -57,6 +65,7 @@ export function Sessions() {
               {data.sessions.map((s) => (
                 <tr key={s.id} data-session-id={s.id}>
                   <td>{s.id.slice(0, 8)}</td>
+                  {admin && <td>{'clientId' in s ? s.clientId : ''}</td>}
                   <td>{s.tool}</td>
                   <td>{span(now - Date.parse(s.createdAt))}</td>
                   <td>{span(now - Date.parse(s.lastUsedAt))}</td>
@@ -79,6 +88,11 @@ export function Sessions() {
               ))}
             </tbody>
           </table>
+          {'truncated' in data && data.truncated && (
+            <p class="empty">
+              The oldest {data.sessions.length} of {data.total} sessions.
+            </p>
+          )}
         </div>
       )}
     </Page>

@@ -423,6 +423,14 @@ export class Keys {
     return `${this.prefix}:sessions:host:`;
   }
 
+  /**
+   * The session of one of a client's bridge conversations, per tool (string: the session id),
+   * expiring with the session's lifetime (docs/sessions.md#conversations).
+   */
+  conversationSession(clientId: string, tool: string, conversationId: string): string {
+    return `${this.prefix}:sessions:conversation:${clientId}:${tool}:${conversationId}`;
+  }
+
   /** Sorted set worker id → last beat of each worker that hosts sessions. */
   get sessionHosts(): string {
     return `${this.prefix}:session-hosts`;

@@ -5,7 +5,7 @@
  * only in its worker.
  */
 import { randomUUID } from 'node:crypto';
-import type { Keys } from './keys.js';
+import { principal, type Keys } from './keys.js';
 import { outcomeEvent } from './events.js';
 import { Lane } from './lane.js';
 import type { RedisClient } from './redis.js';
@@ -71,32 +71,54 @@ const FIELDS = [
  *     (0 = none), session prefix
  *   → {1, expiresAt}, {0, sessions} (client's cap) or {-1, sessions} (the user's cap)
  */
-const CREATE = new LuaScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local n = redis.call('ZCARD', KEYS[1])
-if n >= tonumber(ARGV[2]) then return {0, n} end
-local userCap = tonumber(ARGV[9])
-if ARGV[8] ~= '' and userCap > 0 then
-  local mine = 0
-  for _, other in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    if redis.call('HGET', ARGV[10] .. other, 'user') == ARGV[8] then mine = mine + 1 end
+const CREATE_FUNCTION = `
+local function create()
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  local n = redis.call('ZCARD', KEYS[1])
+  if n >= tonumber(ARGV[2]) then return {0, n} end
+  local userCap = tonumber(ARGV[9])
+  if ARGV[8] ~= '' and userCap > 0 then
+    local mine = 0
+    for _, other in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+      if redis.call('HGET', ARGV[10] .. other, 'user') == ARGV[8] then mine = mine + 1 end
+    end
+    if mine >= userCap then return {-1, mine} end
   end
-  if mine >= userCap then return {-1, mine} end
+  local life = tonumber(ARGV[7])
+  local ends = now + life
+  local expires = math.min(now + tonumber(ARGV[6]), ends)
+  redis.call('HSET', KEYS[2], 'client', ARGV[3], 'tool', ARGV[4], 'worker', ARGV[5],
+    'createdAt', now, 'lastUsedAt', now, 'expiresAt', expires, 'endsAt', ends, 'opened', 0)
+  if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'user', ARGV[8]) end
+  redis.call('PEXPIREAT', KEYS[2], expires)
+  redis.call('ZADD', KEYS[1], expires, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], life)
+  redis.call('SADD', KEYS[3], ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], life)
+  return {1, expires}
 end
-local life = tonumber(ARGV[7])
-local ends = now + life
-local expires = math.min(now + tonumber(ARGV[6]), ends)
-redis.call('HSET', KEYS[2], 'client', ARGV[3], 'tool', ARGV[4], 'worker', ARGV[5],
-  'createdAt', now, 'lastUsedAt', now, 'expiresAt', expires, 'endsAt', ends, 'opened', 0)
-if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'user', ARGV[8]) end
-redis.call('PEXPIREAT', KEYS[2], expires)
-redis.call('ZADD', KEYS[1], expires, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], life)
-redis.call('SADD', KEYS[3], ARGV[1])
-redis.call('PEXPIRE', KEYS[3], life)
-return {1, expires}
+`;
+const CREATE = new LuaScript(`${CREATE_FUNCTION}
+return create()
+`);
+
+/**
+ * A bridge conversation's session: the one it has while that still exists, else a new one
+ * (as CREATE, caps included), remembered for the conversation. One script, so two calls of
+ * one message that both find none create one session, not two.
+ *   KEYS: as CREATE, then the conversation's key; ARGV: as CREATE
+ *   → {2, id} (its session), {1, id} (created), {0, sessions} (the client's cap) or
+ *     {-1, sessions} (the user's)
+ */
+const FOR_CONVERSATION = new LuaScript(`${CREATE_FUNCTION}
+local known = redis.call('GET', KEYS[4])
+if known and redis.call('EXISTS', ARGV[10] .. known) == 1 then return {2, known} end
+local made = create()
+if made[1] ~= 1 then return made end
+redis.call('SET', KEYS[4], ARGV[1], 'PX', tonumber(ARGV[7]))
+return {1, ARGV[1]}
 `);
 
 /**
@@ -214,6 +236,99 @@ export class SessionStore {
     )) as [number, number];
     if (ok === 1) return { created: true, id, expiresAt: n };
     return { created: false, sessions: n, scope: ok === -1 ? 'user' : 'client' };
+  }
+
+  /**
+   * The session of a client's bridge conversation for `tool` (docs/sessions.md#conversations):
+   * the existing one, or one created as `create` does on `workerId`.
+   */
+  async forConversation(o: {
+    clientId: string;
+    /** The user it is for; a user's conversations are its own (their key names the user). */
+    user?: string;
+    conversationId: string;
+    tool: SessionTool;
+    workerId: string;
+    cap: number;
+    userCap?: number;
+    idleMs: number;
+    lifetimeMs: number;
+  }): Promise<
+    | { id: string; created: boolean }
+    | { created: false; sessions: number; scope: 'client' | 'user' }
+  > {
+    const id = randomUUID();
+    const [status, value] = (await FOR_CONVERSATION.run(
+      this.redis,
+      [
+        this.keys.clientSessions(o.clientId),
+        this.keys.session(id),
+        this.keys.hostSessions(o.workerId),
+        this.keys.conversationSession(principal(o.clientId, o.user), o.tool, o.conversationId),
+      ],
+      [
+        id,
+        o.cap,
+        o.clientId,
+        o.tool,
+        o.workerId,
+        o.idleMs,
+        o.lifetimeMs,
+        o.user ?? '',
+        o.user === undefined ? 0 : (o.userCap ?? 0),
+        this.keys.sessionPrefix,
+      ],
+    )) as [number, string | number];
+    if (status === 0 || status === -1)
+      return { created: false, sessions: Number(value), scope: status === -1 ? 'user' : 'client' };
+    return { id: String(value), created: status === 1 };
+  }
+
+  /** The conversation's session id, if it has one that still exists (no side effects). */
+  async ofConversation(
+    clientId: string,
+    tool: SessionTool,
+    conversationId: string,
+    user?: string,
+  ): Promise<string | undefined> {
+    const id = await this.redis.get(
+      this.keys.conversationSession(principal(clientId, user), tool, conversationId),
+    );
+    return id && (await this.redis.exists(this.keys.session(id))) === 1 ? id : undefined;
+  }
+
+  /**
+   * Every client's sessions, for admins (GET /v1/admin/sessions): read host by host with
+   * SSCAN, stopping at `limit`, so a page costs its size whatever the total. `total` counts
+   * the hosts' sets (SCARD), which may still hold a few just-expired ids.
+   */
+  async listAll(
+    limit: number,
+  ): Promise<{ sessions: SessionRecord[]; total: number; truncated: boolean }> {
+    const hosts = await this.redis.zrange(this.keys.sessionHosts, 0, -1);
+    const ids: string[] = [];
+    let total = 0;
+    for (const host of hosts) {
+      const key = this.keys.hostSessions(host);
+      total += await this.redis.scard(key);
+      let cursor = '0';
+      do {
+        if (ids.length >= limit) break;
+        const [next, batch] = await this.redis.sscan(key, cursor, 'COUNT', 100);
+        ids.push(...batch.slice(0, limit - ids.length));
+        cursor = next;
+      } while (cursor !== '0');
+    }
+    const truncated = ids.length >= limit && total > limit;
+    if (ids.length === 0) return { sessions: [], total, truncated };
+    const multi = this.redis.multi();
+    for (const id of ids) multi.hmget(this.keys.session(id), ...FIELDS);
+    const rows = ((await multi.exec()) ?? []) as [unknown, (string | null)[]][];
+    const sessions = rows
+      .map(([, values], i) => recordOf(ids[i]!, values))
+      .filter((r): r is SessionRecord => r !== undefined && r.expiresAt > Date.now())
+      .sort((a, b) => a.createdAt - b.createdAt);
+    return { sessions, total, truncated };
   }
 
   async get(id: string): Promise<SessionRecord | undefined> {

@@ -448,6 +448,12 @@ export const ConfigSchema = Type.Object(
          * ends the session (`session_lost`).
          */
         interruptGraceMs: Type.Integer({ minimum: 100, maximum: 60_000, default: 5000 }),
+        /**
+         * The bridge (`POST /v1/tool-calls`): run_python / run_shell calls of a request with
+         * `X-Conversation-Id` run in that conversation's session, created by its first call,
+         * as if each sent `X-Toolgate-Session: conversation`.
+         */
+        perConversation: Type.Boolean({ default: false }),
       },
       closed,
     ),

@@ -45,7 +45,11 @@ export {
   fileDelete,
   runInWorkspace,
   toToolError,
+  ATTACHMENT_LIMITS,
+  attachmentsOf,
+  withoutAttachmentData,
 } from './sandboxed/index.js';
+export type { Attachment, OmittedAttachment } from './sandboxed/index.js';
 export { checkShellCommand, shellPolicyError, POLICY_DENIED } from './policy/index.js';
 export {
   codeModeTools,

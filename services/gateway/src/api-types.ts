@@ -69,6 +69,15 @@ export interface SessionList {
   sessions: SessionView[];
 }
 
+/** `GET /v1/admin/sessions`: every client's sessions (a bounded page, oldest first). */
+export interface AdminSessionList {
+  sessions: (SessionView & { clientId: string; workerId: string })[];
+  /** Sessions the hosts hold in all (may count a few that just expired). */
+  total: number;
+  /** More sessions exist than this page (`limit`) shows. */
+  truncated: boolean;
+}
+
 /** `POST /tools/{name}/execute` (200), and the `outcome` of a call's events. */
 export interface ExecuteAnswer {
   id: string;

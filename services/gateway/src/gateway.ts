@@ -49,7 +49,7 @@ import { callRoutes } from './routes/calls.js';
 import { codeModeRoutes } from './routes/code-mode.js';
 import { consoleApi, consoleDir, consolePages } from './routes/console.js';
 import { executeRoutes } from './routes/execute.js';
-import { sessionRoutes } from './routes/sessions.js';
+import { conversationSessions, sessionRoutes } from './routes/sessions.js';
 import { healthRoutes } from './routes/health.js';
 import { OriginPolicy } from './mcp/origin.js';
 import { mcpRoutes } from './routes/mcp.js';
@@ -302,7 +302,17 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(executeRoutes(pipeline)); // the hot route first
   app.use(sessionRoutes({ sessions, registry, config: config.sessions }));
   app.use(toolRoutes(registry, requiresApproval));
-  app.use(toolCallRoutes(pipeline, { cancelOnDisconnect: config.calls.cancelOnDisconnect }));
+  app.use(
+    toolCallRoutes(pipeline, {
+      cancelOnDisconnect: config.calls.cancelOnDisconnect,
+      conversationSession: conversationSessions({
+        sessions,
+        registry,
+        config: config.sessions,
+      }),
+      perConversation: config.sessions.perConversation,
+    }),
+  );
   app.use(
     mcpRoutes({
       registry,

@@ -14,6 +14,8 @@ export const sandboxedTools: AnyToolSpec[] = [
 ];
 
 export { runPython, runShell, runInWorkspace } from './run-code.js';
+export { ATTACHMENT_LIMITS, attachmentsOf, withoutAttachmentData } from './attachments.js';
+export type { Attachment, OmittedAttachment } from './attachments.js';
 export {
   fileRead,
   fileWrite,

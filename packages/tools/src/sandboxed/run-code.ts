@@ -8,6 +8,12 @@ import { Type, defineTool, spaceOf, type ToolContext } from '@toolgate/registry'
 import type { RunRequest, RunResult } from '@toolgate/sandbox';
 import { runWithTools } from '../code-mode/script.js';
 import { sandboxServices, toToolError } from './services.js';
+import {
+  AttachmentSchema,
+  OmittedAttachmentSchema,
+  type Attachment,
+  type OmittedAttachment,
+} from './attachments.js';
 
 export interface RunToolResult {
   stdout: string;
@@ -15,6 +21,9 @@ export interface RunToolResult {
   exitCode: number;
   timedOut: boolean;
   truncated: boolean;
+  /** Rich outputs of a Python session's call (attachments.ts). */
+  attachments?: Attachment[];
+  attachmentsOmitted?: OmittedAttachment[];
 }
 
 const MAX_TIMEOUT_SECONDS = 300;
@@ -27,6 +36,14 @@ export const RunResultSchema = Type.Object(
     exitCode: Type.Integer({ description: '137 when the sandbox killed it' }),
     timedOut: Type.Boolean(),
     truncated: Type.Boolean({ description: 'The output was cut at the output limit' }),
+    attachments: Type.Optional(
+      Type.Array(AttachmentSchema, {
+        description: 'Rich outputs of a session call: matplotlib figures, display()',
+      }),
+    ),
+    attachmentsOmitted: Type.Optional(
+      Type.Array(OmittedAttachmentSchema, { description: 'Rich outputs over the limits' }),
+    ),
   },
   { additionalProperties: false },
 );

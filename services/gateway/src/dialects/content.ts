@@ -1,3 +1,4 @@
+import { withoutAttachmentData } from '@toolgate/tools';
 import type { CallResponse } from '../pipeline.js';
 import type { BridgeSlot } from './types.js';
 
@@ -33,9 +34,12 @@ export function responseContent(response: CallResponse): { text: string; isError
   // An error or a cancel: the model reads why (a cancelled call says who stopped it).
   if (outcome.status !== 'ok')
     return { text: JSON.stringify({ error: outcome.error }), isError: true };
+  // An image's base64 is no text for a model: MCP sends it as an image block (mcp/tools.ts).
   return {
     text:
-      typeof outcome.result === 'string' ? outcome.result : JSON.stringify(outcome.result ?? null),
+      typeof outcome.result === 'string'
+        ? outcome.result
+        : JSON.stringify(withoutAttachmentData(outcome.result ?? null)),
     isError: false,
   };
 }

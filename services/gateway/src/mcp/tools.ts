@@ -9,6 +9,7 @@ import {
   type CallToolResult,
   type Tool as McpTool,
 } from '@modelcontextprotocol/server';
+import { attachmentsOf } from '@toolgate/tools';
 import { responseContent } from '../dialects/content.js';
 import type { ApiError } from '../errors.js';
 import type { CallResponse } from '../pipeline.js';
@@ -91,19 +92,29 @@ export function toResult(response: CallResponse, tool: Tool | undefined): CallTo
   const result = outcome.result ?? null;
   const wrapped = tool?.result !== undefined && wrapsResult(tool.result);
   // Object results go out structured too; for a tool with an outputSchema that is its result.
+  // Rich outputs (a session's figures) go as image blocks, once: not in the structured copy.
+  const images = isError ? [] : attachmentsOf(result).filter((a) => a.encoding === 'base64');
   const structured = isError
     ? {}
     : wrapped
       ? { structuredContent: { [WRAPPED_RESULT_KEY]: result } }
       : isRecord(result)
-        ? { structuredContent: result }
+        ? { structuredContent: images.length > 0 ? withoutAttachments(result) : result }
         : {};
   return {
-    content: [{ type: 'text', text }],
+    content: [
+      { type: 'text', text },
+      ...images.map((a) => ({ type: 'image' as const, data: a.data, mimeType: a.mimeType })),
+    ],
     ...(isError ? { isError: true } : {}),
     ...structured,
     _meta: { 'toolgate/call': callMeta(outcome) },
   };
+}
+
+function withoutAttachments(result: Record<string, unknown>): Record<string, unknown> {
+  const { attachments: _attachments, ...rest } = result;
+  return rest;
 }
 
 /** ApiError codes that are the model's to fix: a tool result it reads, not a protocol error. */

@@ -7,9 +7,10 @@ import { SESSION_TOOLS, isCallId, type SessionStore, type SessionTool } from '@t
 import type { Config } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
 import { Router } from 'express';
-import type { SessionList } from '../api-types.js';
+import type { AdminSessionList, SessionList } from '../api-types.js';
+import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
-import { clientOf, objectBody } from '../http.js';
+import { clientOf, objectBody, requireAdmin } from '../http.js';
 
 /** When a client at its session cap may try again: sessions end when idle or deleted. */
 const SESSIONS_RETRY_SECONDS = 30;
@@ -20,8 +21,86 @@ export interface SessionRouteOptions {
   config: Config['sessions'];
 }
 
+/** Sessions an admin's page lists at most (GET /v1/admin/sessions?limit=, default 100). */
+export const ADMIN_SESSIONS_MAX = 500;
+const ADMIN_SESSIONS_DEFAULT = 100;
+/** A conversation id longer than this is refused: it becomes part of a Redis key. */
+export const CONVERSATION_ID_MAX = 256;
+
+/** The live worker a new session goes to, or 503 when no worker runs sandboxes. */
+async function hostFor(sessions: SessionStore): Promise<string> {
+  const host = await sessions.pickHost();
+  if (!host) {
+    throw new ApiError('unavailable', 'no worker that runs sandboxes is up; try again shortly', {
+      headers: { 'Retry-After': '2' },
+    });
+  }
+  return host;
+}
+
+function tooMany(client: Client, sessions: number, scope: 'client' | 'user'): ApiError {
+  if (scope === 'user') {
+    return new ApiError(
+      'too_many_sessions',
+      `user "${client.user ?? ''}" of client "${client.id}" holds ${sessions} sessions, its limit (limits.perUser.sessions: ${client.perUser.sessions ?? 0}); delete one or let one expire`,
+      {
+        details: { sessions, limit: client.perUser.sessions, scope: 'user' },
+        headers: { 'Retry-After': String(SESSIONS_RETRY_SECONDS) },
+      },
+    );
+  }
+  return new ApiError(
+    'too_many_sessions',
+    `client "${client.id}" holds ${sessions} sessions, its limit (limits.sessions: ${client.limits.sessions}); delete one or let one expire`,
+    {
+      details: { sessions, limit: client.limits.sessions },
+      headers: { 'Retry-After': String(SESSIONS_RETRY_SECONDS) },
+    },
+  );
+}
+
+/**
+ * The bridge's sessions per conversation (docs/sessions.md#conversations): the session a
+ * client's conversation has for `tool`, created by its first call that asks for one;
+ * undefined for a tool outside the client's scope.
+ */
+export function conversationSessions({ sessions, registry, config }: SessionRouteOptions) {
+  return async (
+    client: Client,
+    conversationId: string,
+    tool: SessionTool,
+  ): Promise<string | undefined> => {
+    // A tool the client may not call gets its refusal from the pipeline, no session first.
+    const spec = registry.get(tool);
+    if (!spec || !client.scope.allows(spec)) return undefined;
+    if (conversationId.length > CONVERSATION_ID_MAX) {
+      throw new ApiError(
+        'invalid_request',
+        `X-Conversation-Id is longer than ${CONVERSATION_ID_MAX} characters`,
+      );
+    }
+    // Most calls find their session: no host is picked for them.
+    const known = await sessions.ofConversation(client.id, tool, conversationId, client.user);
+    if (known) return known;
+    const made = await sessions.forConversation({
+      clientId: client.id,
+      ...(client.user === undefined ? {} : { user: client.user }),
+      conversationId,
+      tool,
+      workerId: await hostFor(sessions),
+      cap: client.limits.sessions,
+      ...(client.perUser.sessions === undefined ? {} : { userCap: client.perUser.sessions }),
+      idleMs: config.idleSeconds * 1000,
+      lifetimeMs: config.maxLifetimeSeconds * 1000,
+    });
+    if (!('id' in made)) throw tooMany(client, made.sessions, made.scope);
+    return made.id;
+  };
+}
+
 export function sessionRoutes({ sessions, registry, config }: SessionRouteOptions): Router {
   const router = Router();
+  router.use('/v1/admin/sessions', requireAdmin);
 
   router.post('/v1/sessions', async (req, res) => {
     const client = clientOf(res);
@@ -38,12 +117,7 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
     if (!client.scope.allows(spec)) {
       throw new ApiError('forbidden', `client "${client.id}" may not call "${tool}"`);
     }
-    const host = await sessions.pickHost();
-    if (!host) {
-      throw new ApiError('unavailable', 'no worker that runs sandboxes is up; try again shortly', {
-        headers: { 'Retry-After': '2' },
-      });
-    }
+    const host = await hostFor(sessions);
     const created = await sessions.create({
       clientId: client.id,
       ...(client.user === undefined ? {} : { user: client.user }),
@@ -54,26 +128,7 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
       idleMs: config.idleSeconds * 1000,
       lifetimeMs: config.maxLifetimeSeconds * 1000,
     });
-    if (!created.created && created.scope === 'user') {
-      throw new ApiError(
-        'too_many_sessions',
-        `user "${client.user ?? ''}" of client "${client.id}" holds ${created.sessions} sessions, its limit (limits.perUser.sessions: ${client.perUser.sessions ?? 0}); delete one or let one expire`,
-        {
-          details: { sessions: created.sessions, limit: client.perUser.sessions, scope: 'user' },
-          headers: { 'Retry-After': String(SESSIONS_RETRY_SECONDS) },
-        },
-      );
-    }
-    if (!created.created) {
-      throw new ApiError(
-        'too_many_sessions',
-        `client "${client.id}" holds ${created.sessions} sessions, its limit (limits.sessions: ${client.limits.sessions}); delete one or let one expire`,
-        {
-          details: { sessions: created.sessions, limit: client.limits.sessions },
-          headers: { 'Retry-After': String(SESSIONS_RETRY_SECONDS) },
-        },
-      );
-    }
+    if (!created.created) throw tooMany(client, created.sessions, created.scope);
     res
       .status(201)
       .location(`/v1/sessions/${created.id}`)
@@ -104,6 +159,45 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
     // missing one; the client's API key (no user) may end any of the client's.
     const client = clientOf(res);
     const host = isCallId(id) ? await sessions.remove(id, client.id, client.user) : undefined;
+    if (!host) throw new ApiError('session_not_found', `no session "${id}"`);
+    res.status(204).end();
+  });
+
+  /** Every client's sessions, for admins: a bounded page, oldest first. */
+  router.get('/v1/admin/sessions', async (req, res) => {
+    const raw = req.query.limit;
+    let limit = ADMIN_SESSIONS_DEFAULT;
+    if (raw !== undefined) {
+      if (typeof raw !== 'string' || !/^\d+$/.test(raw) || +raw < 1 || +raw > ADMIN_SESSIONS_MAX) {
+        throw new ApiError(
+          'invalid_request',
+          `"limit" must be an integer from 1 to ${ADMIN_SESSIONS_MAX}`,
+        );
+      }
+      limit = Number(raw);
+    }
+    const page = await sessions.listAll(limit);
+    const body: AdminSessionList = {
+      sessions: page.sessions.map((s) => ({
+        id: s.id,
+        clientId: s.clientId,
+        tool: s.tool,
+        workerId: s.workerId,
+        createdAt: new Date(s.createdAt).toISOString(),
+        lastUsedAt: new Date(s.lastUsedAt).toISOString(),
+        expiresAt: new Date(s.expiresAt).toISOString(),
+        ...(s.memoryBytes === undefined ? {} : { memoryBytes: s.memoryBytes }),
+      })),
+      total: page.total,
+      truncated: page.truncated,
+    };
+    res.json(body);
+  });
+
+  /** Stop any client's session (its sandbox killed at once). */
+  router.delete('/v1/admin/sessions/:id', async (req, res) => {
+    const id = req.params.id!;
+    const host = isCallId(id) ? await sessions.remove(id) : undefined;
     if (!host) throw new ApiError('session_not_found', `no session "${id}"`);
     res.status(204).end();
   });

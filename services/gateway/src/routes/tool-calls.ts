@@ -1,6 +1,7 @@
 import { SESSION_TOOLS, type SessionTool } from '@toolgate/calls';
 import { Router } from 'express';
 import { DIALECTS, dialectNamed, type BridgeSlot, type Dialect } from '../dialects/index.js';
+import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
 import { clientOf, prepaidOf } from '../http.js';
 import type { CallPipeline } from '../pipeline.js';
@@ -14,9 +15,26 @@ const MAX_CALLS = 64;
 /** Refusals that concern the whole request, answered as the request's own error (with Retry-After). */
 const REQUEST_LEVEL = new Set(['unavailable', 'rate_limited', 'too_many_in_flight']);
 
+/** `X-Toolgate-Session: conversation`: the session of the request's `X-Conversation-Id`. */
+const CONVERSATION_SESSION = 'conversation';
+
 export function toolCallRoutes(
   pipeline: CallPipeline,
-  { cancelOnDisconnect }: { cancelOnDisconnect: boolean },
+  {
+    cancelOnDisconnect,
+    conversationSession,
+    perConversation,
+  }: {
+    cancelOnDisconnect: boolean;
+    /** The conversation's session for a tool (routes/sessions.ts conversationSessions). */
+    conversationSession: (
+      client: Client,
+      conversationId: string,
+      tool: SessionTool,
+    ) => Promise<string | undefined>;
+    /** sessions.perConversation: every request with a conversation id asks for its session. */
+    perConversation: boolean;
+  },
 ): Router {
   const router = Router();
   router.post('/v1/tool-calls', async (req, res) => {
@@ -24,15 +42,15 @@ export function toolCallRoutes(
     if (typeof body !== 'object' || body === null) {
       throw new ApiError('invalid_json', 'the request body must be a JSON object or array');
     }
-    const named = typeof req.query.dialect === 'string' ? req.query.dialect : undefined;
+    const dialectName = typeof req.query.dialect === 'string' ? req.query.dialect : undefined;
     let dialect: Dialect | undefined;
     let calls;
-    if (named) {
-      dialect = dialectNamed(named);
+    if (dialectName) {
+      dialect = dialectNamed(dialectName);
       if (!dialect)
         throw new ApiError(
           'invalid_request',
-          `unknown dialect "${named}"; use one of ${DIALECTS.map((d) => d.name).join(', ')}`,
+          `unknown dialect "${dialectName}"; use one of ${DIALECTS.map((d) => d.name).join(', ')}`,
         );
       calls = dialect.extract(body as Record<string, unknown>);
     } else {
@@ -54,8 +72,23 @@ export function toolCallRoutes(
       throw new ApiError('invalid_request', `at most ${MAX_CALLS} tool calls per request`);
     const client = clientOf(res);
     const conversationId = req.get('x-conversation-id');
-    // A session (docs/sessions.md) for the message's run_python / run_shell calls.
-    const session = req.get('x-toolgate-session');
+    // A session (docs/sessions.md) for the message's run_python / run_shell calls: a named
+    // one, or the conversation's (created by its first call that asks for one).
+    const named = req.get('x-toolgate-session');
+    const byConversation =
+      named === CONVERSATION_SESSION ||
+      (named === undefined && perConversation && !!conversationId);
+    if (byConversation && !conversationId) {
+      throw new ApiError(
+        'invalid_request',
+        `"X-Toolgate-Session: ${CONVERSATION_SESSION}" needs an X-Conversation-Id header`,
+      );
+    }
+    const sessionFor = async (tool: string): Promise<string | undefined> => {
+      if (!SESSION_TOOLS.includes(tool as SessionTool)) return undefined;
+      if (!byConversation) return named;
+      return conversationSession(client, conversationId!, tool as SessionTool);
+    };
     const prepaid = prepaidOf(res);
     // A client that hangs up before the answer cancels the calls it no longer waits for
     // (calls.cancelOnDisconnect); finished ones are unaffected.
@@ -74,6 +107,7 @@ export function toolCallRoutes(
           };
         if (!call.args.ok) return { call, error: new ApiError('invalid_json', call.args.message) };
         try {
+          const session = await sessionFor(call.name);
           const response = await pipeline.call(client, {
             tool: call.name,
             args: call.args.value,
@@ -84,9 +118,7 @@ export function toolCallRoutes(
             // runs as a new call (no key), never as whatever another `call_0` ran.
             ...(call.modelId ? { idempotencyKey: `tool-call:${call.callId}` } : {}),
             ...(conversationId ? { conversationId } : {}),
-            ...(session !== undefined && SESSION_TOOLS.includes(call.name as SessionTool)
-              ? { session }
-              : {}),
+            ...(session !== undefined ? { session } : {}),
           });
           return { call, response };
         } catch (err) {

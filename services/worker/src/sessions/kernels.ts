@@ -16,10 +16,23 @@ export const FRAME_START = '\x1e';
  * files, cwd and /tmp persist between calls. A trailing expression's repr is printed, as in a
  * notebook. SIGINT (a timeout or a cancel) raises KeyboardInterrupt in the call; between calls
  * it is ignored, so an interrupt that comes late never kills the kernel.
+ *
+ * Rich outputs, as a Jupyter kernel's display_data: matplotlib draws with an in-memory backend
+ * (`module://toolgate_inline`, Agg underneath, chosen as matplotlib is imported unless
+ * MPLBACKEND names another); `plt.show()` and the end of each call send every
+ * open figure as an `image/png` frame `{"t":"display","mime","data"}` on stdout and close it.
+ * `display(obj)` sends a figure or an object with `_repr_png_` as `image/png`, anything else as
+ * `text/plain`. The kernel sends at most `count` per call, each at most `bytes`, and only a
+ * frame `{"t":"display","mime","omitted":<code>,"bytes"}` for the others, so a huge figure
+ * never crosses the pipe; the worker checks every frame again (session.ts): code in the
+ * session can write frames too.
  */
 export const PYTHON_KERNEL = String.raw`
-import ast, json, os, signal, sys, traceback
+import ast, base64, importlib.abc, importlib.util, io, json, os, signal, sys, traceback
 TOKEN = sys.argv[1]
+MAX_ATTACHMENT = int(sys.argv[2])
+MAX_ATTACHMENTS = int(sys.argv[3])
+shown = [0]
 ctrl = os.fdopen(os.dup(0), 'rb', buffering=0)
 _null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(_null, 0)
@@ -36,6 +49,111 @@ def frame(obj):
         pass
     os.write(1, ('\x1e' + TOKEN + json.dumps(obj) + '\n').encode())
     os.write(2, ('\x1e' + TOKEN + '\n').encode())
+
+def emit(obj):
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    os.write(1, ('\x1e' + TOKEN + json.dumps(obj) + '\n').encode())
+
+def omitted(mime, size):
+    if shown[0] >= MAX_ATTACHMENTS:
+        return 'too_many_attachments'
+    if size > MAX_ATTACHMENT:
+        return 'attachment_too_large'
+    shown[0] += 1
+    return None
+
+def display_png(data):
+    why = omitted('image/png', len(data))
+    if why:
+        emit({'t': 'display', 'mime': 'image/png', 'omitted': why, 'bytes': len(data)})
+    else:
+        emit({'t': 'display', 'mime': 'image/png', 'data': base64.b64encode(data).decode()})
+
+def display_text(text):
+    size = len(text.encode('utf-8', 'replace'))
+    why = omitted('text/plain', size)
+    if why:
+        emit({'t': 'display', 'mime': 'text/plain', 'omitted': why, 'bytes': size})
+    else:
+        emit({'t': 'display', 'mime': 'text/plain', 'data': text})
+
+def figure_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', bbox_inches='tight')
+    return buf.getvalue()
+
+def flush_figures():
+    plt = sys.modules.get('matplotlib.pyplot')
+    if plt is None:
+        return
+    try:
+        for num in plt.get_fignums():
+            display_png(figure_png(plt.figure(num)))
+    finally:
+        plt.close('all')
+
+def display(*objs):
+    """Shows each object after the call's output: a figure or _repr_png_ as an image, else its text."""
+    for obj in objs:
+        mpl_figure = sys.modules.get('matplotlib.figure')
+        if mpl_figure is not None and isinstance(obj, mpl_figure.Figure):
+            display_png(figure_png(obj))
+            continue
+        to_png = getattr(obj, '_repr_png_', None)
+        data = to_png() if callable(to_png) else None
+        if isinstance(data, bytes):
+            display_png(data)
+        else:
+            display_text(obj if isinstance(obj, str) else repr(obj))
+
+INLINE_BACKEND = '''
+from matplotlib.backends.backend_agg import FigureCanvasAgg as FigureCanvas
+from matplotlib.backend_bases import FigureManagerBase as FigureManager
+def show(*args, **kwargs):
+    _flush()
+'''
+
+class ChooseBackend(importlib.abc.Loader):
+    # Wraps matplotlib's own loader: once it is imported, its backend is this kernel's, unless
+    # the code's environment names one. Not MPLBACKEND: the code's child processes inherit the
+    # environment, and this backend exists in the kernel only.
+    def __init__(self, loader):
+        self.loader = loader
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        if not os.environ.get('MPLBACKEND'):
+            module.rcParams['backend'] = 'module://toolgate_inline'
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    # matplotlib imports its backend by name when pyplot first draws; this one lives here.
+    def find_spec(self, name, path, target=None):
+        if name == 'toolgate_inline':
+            return importlib.util.spec_from_loader(name, self)
+        if name != 'matplotlib':
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, 'find_spec'):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    if spec.loader is not None:
+                        spec.loader = ChooseBackend(spec.loader)
+                    return spec
+        return None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        module._flush = flush_figures
+        exec(INLINE_BACKEND, module.__dict__)
+
+sys.meta_path.insert(0, InlineBackend())
+ns['display'] = display
 
 def readline():
     buf = bytearray()
@@ -74,6 +192,7 @@ while True:
     except ValueError:
         continue
     code = 0
+    shown[0] = 0
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         run(request['code'])
@@ -89,6 +208,10 @@ while True:
         report()
         code = 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        flush_figures()
+    except BaseException:
+        report()
     frame({'t': 'done', 'exitCode': code})
 `;
 
@@ -153,9 +276,22 @@ while :; do
 done
 `;
 
-export function kernelArgv(tool: 'run_python' | 'run_shell', token: string): string[] {
+/** `attachments`: what the Python kernel sends of one call's rich outputs (ATTACHMENT_LIMITS). */
+export function kernelArgv(
+  tool: 'run_python' | 'run_shell',
+  token: string,
+  attachments: { count: number; bytes: number },
+): string[] {
   return tool === 'run_python'
-    ? ['python3', '-u', '-c', PYTHON_KERNEL, token]
+    ? [
+        'python3',
+        '-u',
+        '-c',
+        PYTHON_KERNEL,
+        token,
+        String(attachments.bytes),
+        String(attachments.count),
+      ]
     : ['bash', '-c', SHELL_LOOP, 'tg', token];
 }
 

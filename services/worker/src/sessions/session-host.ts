@@ -8,6 +8,7 @@ import type { CallJob, RedisClient, SessionRecord, SessionStore } from '@toolgat
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import { ToolError, type Tool, type ToolContext, type ToolServices } from '@toolgate/registry';
+import { ATTACHMENT_LIMITS } from '@toolgate/tools';
 import { kernelArgv } from './kernels.js';
 import { Session } from './session.js';
 
@@ -160,7 +161,7 @@ export class SessionHost {
     const workspace = await workspaces.ensure(record.clientId);
     const process = await sandbox.open({
       image: record.tool === 'run_python' ? 'python' : 'shell',
-      argv: kernelArgv(record.tool, token),
+      argv: kernelArgv(record.tool, token, ATTACHMENT_LIMITS),
       workspace,
       label: `session-${record.id}`,
       clientId: record.clientId,
@@ -169,6 +170,7 @@ export class SessionHost {
       outputBytes: sandbox.config.limits.outputBytes,
       interruptGraceMs: this.o.config.sessions.interruptGraceMs,
       memoryMb: sandbox.config.limits.memoryMb,
+      attachments: ATTACHMENT_LIMITS,
     });
     this.sessions.set(record.id, session);
     this.endsAt.set(record.id, record.endsAt);

@@ -6,6 +6,7 @@ import type { Readable } from 'node:stream';
 import { ToolError, type ToolContext } from '@toolgate/registry';
 import type { SandboxProcess } from '@toolgate/sandbox';
 import type { SessionTool } from '@toolgate/calls';
+import type { Attachment, OmittedAttachment } from '@toolgate/tools';
 import { FRAME_START, SHELL_INTERRUPT, encodeRequest } from './kernels.js';
 
 export interface SessionRunResult {
@@ -14,6 +15,8 @@ export interface SessionRunResult {
   exitCode: number;
   timedOut: boolean;
   truncated: boolean;
+  attachments?: Attachment[];
+  attachmentsOmitted?: OmittedAttachment[];
 }
 
 export interface SessionLimits {
@@ -23,6 +26,8 @@ export interface SessionLimits {
   interruptGraceMs: number;
   /** The sandbox's memory limit, for the line the model reads after an OOM kill. */
   memoryMb: number;
+  /** Rich outputs per call: how many, and how big each (bytes before base64). */
+  attachments: { count: number; bytes: number };
 }
 
 const DEFAULT_TIMEOUT_S = 30;
@@ -30,18 +35,36 @@ const DEFAULT_TIMEOUT_S = 30;
 /** Output of one stream of the kernel, split into the call's text and the kernel's frames. */
 class FrameReader {
   private buffer = '';
+  /** Inside a frame longer than maxFrame: dropped up to its newline. */
+  private skipping = false;
+  /** Characters of that frame dropped so far. */
+  private skipped = 0;
 
   constructor(
     stream: Readable,
     private readonly marker: string,
     private readonly onText: (text: string) => void,
     private readonly onFrame: (json: string) => void,
+    /** Longest frame kept (an image's base64 and its JSON); a longer one is dropped unread. */
+    private readonly maxFrame: number,
+    private readonly onOversize: (chars: number) => void,
   ) {
     stream.setEncoding('utf8');
     stream.on('data', (chunk: string) => this.feed(chunk));
   }
 
   private feed(chunk: string): void {
+    if (this.skipping) {
+      const end = chunk.indexOf('\n');
+      if (end === -1) {
+        this.skipped += chunk.length;
+        return;
+      }
+      this.onOversize(this.skipped + end);
+      this.skipping = false;
+      this.skipped = 0;
+      chunk = chunk.slice(end + 1);
+    }
     this.buffer += chunk;
     for (;;) {
       const at = this.buffer.indexOf(this.marker);
@@ -57,7 +80,19 @@ class FrameReader {
       if (end === -1) {
         if (at > 0) this.onText(this.buffer.slice(0, at));
         this.buffer = this.buffer.slice(at);
+        // Code in the session can write frames too: one without an end must not fill memory.
+        if (this.buffer.length > this.maxFrame) {
+          this.skipping = true;
+          this.skipped = this.buffer.length;
+          this.buffer = '';
+        }
         return;
+      }
+      if (end - at > this.maxFrame) {
+        if (at > 0) this.onText(this.buffer.slice(0, at));
+        this.onOversize(end - at);
+        this.buffer = this.buffer.slice(end + 1);
+        continue;
       }
       if (at > 0) this.onText(this.buffer.slice(0, at));
       this.onFrame(this.buffer.slice(at + this.marker.length, end));
@@ -80,6 +115,8 @@ interface Current {
   truncated: boolean;
   exitCode: number | undefined;
   fenced: boolean;
+  attachments: Attachment[];
+  omitted: OmittedAttachment[];
   done: () => void;
   onOutput: ((stream: 'stdout' | 'stderr', text: string) => void) | undefined;
 }
@@ -110,17 +147,23 @@ export class Session {
     void process.exited.then(() => (this.over = true));
     const marker = FRAME_START + token;
     this.readyPromise = new Promise((resolve) => (this.readyResolve = resolve));
+    // An image's frame: its base64 (4/3 of its bytes) and a little JSON around it.
+    const maxFrame = Math.ceil(limits.attachments.bytes / 3) * 4 + 1024;
     new FrameReader(
       process.stdout,
       marker,
       (text) => this.output('stdout', text),
       (json) => this.frame(json),
+      maxFrame,
+      (chars) => this.omit('image/png', Math.floor((chars * 3) / 4), 'attachment_too_large'),
     );
     new FrameReader(
       process.stderr,
       marker,
       (text) => this.output('stderr', text),
       () => this.fence(),
+      maxFrame,
+      () => undefined,
     );
   }
 
@@ -194,6 +237,8 @@ export class Session {
       truncated: false,
       exitCode: undefined,
       fenced: false,
+      attachments: [],
+      omitted: [],
       done: finished,
       onOutput: ctx.events ? (stream, text) => ctx.events?.output(stream, text) : undefined,
     };
@@ -244,12 +289,20 @@ export class Session {
           `[session] interrupted after ${timeoutS} s: wall-clock timeout; the session's state is kept\n`;
       }
       if (current.truncated) stderr += '[session] output truncated at the output limit\n';
+      for (const o of current.omitted) {
+        stderr +=
+          o.code === 'too_many_attachments'
+            ? `[session] a ${o.mimeType} output was not attached: ${o.code} (at most ${this.limits.attachments.count} per call)\n`
+            : `[session] a ${o.mimeType} output of ${o.bytes} bytes was not attached: ${o.code} (at most ${this.limits.attachments.bytes} bytes)\n`;
+      }
       return {
         stdout: current.stdout,
         stderr,
         exitCode: current.exitCode ?? 0,
         timedOut: interrupted === 'timeout',
         truncated: current.truncated,
+        ...(current.attachments.length > 0 ? { attachments: current.attachments } : {}),
+        ...(current.omitted.length > 0 ? { attachmentsOmitted: current.omitted } : {}),
       };
     } finally {
       clearTimeout(timer);
@@ -289,10 +342,21 @@ export class Session {
   }
 
   private frame(json: string): void {
-    let frame: { t?: string; exitCode?: number };
+    let frame: {
+      t?: string;
+      exitCode?: number;
+      mime?: unknown;
+      data?: unknown;
+      omitted?: unknown;
+      bytes?: unknown;
+    };
     try {
       frame = JSON.parse(json) as typeof frame;
     } catch {
+      return;
+    }
+    if (frame.t === 'display') {
+      this.display(frame);
       return;
     }
     if (frame.t === 'ready') {
@@ -303,6 +367,41 @@ export class Session {
     if (frame.t !== 'done' || !current) return;
     current.exitCode = typeof frame.exitCode === 'number' ? frame.exitCode : 0;
     if (current.fenced) current.done();
+  }
+
+  /** A rich output of the running call, checked again here: the kernel is not trusted. */
+  private display(frame: { mime?: unknown; data?: unknown; omitted?: unknown; bytes?: unknown }) {
+    const current = this.current;
+    if (!current) return;
+    const mimeType = frame.mime === 'image/png' ? 'image/png' : 'text/plain';
+    if (frame.omitted === 'attachment_too_large' || frame.omitted === 'too_many_attachments') {
+      this.omit(mimeType, typeof frame.bytes === 'number' ? frame.bytes : 0, frame.omitted);
+      return;
+    }
+    if (typeof frame.data !== 'string') return;
+    const attachment: Attachment =
+      mimeType === 'image/png'
+        ? {
+            mimeType,
+            encoding: 'base64',
+            data: frame.data,
+            bytes: Buffer.byteLength(frame.data, 'base64'),
+          }
+        : { mimeType, encoding: 'utf-8', data: frame.data, bytes: Buffer.byteLength(frame.data) };
+    if (attachment.bytes > this.limits.attachments.bytes) {
+      this.omit(mimeType, attachment.bytes, 'attachment_too_large');
+    } else if (current.attachments.length >= this.limits.attachments.count) {
+      this.omit(mimeType, attachment.bytes, 'too_many_attachments');
+    } else {
+      current.attachments.push(attachment);
+    }
+  }
+
+  private omit(mimeType: string, bytes: number, code: OmittedAttachment['code']): void {
+    // Bounded like the attachments: of a flood of refused outputs, the first `count` are listed.
+    const current = this.current;
+    if (!current || current.omitted.length >= this.limits.attachments.count) return;
+    current.omitted.push({ mimeType, bytes, code });
   }
 
   private fence(): void {

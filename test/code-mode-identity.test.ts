@@ -6,10 +6,12 @@
  * a nested call names the user.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { CodeModeCapabilities, Keys } from '@toolgate/calls';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startAuthServer, type AuthServer } from './support/auth-server.js';
 import { startCodeModeStack, whyNoCodeMode } from './support/code-mode-stack.js';
-import { freePort } from './support/redis-server.js';
+import { freePort, startRedisServer, type RedisServer } from './support/redis-server.js';
 import { KEYS, type Stack } from './support/stack.js';
 
 /** Allows code mode and the calculator only: no `file_*`. */
@@ -174,4 +176,50 @@ print(toolgate.calculator(expression="6*7"))`,
     }
     expect(entry).toMatchObject({ user: 'ann', status: 'ok' });
   }, 90_000);
+});
+
+describe('a capability carries its caller', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  let capabilities: CodeModeCapabilities;
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = new Redis(server.port, '127.0.0.1');
+    capabilities = new CodeModeCapabilities(redis, new Keys(`cmid-${randomUUID()}`));
+  });
+  afterAll(async () => {
+    redis?.disconnect();
+    await server?.stop();
+  });
+
+  it('user and scopes come back from peek and take; an API key has neither', async () => {
+    const grant = { clientId: 'carol', parentCallId: 'p1', user: 'ann', scopes: [CALC] };
+    const token = await capabilities.mint(grant, 2, 60);
+    expect(await capabilities.peek(token)).toEqual(grant);
+    expect(await capabilities.take(token)).toEqual({ ok: true, grant, remaining: 1 });
+    // A token without scopes configured still differs from an API key: [] is kept.
+    const none = await capabilities.mint({ ...grant, scopes: [] }, 1, 60);
+    expect(await capabilities.peek(none)).toEqual({ ...grant, scopes: [] });
+    const keyed = await capabilities.mint({ clientId: 'carol', parentCallId: 'p2' }, 1, 60);
+    expect(await capabilities.take(keyed)).toMatchObject({
+      ok: true,
+      grant: { clientId: 'carol', parentCallId: 'p2' },
+    });
+    expect(await capabilities.peek(keyed)).toEqual({ clientId: 'carol', parentCallId: 'p2' });
+  });
+
+  it('the identity fields are bounded: a 257-character user or over 4096 bytes of scopes are refused', async () => {
+    const base = { clientId: 'carol', parentCallId: 'p3' };
+    await expect(capabilities.mint({ ...base, user: 'u'.repeat(257) }, 1, 60)).rejects.toThrow(
+      /at most 256 characters/,
+    );
+    await expect(
+      capabilities.mint(
+        { ...base, scopes: Array.from({ length: 64 }, (_, i) => `scope-${i}-`.padEnd(64, 'x')) },
+        1,
+        60,
+      ),
+    ).rejects.toThrow(/at most 4096 bytes/);
+    expect(await capabilities.mint({ ...base, user: 'u'.repeat(256) }, 1, 60)).toMatch(/^tgcm_/);
+  });
 });

@@ -14,6 +14,50 @@ export interface CodeModeGrant {
   clientId: string;
   /** The script's call: the nested calls' parent and their conversation (loop guard). */
   parentCallId: string;
+  /** The user the script's call acted for: its nested calls act for that user too. */
+  user?: string;
+  /**
+   * The scopes of the OAuth token the script's call was made with: its nested calls get that
+   * token's grant, not the whole client's. Absent: the script was started with an API key.
+   */
+  scopes?: string[];
+}
+
+/** A capability's user is at most this long (the gateway refuses longer user claims). */
+export const MAX_GRANT_USER_CHARS = 256;
+/** A capability's scopes, as JSON, are at most this long (only configured scopes are kept). */
+export const MAX_GRANT_SCOPES_BYTES = 4096;
+
+/** The identity fields of a capability's hash, checked against the bounds above. */
+function identityFields(grant: CodeModeGrant): Record<string, string> {
+  const fields: Record<string, string> = {};
+  if (grant.user !== undefined) {
+    if (grant.user.length > MAX_GRANT_USER_CHARS)
+      throw new RangeError(`a code-mode user is at most ${MAX_GRANT_USER_CHARS} characters`);
+    fields.user = grant.user;
+  }
+  if (grant.scopes !== undefined) {
+    const json = JSON.stringify(grant.scopes);
+    if (Buffer.byteLength(json) > MAX_GRANT_SCOPES_BYTES)
+      throw new RangeError(`code-mode scopes are at most ${MAX_GRANT_SCOPES_BYTES} bytes as JSON`);
+    fields.scopes = json;
+  }
+  return fields;
+}
+
+/** A grant from the hash's fields (HMGET order: client, parent, user, scopes). */
+function grantOf(
+  client: string,
+  parent: string,
+  user: string | null | undefined,
+  scopes: string | null | undefined,
+): CodeModeGrant {
+  return {
+    clientId: client,
+    parentCallId: parent,
+    ...(user ? { user } : {}),
+    ...(scopes ? { scopes: JSON.parse(scopes) as string[] } : {}),
+  };
 }
 
 export type CodeModeTake =
@@ -25,12 +69,12 @@ export type CodeModeTake =
  * never both take the last one.
  */
 const TAKE = new LuaScript(`
-local v = redis.call('HMGET', KEYS[1], 'client', 'parent', 'remaining')
+local v = redis.call('HMGET', KEYS[1], 'client', 'parent', 'remaining', 'user', 'scopes')
 if not v[1] then return {0} end
 local remaining = tonumber(v[3])
 if remaining <= 0 then return {-1} end
 redis.call('HINCRBY', KEYS[1], 'remaining', -1)
-return {1, v[1], v[2], remaining - 1}
+return {1, v[1], v[2], remaining - 1, v[4] or '', v[5] or ''}
 `);
 
 export class CodeModeCapabilities {
@@ -45,7 +89,12 @@ export class CodeModeCapabilities {
     const key = this.keys.codeModeCapability(digest(token));
     await this.redis
       .multi()
-      .hset(key, { client: grant.clientId, parent: grant.parentCallId, remaining: maxCalls })
+      .hset(key, {
+        client: grant.clientId,
+        parent: grant.parentCallId,
+        remaining: maxCalls,
+        ...identityFields(grant),
+      })
       .expire(key, Math.max(1, Math.ceil(ttlSeconds)))
       .exec();
     return token;
@@ -59,12 +108,14 @@ export class CodeModeCapabilities {
       string?,
       string?,
       number?,
+      string?,
+      string?,
     ];
     if (got[0] === 0) return { ok: false, reason: 'unknown' };
     if (got[0] === -1) return { ok: false, reason: 'exhausted' };
     return {
       ok: true,
-      grant: { clientId: got[1]!, parentCallId: got[2]! },
+      grant: grantOf(got[1]!, got[2]!, got[4], got[5]),
       remaining: Number(got[3]),
     };
   }
@@ -72,12 +123,14 @@ export class CodeModeCapabilities {
   /** Whose capability this is, without taking a call (listings, help). */
   async peek(token: string): Promise<CodeModeGrant | undefined> {
     if (!token.startsWith('tgcm_') || token.length > 100) return undefined;
-    const [client, parent] = await this.redis.hmget(
+    const [client, parent, user, scopes] = await this.redis.hmget(
       this.keys.codeModeCapability(digest(token)),
       'client',
       'parent',
+      'user',
+      'scopes',
     );
-    return client && parent ? { clientId: client, parentCallId: parent } : undefined;
+    return client && parent ? grantOf(client, parent, user, scopes) : undefined;
   }
 
   /** The script ended: its token is worthless from now on. */

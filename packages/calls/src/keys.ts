@@ -147,7 +147,8 @@ export class Keys {
   }
 
   /**
-   * A running script's code-mode capability (a hash: client, parent call, calls remaining),
+   * A running script's code-mode capability (a hash: client, parent call, calls remaining, and
+   * the caller's user and token scopes when it had them),
    * named by the digest of its token and expiring with the script (docs/code-mode.md).
    */
   codeModeCapability(tokenDigest: string): string {

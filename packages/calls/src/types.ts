@@ -71,6 +71,11 @@ export interface CallJob {
   approvedBy?: string;
   /** A nested call of a code-mode script: the script's call (docs/code-mode.md). */
   parentCallId?: string;
+  /**
+   * The OAuth token's scopes, on a call that starts code mode made with a token: the script's
+   * nested calls get the same grant (docs/code-mode.md, identity). Absent: an API key's call.
+   */
+  scopes?: string[];
   /** W3C trace context carriers, so the worker's spans join the gateway's trace. */
   trace?: Record<string, string>;
   /** The session the call runs in, and the worker hosting it (whose own queue takes it). */

@@ -41,6 +41,8 @@ export interface ToolContext {
   clientId: string;
   /** The user the call acts for, where one is known. */
   user?: string;
+  /** The OAuth token's scopes the call was made with (code mode hands them to its script). */
+  scopes?: readonly string[];
   /** Credential rules for this call's requests (absent: none configured). */
   credentials?: CallCredentials;
   /**

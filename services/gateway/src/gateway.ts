@@ -277,6 +277,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     config.policy.authFailures.perMinute,
     () => metrics.limited.inc({ kind: 'auth', client: '(unauthenticated)' }),
   );
+  const oauth = config.auth.oauth ? new OAuthResource(config.auth.oauth, clients) : undefined;
   // Code mode's nested calls carry a script's capability, not a client key (docs/code-mode.md).
   app.use(
     codeModeRoutes({
@@ -287,9 +288,9 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       registry,
       approval: config.codeMode.approval,
       body: readJsonBody({ limitBytes: config.server.bodyLimitBytes }),
+      ...(oauth ? { oauth } : {}),
     }),
   );
-  const oauth = config.auth.oauth ? new OAuthResource(config.auth.oauth, clients) : undefined;
   if (oauth) app.use(protectedResourceRoutes(oauth));
   app.use(
     authenticate(clients, authFailures, {

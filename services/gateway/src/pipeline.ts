@@ -37,6 +37,7 @@ import { injectContext, withSpan } from '@toolgate/telemetry';
 import type { RedisClient, Replication, ReplicaWait } from '@toolgate/calls';
 import type { ApprovalFeed } from './approval-feed.js';
 import { outOfScope } from './auth/oauth.js';
+import { startsCodeMode } from './routes/code-mode.js';
 import type { Client } from './clients.js';
 import { pendingApproval } from './views.js';
 import { ApiError } from './errors.js';
@@ -358,6 +359,10 @@ export class CallPipeline {
         ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
         ...(host !== undefined ? { session: { id: req.session!, host } } : {}),
         ...(req.parentCallId ? { parentCallId: req.parentCallId } : {}),
+        // A script started with a token: its nested calls get the token's grant, not the client's.
+        ...(client.grant && startsCodeMode(tool.name, args)
+          ? { scopes: client.grant.configured() }
+          : {}),
       };
       const trace = injectContext();
       if (trace) job.trace = trace;

@@ -1,6 +1,6 @@
 /**
  * The worker's side of code mode (docs/code-mode.md): for each script, a capability in Redis
- * (client, parent call, calls remaining; expiring with the script) that stays in this process,
+ * (client, user, token scopes, parent call, calls remaining; expiring with the script) that stays in this process,
  * and the nested calls sent with it to a gateway (`codeMode.gatewayUrl`, any replica), where
  * they take the pipeline like a model's calls.
  */
@@ -94,11 +94,18 @@ export class CodeModeBroker implements CodeModeServices {
   async open(script: {
     callId: string;
     clientId: string;
+    user?: string;
+    scopes?: readonly string[];
     timeoutMs: number;
     signal: AbortSignal;
   }): Promise<CodeModeSession> {
     const token = await this.o.capabilities.mint(
-      { clientId: script.clientId, parentCallId: script.callId },
+      {
+        clientId: script.clientId,
+        parentCallId: script.callId,
+        ...(script.user === undefined ? {} : { user: script.user }),
+        ...(script.scopes === undefined ? {} : { scopes: [...script.scopes] }),
+      },
       this.o.maxCalls,
       script.timeoutMs / 1000 + CAPABILITY_GRACE_SECONDS,
     );

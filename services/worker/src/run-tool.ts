@@ -74,6 +74,7 @@ export async function runTool(
           callId: job.id,
           clientId: job.clientId,
           ...(job.user === undefined ? {} : { user: job.user }),
+          ...(job.scopes === undefined ? {} : { scopes: job.scopes }),
           ...(credentials ? { credentials } : {}),
           ...(job.space === undefined ? {} : { space: job.space }),
           signal: controller.signal,

@@ -18,6 +18,9 @@ export async function runWithTools(
   const session = await codeMode.open({
     callId: ctx.callId,
     clientId: ctx.clientId,
+    // Who the script acts as: its nested calls are the caller's, not the bare client's.
+    ...(ctx.user === undefined ? {} : { user: ctx.user }),
+    ...(ctx.scopes === undefined ? {} : { scopes: ctx.scopes }),
     timeoutMs: (timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1000,
     signal: ctx.signal,
   });

@@ -44,6 +44,10 @@ export interface CodeModeServices {
   open(script: {
     callId: string;
     clientId: string;
+    /** The user the script's call acts for, when one is known. */
+    user?: string;
+    /** The OAuth token's scopes the script's call was made with; absent for an API key. */
+    scopes?: readonly string[];
     /** The script's wall-clock limit: the capability expires a little after it. */
     timeoutMs: number;
     signal: AbortSignal;

@@ -76,12 +76,20 @@ export class OAuthResource {
       );
     if (verified.user !== undefined && verified.user.length > MAX_USER_LENGTH)
       throw new TokenRefused(`the token's user claim is longer than ${MAX_USER_LENGTH} characters`);
-    const grant = new TokenGrant(verified.scopes, client.scope, this.byScope, this.metadataUrl);
+    return this.asToken(client, verified.scopes, verified.user);
+  }
+
+  /**
+   * `client` as a token with `scopes` for `user` would make it: what `authenticate` answers,
+   * and what a code-mode script started with such a token acts as (docs/code-mode.md).
+   */
+  asToken(client: Client, scopes: readonly string[], user?: string): Client {
+    const grant = new TokenGrant(scopes, client.scope, this.byScope, this.metadataUrl);
     return {
       ...client,
       scope: grant,
       grant,
-      ...(verified.user === undefined ? {} : { user: verified.user }),
+      ...(user === undefined ? {} : { user }),
     };
   }
 }
@@ -98,6 +106,14 @@ export class TokenGrant implements ToolFilter {
     private readonly byScope: ReadonlyMap<string, ToolScope>,
     private readonly metadataUrl: string,
   ) {}
+
+  /**
+   * The scopes held that this server configures: all that decide what the token may call
+   * (carried with a code-mode script, so bounded by the configuration, not by the token).
+   */
+  configured(): string[] {
+    return this.scopes.filter((s) => this.byScope.has(s));
+  }
 
   allows(tool: Pick<Tool, 'name' | 'category'>): boolean {
     if (!this.clientScope.allows(tool)) return false;

@@ -1,7 +1,8 @@
 /**
  * The gateway side of code mode (docs/code-mode.md): a worker running a script sends the
  * script's nested calls here, with the script's capability instead of a client key. Each one
- * then takes the same pipeline as a model's call, as the script's client: scope, validation,
+ * then takes the same pipeline as a model's call, as the script's caller (its client, or the
+ * token it was started with: that token's scopes and user): scope, validation,
  * rate limit, loop guard (the script's call is the conversation), precheck, approval, cache,
  * admission, idempotency, audit and stats, with `parentCallId` the script's call.
  */
@@ -14,6 +15,7 @@ import {
 } from 'express';
 import type { CallOutcome, CodeModeCapabilities, CodeModeGrant } from '@toolgate/calls';
 import type { ToolRegistry } from '@toolgate/registry';
+import type { OAuthResource } from '../auth/oauth.js';
 import type { Client, Clients } from '../clients.js';
 import type { AuthFailures } from '../policy/auth-failures.js';
 import { ApiError } from '../errors.js';
@@ -45,6 +47,8 @@ export interface CodeModeRouteOptions {
   body: RequestHandler;
   /** Unknown capabilities count as bad keys of their source address (`policy.authFailures`). */
   failures?: AuthFailures;
+  /** Rebuilds the grant of a script started with a token (absent: no `auth.oauth`). */
+  oauth?: OAuthResource;
 }
 
 interface Authorized {
@@ -55,6 +59,19 @@ interface Authorized {
 function bearer(req: Request): string {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(req.get('authorization') ?? '');
   return m?.[1] ?? '';
+}
+
+/**
+ * Who a script's nested calls act as: the Client its own call had. A token's script gets that
+ * token's grant (its scopes ∩ the client's tools, the step-up) and user, rebuilt the way the
+ * token itself would be; an API key's script is its client. Undefined: the client is gone, or
+ * the token's script reached a gateway without OAuth configured (never a wider grant).
+ */
+function callerOf(o: CodeModeRouteOptions, grant: CodeModeGrant): Client | undefined {
+  const client = o.clients.byId(grant.clientId);
+  if (!client) return undefined;
+  if (grant.scopes !== undefined) return o.oauth?.asToken(client, grant.scopes, grant.user);
+  return grant.user === undefined ? client : { ...client, user: grant.user };
 }
 
 function unknownCapability(): ApiError {
@@ -74,10 +91,10 @@ async function refuse(o: CodeModeRouteOptions, req: Request): Promise<ApiError> 
 export function codeModeRoutes(o: CodeModeRouteOptions): Router {
   const router = Router();
 
-  /** The listing the script's `toolgate` module is made from: the client's tools, code mode aside. */
+  /** The listing the script's `toolgate` module is made from: the caller's tools, code mode aside. */
   router.get('/v1/code-mode/tools', async (req, res) => {
     const grant = await o.capabilities.peek(bearer(req));
-    const client = grant && o.clients.byId(grant.clientId);
+    const client = grant && callerOf(o, grant);
     if (!client) throw await refuse(o, req);
     const tools = o.registry
       .list()
@@ -103,7 +120,7 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
           );
         return void refuse(o, req).then(next, next);
       }
-      const client = o.clients.byId(taken.grant.clientId);
+      const client = callerOf(o, taken.grant);
       if (!client) return void refuse(o, req).then(next, next);
       res.locals.codeMode = { client, grant: taken.grant } satisfies Authorized;
       next();

@@ -56,6 +56,8 @@ export class StdioServer {
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly idleTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  /** The calls' log listeners, by call id (see `listen`). */
+  private readonly logListeners = new Map<string, (level: string, text: string) => void>();
   /** The catalog's: `notifications/tools/list_changed` from the server. */
   onToolsChanged: (() => void) | undefined;
   /** The catalog's: the server (re)started, so its list is worth reading now. */
@@ -107,6 +109,26 @@ export class StdioServer {
     this.lastUsed = Date.now();
   }
 
+  /**
+   * Hands the server's `notifications/message` to call `callId` as its output. A stdio session
+   * does not say which request a notification belongs to, so they go to a call only while it is
+   * the one call in flight here; with several in flight they are dropped (not guessed: another
+   * client's call must not see them).
+   */
+  listen(callId: string, onLog: (level: string, text: string) => void): void {
+    this.logListeners.set(callId, onLog);
+  }
+
+  unlisten(callId: string): void {
+    this.logListeners.delete(callId);
+  }
+
+  private log(level: string, data: unknown): void {
+    if (this.inFlight !== 1 || this.logListeners.size !== 1) return;
+    const text = typeof data === 'string' ? data : JSON.stringify(data);
+    for (const onLog of this.logListeners.values()) onLog(level, `${text}\n`);
+  }
+
   /** Stops the server for good (the worker is closing). */
   async close(): Promise<void> {
     this.closed = true;
@@ -155,6 +177,9 @@ export class StdioServer {
       },
     );
     client.onerror = () => undefined; // each request reports its own failure
+    client.setNotificationHandler('notifications/message', (n) =>
+      this.log(n.params.level, n.params.data),
+    );
     try {
       await client.connect(transport, { timeout: u.timeoutMs });
     } catch (err) {

@@ -37,6 +37,11 @@ export interface SandboxStdioTransportOptions {
   open: () => Promise<SandboxProcess>;
   /** One line the server wrote to stderr (its log), cut at 4096 characters. */
   onStderr?: (line: string) => void;
+  /**
+   * A `notifications/message` from the server, as it is read: before the SDK sees the lines
+   * after it, so a log written just before a call's answer still finds the call running.
+   */
+  onLog?: (level: string, data: unknown) => void;
   /** How the server's sandbox ended, once it has (a crash, or close()). */
   onExit?: (exit: ProcessExit) => void;
 }
@@ -144,6 +149,10 @@ export class SandboxStdioTransport implements Transport {
       this.onerror?.(err as Error);
       return;
     }
+    if ('method' in message && message.method === 'notifications/message' && !('id' in message)) {
+      const params = (message.params ?? {}) as { level?: unknown; data?: unknown };
+      this.options.onLog?.(typeof params.level === 'string' ? params.level : 'info', params.data);
+    }
     this.onmessage?.(message);
   }
 
@@ -200,7 +209,9 @@ function keepTail(tail: Buffer, part: Buffer): Buffer {
 
 const ID_VALUE = String.raw`(-?\d{1,15}|"(?:[^"\\]|\\.){0,64}")`;
 /** `{"id":…` or `{"jsonrpc":"2.0","id":…` at the very start: the top level's id. */
-const ID_FIRST = new RegExp(String.raw`^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*${ID_VALUE}\s*[,}]`);
+const ID_FIRST = new RegExp(
+  String.raw`^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*${ID_VALUE}\s*[,}]`,
+);
 /** `,"id":…}` at the very end (one closing brace: the top level's, not a nested object's). */
 const ID_LAST = new RegExp(String.raw`[,{]\s*"id"\s*:\s*${ID_VALUE}\s*\}\s*\r?$`);
 

@@ -149,9 +149,17 @@ export class SandboxStdioTransport implements Transport {
       this.onerror?.(err as Error);
       return;
     }
-    if ('method' in message && message.method === 'notifications/message' && !('id' in message)) {
+    if (
+      this.options.onLog &&
+      'method' in message &&
+      message.method === 'notifications/message' &&
+      !('id' in message)
+    ) {
+      // Not handed to the SDK: it has no use for them, and a server flooding them would cost
+      // its schema checks on each.
       const params = (message.params ?? {}) as { level?: unknown; data?: unknown };
-      this.options.onLog?.(typeof params.level === 'string' ? params.level : 'info', params.data);
+      this.options.onLog(typeof params.level === 'string' ? params.level : 'info', params.data);
+      return;
     }
     this.onmessage?.(message);
   }

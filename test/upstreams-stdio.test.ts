@@ -438,10 +438,10 @@ print("mount", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))'`,
     'a flood of 100,000 notifications: the call answers, its output capped, the gateway responsive',
     async () => {
       const id = await started('probe__flood', {});
-      // While the worker reads the flood, the gateway answers.
+      // While the worker reads the flood (in this same process), the gateway answers.
       const t0 = Date.now();
       expect((await fetch(`${stack.url}/healthz`)).status).toBe(200);
-      expect(Date.now() - t0).toBeLessThan(2000);
+      expect(Date.now() - t0).toBeLessThan(3000);
       const events = await eventsOf(id);
       expect(events.at(-1)?.data).toContain('flooded');
       const output = events
@@ -462,7 +462,7 @@ print("mount", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))'`,
       const hung = await run('hang__hang', { text: 'too-slow' });
       expect(hung).toMatchObject({ status: 'error', error: { code: 'upstream_unavailable' } });
       expect(hung.error?.message).toContain('2000 ms');
-      expect(Date.now() - t0).toBeLessThan(2000 + 1500);
+      expect(Date.now() - t0).toBeLessThan(2000 + 2500);
       // notifications/cancelled reached the server, on the session that goes on.
       const cancelled = await until(
         async () => (await run('hang__cancelled', {})).result,

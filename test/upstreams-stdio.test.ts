@@ -74,7 +74,8 @@ for line in sys.stdin:
             # The answer 2 s later: the test's event stream, opened after the call began, sees it run.
             sys.stdout.write(log("probe log: " + args.get("text", ""))); sys.stdout.flush()
             time.sleep(2); text(id, "logged")
-        elif name == "flood":
+        elif name == "flood":  # 1 s first: the test's event stream listens before it
+            time.sleep(1)
             for i in range(100): sys.stdout.write("".join(log("flood line %d" % (i * 1000 + j)) for j in range(1000)))
             text(id, "flooded")
         elif name == "big":  # the id last, as the MCP SDK writes it

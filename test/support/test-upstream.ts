@@ -66,6 +66,11 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
     { name: 'fail', description: 'Always fails', inputSchema: object({}) },
     { name: 'flood', description: 'Answers with 10 MB of text', inputSchema: object({}) },
     {
+      name: 'chatty',
+      description: 'Sends 20,000 log notifications, then answers',
+      inputSchema: object({}),
+    },
+    {
       name: 'slow',
       description: 'Reports progress and logs, then waits ms',
       inputSchema: object({ text: { type: 'string' }, ms: { type: 'integer', minimum: 0 } }, [
@@ -130,6 +135,22 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
           return { content: [{ type: 'text', text: 'x'.repeat(10_000_000) }] };
         case 'fail':
           return { content: [{ type: 'text', text: 'it went wrong upstream' }], isError: true };
+        case 'chatty':
+          // A moment first: a test's event stream, opened after the call began, is listening
+          // before the flood (this server shares the test's process and its event loop).
+          await new Promise((r) => setTimeout(r, 1000));
+          // ~3 MB of events: under the 8 MiB response cap, so the call answers. Sent a thousand
+          // at a time, each batch awaited.
+          for (let i = 0; i < 20_000; i += 1000)
+            await Promise.all(
+              Array.from({ length: 1000 }, (_, j) =>
+                ctx.mcpReq.notify({
+                  method: 'notifications/message',
+                  params: { level: 'info', data: `chatty line ${i + j}` },
+                }),
+              ),
+            );
+          return { content: [{ type: 'text', text: 'chatted' }] };
         case 'sum':
           return {
             content: [{ type: 'text', text: String(args.a! + args.b!) }],

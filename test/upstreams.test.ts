@@ -72,7 +72,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
   beforeAll(async () => {
     [everything, upstream, leaving, huge, closedPort] = await Promise.all([
       startEverything(),
-      startTestUpstream(),
+      startTestUpstream({ chatty: true }),
       startTestUpstream(),
       startTestUpstream({ filler: 700, hugeDescription: 100_000, pageSize: 100 }),
       freePort(),

@@ -33,6 +33,8 @@ export interface TestUpstreamOptions {
   hugeDescription?: number;
   /** Tools per tools/list page (paginated when smaller than the list). */
   pageSize?: number;
+  /** Also a tool `chatty` that sends 20,000 log notifications, then answers. */
+  chatty?: boolean;
   /** Descriptions in place of the built-in ones, by tool name. */
   descriptions?: Record<string, string>;
 }
@@ -66,11 +68,6 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
     { name: 'fail', description: 'Always fails', inputSchema: object({}) },
     { name: 'flood', description: 'Answers with 10 MB of text', inputSchema: object({}) },
     {
-      name: 'chatty',
-      description: 'Sends 20,000 log notifications, then answers',
-      inputSchema: object({}),
-    },
-    {
       name: 'slow',
       description: 'Reports progress and logs, then waits ms',
       inputSchema: object({ text: { type: 'string' }, ms: { type: 'integer', minimum: 0 } }, [
@@ -84,6 +81,15 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
       inputSchema: object({ a: { type: 'number' }, b: { type: 'number' } }, ['a', 'b']),
       outputSchema: object({ sum: { type: 'number' } }, ['sum']),
     },
+    ...(options.chatty
+      ? [
+          {
+            name: 'chatty',
+            description: 'Sends 20,000 log notifications, then answers',
+            inputSchema: object({}),
+          },
+        ]
+      : []),
     ...extra.map((name) => ({
       name,
       description: `added later: ${name}`,

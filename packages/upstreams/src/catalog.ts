@@ -163,6 +163,8 @@ function catalogTtlSeconds(upstream: UpstreamConfig): number {
 }
 
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+/** Deletes a stale supervisor field only if it is still the one read (its worker may be back). */
+const DELETE_STALE = `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0`;
 
 export class UpstreamCatalog {
   private static readonly shared = new WeakMap<ToolRegistry, UpstreamCatalog>();
@@ -378,10 +380,11 @@ export class UpstreamCatalog {
     const server = this.stdio?.get(upstream.id);
     const now = Date.now();
     if (server) {
-      const text = JSON.stringify(server.snapshot());
+      const snapshot = server.snapshot();
+      const text = JSON.stringify(snapshot);
       const last = this.written.get(upstream.id);
       if (last?.text !== text || now - last.at >= SUPERVISOR_WRITE_MS) {
-        const entry = `${text.slice(0, -1)},"at":${now}}`;
+        const entry = JSON.stringify({ ...snapshot, at: now } satisfies SupervisorEntry);
         await this.redis
           .multi()
           .hset(key, this.worker, entry)
@@ -392,13 +395,11 @@ export class UpstreamCatalog {
     }
     const all = await this.redis.hgetall(key);
     const live = new Map<string, SupervisorEntry>();
-    const stale: string[] = [];
     for (const [worker, text] of Object.entries(all)) {
       const entry = parseSupervisor(text);
-      if (!entry || now - entry.at > SUPERVISOR_STALE_MS) stale.push(worker);
-      else live.set(worker, entry);
+      if (entry && now - entry.at <= SUPERVISOR_STALE_MS) live.set(worker, entry);
+      else await this.redis.eval(DELETE_STALE, 1, key, worker, text);
     }
-    if (stale.length > 0) await this.redis.hdel(key, ...stale);
     this.supervisors.set(upstream.id, live);
   }
 

@@ -257,7 +257,7 @@ describe.each(drivers)('stdio upstreams in %s sandboxes', (driverName) => {
       const check = (name: string) => checks.find((c) => c.name === name);
       expect(check('upstream everything')).toMatchObject({
         status: 'ok',
-        detail: expect.stringMatching(/^npm .*: up, \d+ tools/),
+        detail: expect.stringMatching(/^npm .*: up, \d+ tools .*; workers: up \(0 restarts\)$/),
       });
       expect(check('upstream everything npm')).toMatchObject({ status: 'ok' });
       expect(check('upstream missing')).toMatchObject({ status: 'warn' });

@@ -12,16 +12,21 @@
 // - A 10 s call to a slow upstream of our own, made with ?wait=false and then cancelled with
 //   POST /v1/calls/{id}/cancel: the time from the cancel request to the upstream seeing it.
 //
+// - The stdio transport (stdioPhase): server-everything's `echo` over stdio, through toolgate
+//   (the worker runs `npm:` server-everything in a sandbox, docs/upstreams.md) vs the SDK's own
+//   StdioClientTransport spawning the same server on the host, in this process.
+//
 // Results on stdout, progress on stderr. Env: BENCH_SECONDS (per measurement, default 2),
 // BENCH_ROUNDS (3), BENCH_WARMUP_SECONDS (2), BENCH_CANCEL_RUNS (10),
 // BENCH_CONCURRENCIES (1,16,64), BENCH_UPSTREAM_CONCURRENCY (the upstream's `concurrency`;
-// the config's default when unset).
+// the config's default when unset), BENCH_STDIO_DRIVER (bwrap, docker, or off: no stdio rows).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { parseConfig } from '@toolgate/config';
 import { createGuardedFetch } from '@toolgate/tools';
 import { UpstreamConnection } from '@toolgate/upstreams';
@@ -411,4 +416,205 @@ const cancelP95 = percentile(cancelTimes, 95);
 console.log(
   `cancel reaches the upstream (p95): ${cancelP95.toFixed(1)} ms   target ≤ 100 ms ${verdict(cancelP95 <= 100)}`,
 );
+await stdioPhase();
 process.exit(0);
+
+// --- the stdio transport ----------------------------------------------------------------------
+
+/**
+ * server-everything's `echo` over stdio: through toolgate (a gateway and a worker of their own,
+ * the server `npm:`-installed in the node image, in a sandbox of the worker's) vs the SDK
+ * client spawning the same server (the host's copy, same version) itself. Same rounds and
+ * concurrencies as above; CPU per call per process from /proc (the sandboxed server's is not
+ * a child of anything here: left out of both sides).
+ */
+async function stdioPhase(): Promise<void> {
+  const driver = process.env.BENCH_STDIO_DRIVER ?? 'bwrap';
+  if (driver === 'off') return;
+  const require = createRequire(import.meta.url);
+  const entry = require.resolve('@modelcontextprotocol/server-everything/dist/index.js');
+  const version = (
+    require('@modelcontextprotocol/server-everything/package.json') as { version: string }
+  ).version;
+  const dir = mkdtempSync(join(tmpdir(), 'toolgate-bench-stdio-'));
+  const file = join(dir, 'toolgate.yaml');
+  writeFileSync(
+    file,
+    [
+      'clients:',
+      `  - id: bench`,
+      `    key: ${key}`,
+      '    rateLimit: { perMinute: 100000000 }',
+      'sandbox:',
+      `  driver: ${driver}`,
+      `  workspacesRoot: ${join(dir, 'workspaces')}`,
+      `  stateDir: ${join(dir, 'state')}`,
+      '  workspaceQuota: off',
+      '  pool: { size: 0 }',
+      'upstreams:',
+      `  - { id: everything, npm: '@modelcontextprotocol/server-everything@${version}', args: [stdio], trust: auto, start: eager${concurrencyLine} }`,
+      'log: { level: warn }',
+      '',
+    ].join('\n'),
+  );
+  const stdioPort = await freePort();
+  const stdioEnv = {
+    ...env,
+    TOOLGATE_CONFIG: file,
+    PORT: String(stdioPort),
+    TOOLGATE_REDIS_PREFIX: 'bench-stdio',
+    TOOLGATE_WORKER_QUEUES: 'fast,sandbox',
+  };
+  const stdioWorker = await startTs('services/worker/src/main.ts', stdioEnv, /worker started/);
+  const stdioGateway = await startTs('services/gateway/src/main.ts', stdioEnv, /gateway listening/);
+  const stdioBase = `http://127.0.0.1:${stdioPort}`;
+  progress(`stdio: server-everything ${version} in a ${driver} sandbox vs spawned by the SDK`);
+
+  const host = new Client({ name: 'bench-direct-stdio', version: '0.1.0' }, { capabilities: {} });
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [entry, 'stdio'],
+    env: { PATH: process.env.PATH ?? '' },
+    stderr: 'ignore',
+  });
+  await host.connect(transport);
+  const hostCall = async () => {
+    const result = await host.callTool({ name: 'echo', arguments: { message: MESSAGE } });
+    const text = (result.content as { type: string; text?: string }[])[0]?.text;
+    if (result.isError || text !== `Echo: ${MESSAGE}`)
+      throw new Error(`direct stdio: unexpected ${JSON.stringify(result)}`);
+  };
+  const hostSide: Side = {
+    label: 'direct SDK (stdio)',
+    pids: { bench: process.pid, upstream: transport.pid ?? undefined },
+    async load(c, s) {
+      const times: number[] = [];
+      const until = performance.now() + s * 1000;
+      await Promise.all(
+        Array.from({ length: c }, async () => {
+          while (performance.now() < until) {
+            const t = performance.now();
+            await hostCall();
+            times.push(performance.now() - t);
+          }
+        }),
+      );
+      return times;
+    },
+  };
+  const call = () =>
+    fetch(`${stdioBase}/tools/everything__echo/execute`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ message: MESSAGE }),
+    });
+  // The catalog is read once the worker started the server: wait for the tool.
+  for (let i = 0; ; i++) {
+    const answer = await call();
+    const body = await answer.text();
+    if (answer.status === 200 && body.includes(`Echo: ${MESSAGE}`)) break;
+    if (i > 300) throw new Error(`stdio through toolgate: ${answer.status} ${body}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const settleStdio = async () => {
+    for (;;) {
+      const answer = await call();
+      await answer.arrayBuffer();
+      if (answer.status === 200) return;
+      if (answer.status !== 429) throw new Error(`stdio through toolgate: ${answer.status}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  const gatewaySide: Side = {
+    label: 'through toolgate (stdio)',
+    pids: {
+      bench: process.pid,
+      gateway: stdioGateway.pid,
+      worker: stdioWorker.pid,
+      redis: benchRedisPid,
+    },
+    async load(c, s) {
+      const times: number[] = [];
+      const run = autocannon({
+        url: `${stdioBase}/tools/everything__echo/execute`,
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ message: MESSAGE }),
+        connections: c,
+        duration: s,
+        verifyBody: (body) => String(body).includes(`"result":"Echo: ${MESSAGE}"`),
+      }) as unknown as autocannon.Instance & Promise<autocannon.Result>;
+      run.on('response', (_client: unknown, _status: number, _bytes: number, ms: number) =>
+        times.push(ms),
+      );
+      const result = await run;
+      const failed = result.errors + result.timeouts + result.non2xx + result.mismatches;
+      if (failed > 0) throw new Error(`stdio through toolgate: ${failed} failed calls`);
+      return times;
+    },
+    settle: settleStdio,
+  };
+
+  const pair = [hostSide, gatewaySide];
+  for (const side of pair) {
+    await side.load(16, warmUpSeconds);
+    await side.settle?.();
+  }
+  const totals = new Map<string, { times: number[]; seconds: number; cpu: number }>();
+  for (let round = 1; round <= rounds; round++) {
+    for (const c of concurrencies) {
+      const line: string[] = [];
+      for (const side of round % 2 === 1 ? pair : [...pair].reverse()) {
+        const pids = Object.values(side.pids).filter((p): p is number => p !== undefined);
+        const before = pids.map((p) => cpuMs(p) ?? 0);
+        const t = performance.now();
+        const times = await side.load(c, seconds);
+        const elapsed = (performance.now() - t) / 1000;
+        const cpu = pids.reduce((sum, p, i) => sum + (cpuMs(p) ?? 0) - before[i]!, 0);
+        await side.settle?.();
+        const k = `${side.label}@${c}`;
+        const total = totals.get(k) ?? { times: [], seconds: 0, cpu: 0 };
+        total.times.push(...times);
+        total.seconds += elapsed;
+        total.cpu += cpu;
+        totals.set(k, total);
+        times.sort((x, y) => x - y);
+        line.push(
+          `${side.label}: ${(times.length / elapsed).toFixed(0)} calls/s, p50 ${percentile(times, 50).toFixed(2)} ms`,
+        );
+      }
+      progress(`  stdio round ${round}/${rounds} c=${c}  ${line.join('  |  ')}`);
+    }
+  }
+  await stop(stdioGateway);
+  await stop(stdioWorker);
+  await host.close();
+
+  console.log('');
+  console.log(
+    `server-everything echo over stdio (${driver} sandbox), through toolgate vs the SDK client spawning it`,
+  );
+  for (const c of concurrencies) {
+    const [h, g] = pair.map((side) => {
+      const t = totals.get(`${side.label}@${c}`)!;
+      const sorted = [...t.times].sort((a, b) => a - b);
+      return {
+        p50: percentile(sorted, 50),
+        p99: percentile(sorted, 99),
+        rate: t.times.length / t.seconds,
+        cpuUs: (t.cpu * 1000) / t.times.length,
+      };
+    }) as [{ p50: number; p99: number; rate: number; cpuUs: number }, typeof h];
+    console.log(`  concurrency ${c}`);
+    for (const [side, r] of [
+      [hostSide, h],
+      [gatewaySide, g],
+    ] as const)
+      console.log(
+        `    ${side.label.padEnd(26)} p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  ${r.rate.toFixed(0)} calls/s   CPU per call ${r.cpuUs.toFixed(0)} µs (${Object.keys(side.pids).join(', ')})`,
+      );
+    console.log(
+      `    toolgate / direct: p50 +${(g.p50 - h.p50).toFixed(2)} ms, throughput ${(g.rate / h.rate).toFixed(2)}×`,
+    );
+  }
+}

@@ -72,7 +72,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
   beforeAll(async () => {
     [everything, upstream, leaving, huge, closedPort] = await Promise.all([
       startEverything(),
-      startTestUpstream(),
+      startTestUpstream({ chatty: true }),
       startTestUpstream(),
       startTestUpstream({ filler: 700, hugeDescription: 100_000, pageSize: 100 }),
       freePort(),
@@ -292,6 +292,23 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     expect(upstream.notifications).toContain('notifications/cancelled');
     await reader;
     expect(seen.at(-1)?.event).toBe('outcome');
+  });
+
+  it('bounds a flood of 20,000 log notifications: the call answers, its output capped', async () => {
+    // (How fast the gateway answers meanwhile is the stdio test's: this upstream runs in the
+    // test's own process, so its sending would be measured too.)
+    const started = await stack.call('/tools/test__chatty/execute?wait=false', { json: {} });
+    const { id } = (await started.json()) as { id: string };
+    const text = await (await stack.call(`/v1/calls/${id}/events`)).text();
+    expect(text).toContain('chatted');
+    const output = text
+      .split('\n\n')
+      .filter((block) => /^event: output$/m.test(block))
+      .map((block) => (JSON.parse(/^data: (.*)$/m.exec(block)![1]!) as { text: string }).text)
+      .join('');
+    // calls.events.maxOutputBytes (64 KiB) and its closing note, whatever the upstream sends.
+    expect(Buffer.byteLength(output)).toBeLessThan(65_536 + 200);
+    expect(output).toContain('chatty line 0');
   });
 
   it('answers upstream_unavailable within timeoutMs when the upstream does not answer', async () => {

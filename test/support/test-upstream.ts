@@ -33,6 +33,8 @@ export interface TestUpstreamOptions {
   hugeDescription?: number;
   /** Tools per tools/list page (paginated when smaller than the list). */
   pageSize?: number;
+  /** Also a tool `chatty` that sends 20,000 log notifications, then answers. */
+  chatty?: boolean;
   /** Descriptions in place of the built-in ones, by tool name. */
   descriptions?: Record<string, string>;
 }
@@ -79,6 +81,15 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
       inputSchema: object({ a: { type: 'number' }, b: { type: 'number' } }, ['a', 'b']),
       outputSchema: object({ sum: { type: 'number' } }, ['sum']),
     },
+    ...(options.chatty
+      ? [
+          {
+            name: 'chatty',
+            description: 'Sends 20,000 log notifications, then answers',
+            inputSchema: object({}),
+          },
+        ]
+      : []),
     ...extra.map((name) => ({
       name,
       description: `added later: ${name}`,
@@ -130,6 +141,22 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
           return { content: [{ type: 'text', text: 'x'.repeat(10_000_000) }] };
         case 'fail':
           return { content: [{ type: 'text', text: 'it went wrong upstream' }], isError: true };
+        case 'chatty':
+          // A moment first: a test's event stream, opened after the call began, is listening
+          // before the flood (this server shares the test's process and its event loop).
+          await new Promise((r) => setTimeout(r, 1000));
+          // ~3 MB of events: under the 8 MiB response cap, so the call answers. Sent a thousand
+          // at a time, each batch awaited.
+          for (let i = 0; i < 20_000; i += 1000)
+            await Promise.all(
+              Array.from({ length: 1000 }, (_, j) =>
+                ctx.mcpReq.notify({
+                  method: 'notifications/message',
+                  params: { level: 'info', data: `chatty line ${i + j}` },
+                }),
+              ),
+            );
+          return { content: [{ type: 'text', text: 'chatted' }] };
         case 'sum':
           return {
             content: [{ type: 'text', text: String(args.a! + args.b!) }],

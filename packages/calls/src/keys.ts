@@ -379,13 +379,26 @@ export class Keys {
    * read, the last error) and the lease of the process refreshing it (docs/upstreams.md): used
    * alone, never with other keys, on the base, not the hash-tagged root. And its pins (each
    * tool's current and approved definition hash) with the definitions they name, kept without
-   * a TTL (an approval outlives restarts) and written together, so on the root.
+   * a TTL (an approval outlives restarts) and written together, so on the root. A stdio
+   * upstream's `supervisors`: each worker's state of its server (a hash by worker), used alone.
    */
-  upstream(id: string): { catalog: string; lease: string; pins: string; defs: string } {
+  upstream(id: string): {
+    catalog: string;
+    lease: string;
+    pins: string;
+    defs: string;
+    supervisors: string;
+  } {
     const catalog = `${this.base}:upstream:${id}`;
     // Pins and definitions are written together by one script: on the root, one slot.
     const root = `${this.prefix}:upstream-pins:${id}`;
-    return { catalog, lease: `${catalog}:lease`, pins: root, defs: `${root}:defs` };
+    return {
+      catalog,
+      lease: `${catalog}:lease`,
+      pins: root,
+      defs: `${root}:defs`,
+      supervisors: `${catalog}:supervisors`,
+    };
   }
 
   /** The name of a worker's own queue (Lane) for the calls of the sessions it hosts. */

@@ -20,7 +20,7 @@ import { isStdioUpstream, upstreamToolName, type UpstreamConfig } from '@toolgat
 import type { ToolRegistry } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import { UpstreamConnection } from './connection.js';
-import type { StdioServers } from './stdio-server.js';
+import type { StdioServers, StdioSnapshot, StdioState } from './stdio-server.js';
 import {
   definitionHash,
   Pins,
@@ -54,6 +54,14 @@ export const CATALOG_LIMITS = {
 
 /** How often every process looks for a new catalog. */
 const POLL_MS = 1000;
+/**
+ * A worker writes its stdio server's state when it changes, and at least this often; a state
+ * not written for SUPERVISOR_STALE_MS is a worker gone (not shown, and deleted by the next
+ * reader). The hash expires SUPERVISOR_TTL_MS after the last write.
+ */
+const SUPERVISOR_WRITE_MS = 10_000;
+const SUPERVISOR_STALE_MS = 30_000;
+const SUPERVISOR_TTL_MS = 60_000;
 
 export type UpstreamState = 'up' | 'down' | 'unknown';
 
@@ -104,7 +112,33 @@ export interface UpstreamReport {
   trust: 'pin' | 'auto';
   state: UpstreamState;
   checkedAt?: string;
+  /** A stdio upstream's: each worker's supervisor of its server, by worker id. */
+  supervisors?: SupervisorReport[];
   tools: UpstreamToolReport[];
+}
+
+/** One worker's stdio server, as `GET /v1/upstreams` shows it. */
+export interface SupervisorReport {
+  worker: string;
+  state: StdioState;
+  since: string;
+  restarts: number;
+  lastError?: string;
+  lastErrorAt?: string;
+  /** When the worker last wrote this (at least every 10 s). */
+  seenAt: string;
+}
+
+/** A stdio upstream's supervisors in `/readyz`: no worker id, no error text. */
+export interface SupervisorSummary {
+  state: StdioState;
+  restarts: number;
+}
+
+/** What a worker writes to `Keys.upstream(id).supervisors`, field = its worker id. */
+interface SupervisorEntry extends StdioSnapshot {
+  /** Epoch ms of this write. */
+  at: number;
 }
 
 /** Audit entries' defaults when the opener gives no `audit` limits (the config's defaults). */
@@ -129,6 +163,8 @@ function catalogTtlSeconds(upstream: UpstreamConfig): number {
 }
 
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+/** Deletes a stale supervisor field only if it is still the one read (its worker may be back). */
+const DELETE_STALE = `if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end return 0`;
 
 export class UpstreamCatalog {
   private static readonly shared = new WeakMap<ToolRegistry, UpstreamCatalog>();
@@ -150,6 +186,10 @@ export class UpstreamCatalog {
   private readonly changed = new Set<string>();
   /** When this process last renewed an idle stdio server's catalog TTL. */
   private readonly kept = new Map<string, number>();
+  /** Per stdio upstream: what this process last wrote of its server, and when. */
+  private readonly written = new Map<string, { text: string; at: number }>();
+  /** Per stdio upstream: every worker's supervisor, as read each second. */
+  private readonly supervisors = new Map<string, Map<string, SupervisorEntry>>();
   private timer: NodeJS.Timeout | undefined;
   private users = 0;
   private ticking: Promise<void> | undefined;
@@ -163,7 +203,9 @@ export class UpstreamCatalog {
     private readonly fetchImpl: GuardedFetch,
     private readonly log: CatalogLogger,
     auditLimits: AuditLimits,
-    private readonly stdio: StdioServers | undefined,
+    private stdio: StdioServers | undefined,
+    /** The name this process's stdio supervisors are written under. */
+    private worker: string,
   ) {
     this.pins = new Pins(redis, keys);
     this.audit = new AuditLog(redis, keys, auditLimits);
@@ -187,6 +229,8 @@ export class UpstreamCatalog {
      * has no sandbox, and serves what the workers wrote).
      */
     stdio?: StdioServers;
+    /** The worker's id, naming its stdio servers' states (a random one when not given). */
+    workerId?: string;
   }): UpstreamCatalog {
     let catalog = UpstreamCatalog.shared.get(options.registry);
     if (!catalog) {
@@ -201,8 +245,13 @@ export class UpstreamCatalog {
         options.log,
         options.audit ?? AUDIT_DEFAULTS,
         options.stdio,
+        options.workerId ?? randomUUID(),
       );
       UpstreamCatalog.shared.set(options.registry, catalog);
+    } else if (options.stdio && !catalog.stdio) {
+      // A gateway opened it first (one process running both, as in the tests).
+      catalog.stdio = options.stdio;
+      if (options.workerId) catalog.worker = options.workerId;
     }
     catalog.users++;
     catalog.start();
@@ -237,6 +286,9 @@ export class UpstreamCatalog {
     this.timer = undefined;
     await this.ticking;
     UpstreamCatalog.shared.delete(this.registry);
+    // This worker's servers are stopping: its entries go with it.
+    for (const id of this.written.keys())
+      await this.redis.hdel(this.keys.upstream(id).supervisors, this.worker).catch(() => undefined);
     await Promise.all([...this.listing.values()].map((c) => c.close()));
     await this.fetchImpl.close();
     this.redis.disconnect();
@@ -265,6 +317,7 @@ export class UpstreamCatalog {
   }
 
   private async sync(upstream: UpstreamConfig): Promise<void> {
+    if (isStdioUpstream(upstream)) await this.syncSupervisors(upstream);
     const { catalog, lease } = this.keys.upstream(upstream.id);
     let meta = parseMeta(await this.redis.hget(catalog, 'meta'));
     let due =
@@ -316,6 +369,66 @@ export class UpstreamCatalog {
     const entries =
       upstream.trust === 'pin' ? await this.pins.entries(upstream.id) : new Map<string, PinEntry>();
     this.apply(upstream, version, read.tools, entries);
+  }
+
+  /**
+   * Writes this worker's state of its server (when it changed, else every 10 s), and reads
+   * every worker's: one HGETALL per stdio upstream per second, of one field per worker.
+   */
+  private async syncSupervisors(upstream: UpstreamConfig): Promise<void> {
+    const key = this.keys.upstream(upstream.id).supervisors;
+    const server = this.stdio?.get(upstream.id);
+    const now = Date.now();
+    if (server) {
+      const snapshot = server.snapshot();
+      const text = JSON.stringify(snapshot);
+      const last = this.written.get(upstream.id);
+      if (last?.text !== text || now - last.at >= SUPERVISOR_WRITE_MS) {
+        const entry = JSON.stringify({ ...snapshot, at: now } satisfies SupervisorEntry);
+        await this.redis
+          .multi()
+          .hset(key, this.worker, entry)
+          .pexpire(key, SUPERVISOR_TTL_MS)
+          .exec();
+        this.written.set(upstream.id, { text, at: now });
+      }
+    }
+    const all = await this.redis.hgetall(key);
+    const live = new Map<string, SupervisorEntry>();
+    for (const [worker, text] of Object.entries(all)) {
+      const entry = parseSupervisor(text);
+      if (entry && now - entry.at <= SUPERVISOR_STALE_MS) live.set(worker, entry);
+      else await this.redis.eval(DELETE_STALE, 1, key, worker, text);
+    }
+    this.supervisors.set(upstream.id, live);
+  }
+
+  /** Each stdio upstream's supervisors, for `/readyz`: state and restarts, per worker. */
+  supervisorSummary(): Record<string, SupervisorSummary[]> {
+    const out: Record<string, SupervisorSummary[]> = {};
+    for (const u of this.upstreams) {
+      if (!isStdioUpstream(u)) continue;
+      out[u.id] = [...(this.supervisors.get(u.id) ?? new Map<string, SupervisorEntry>())]
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([, e]) => ({ state: e.state, restarts: e.restarts }));
+    }
+    return out;
+  }
+
+  private supervisorReports(id: string): SupervisorReport[] {
+    return [...(this.supervisors.get(id) ?? new Map<string, SupervisorEntry>())]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([worker, e]) => ({
+        worker,
+        state: e.state,
+        since: new Date(e.since).toISOString(),
+        restarts: e.restarts,
+        ...(e.lastError !== undefined ? { lastError: e.lastError } : {}),
+        ...(e.lastErrorAt !== undefined
+          ? { lastErrorAt: new Date(e.lastErrorAt).toISOString() }
+          : {}),
+        seenAt: new Date(e.at).toISOString(),
+      }));
   }
 
   /** Looks at `id` now (after an approval): this process serves the change at once. */
@@ -390,6 +503,7 @@ export class UpstreamCatalog {
         trust: upstream.trust,
         state: status[upstream.id]?.state ?? 'unknown',
         ...(meta ? { checkedAt: new Date(meta.checkedAt).toISOString() } : {}),
+        ...(isStdioUpstream(upstream) ? { supervisors: this.supervisorReports(upstream.id) } : {}),
         tools,
       });
     }
@@ -602,6 +716,17 @@ export class UpstreamCatalog {
       }
     }
     this.applied.set(upstream.id, { version, names, skipped, held });
+  }
+}
+
+function parseSupervisor(text: string): SupervisorEntry | undefined {
+  try {
+    const e = JSON.parse(text) as Partial<SupervisorEntry>;
+    return typeof e.state === 'string' && typeof e.at === 'number' && typeof e.since === 'number'
+      ? (e as SupervisorEntry)
+      : undefined;
+  } catch {
+    return undefined;
   }
 }
 

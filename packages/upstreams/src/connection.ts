@@ -18,6 +18,7 @@ import type { UpstreamConfig } from '@toolgate/config';
 import { ToolError } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import type { StdioServer } from './stdio-server.js';
+import { STDIO_MAX_MESSAGE_BYTES, STDIO_OVERSIZE_ERROR } from './stdio-transport.js';
 
 /** Largest response body read from an upstream (a call's result, one page of tools/list). */
 export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
@@ -103,6 +104,7 @@ export class UpstreamConnection {
     await this.slot(hooks.signal);
     this.stdio?.begin();
     if (hooks.onLog) this.logListeners.set(callId, hooks.onLog);
+    if (hooks.onLog) this.stdio?.listen(callId, hooks.onLog);
     this.oversize.set(callId, tooLarge);
     try {
       const client = await this.connect(signal);
@@ -135,9 +137,17 @@ export class UpstreamConnection {
         );
       }
       if (deadline.aborted && !hooks.signal.aborted) throw this.timedOut(name, err);
+      if (this.stdio && err instanceof ProtocolError && err.code === STDIO_OVERSIZE_ERROR) {
+        // Skipped by the transport in place of the answer; the session goes on.
+        throw new ToolError(
+          'output_limit',
+          `upstream "${this.upstream.id}": ${name} answered with more than ${STDIO_MAX_MESSAGE_BYTES} bytes`,
+        );
+      }
       throw this.failure(err, hooks.signal, name);
     } finally {
       this.logListeners.delete(callId);
+      this.stdio?.unlisten(callId);
       this.oversize.delete(callId);
       this.stdio?.end();
       this.release();

@@ -14,10 +14,12 @@ export type {
   HeldTool,
   UpstreamReport,
   UpstreamToolReport,
+  SupervisorReport,
+  SupervisorSummary,
 } from './catalog.js';
 export type { UpstreamToolDefinition } from './tool.js';
 export type { CallHooks } from './connection.js';
 export type { PinEntry, PinEvent, PinStatus, ApproveResult } from './pins.js';
 export type { ScanFlag, ScanFlagCode } from './scan.js';
-export type { StdioState, StdioServerOptions, StdioLogger } from './stdio-server.js';
+export type { StdioState, StdioServerOptions, StdioLogger, StdioSnapshot } from './stdio-server.js';
 export type { SandboxStdioTransportOptions } from './stdio-transport.js';

@@ -17,6 +17,18 @@ import { SandboxStdioTransport } from './stdio-transport.js';
  */
 export type StdioState = 'stopped' | 'starting' | 'up' | 'backoff' | 'idle';
 
+/** What a worker says of its server (`GET /v1/upstreams`, `/readyz`; docs/upstreams.md). */
+export interface StdioSnapshot {
+  state: StdioState;
+  /** Epoch ms the state began. */
+  since: number;
+  /** Starts after a crash or a failed start, over the worker's life. */
+  restarts: number;
+  /** Why it last crashed or failed to start (≤ 300 characters), and when (epoch ms). */
+  lastError?: string;
+  lastErrorAt?: number;
+}
+
 /** The wait before a crashed server starts again: 1 s, doubling per crash in a row, ≤ 60 s. */
 export const STDIO_BACKOFF = { initialMs: 1000, maxMs: 60_000, factor: 2 } as const;
 /** A server up this long has its crash count forgotten: the next crash waits 1 s again. */
@@ -46,7 +58,12 @@ export class StdioServer {
   private client: Client | undefined;
   private transport: SandboxStdioTransport | undefined;
   private starting: Promise<Client> | undefined;
-  private current: StdioState = 'stopped';
+  private currentState: StdioState = 'stopped';
+  private since = Date.now();
+  private restarts = 0;
+  /** It crashed or failed to start, and has not started since. */
+  private failedLast = false;
+  private lastError: { text: string; at: number } | undefined;
   /** Crashes in a row (a server up for STABLE_MS starts the count again). */
   private crashes = 0;
   private retryAt = 0;
@@ -56,6 +73,8 @@ export class StdioServer {
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly idleTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  /** The calls' log listeners, by call id (see `listen`). */
+  private readonly logListeners = new Map<string, (level: string, text: string) => void>();
   /** The catalog's: `notifications/tools/list_changed` from the server. */
   onToolsChanged: (() => void) | undefined;
   /** The catalog's: the server (re)started, so its list is worth reading now. */
@@ -72,7 +91,21 @@ export class StdioServer {
   }
 
   get state(): StdioState {
-    return this.current;
+    return this.currentState;
+  }
+
+  private set current(state: StdioState) {
+    if (state !== this.currentState) this.since = Date.now();
+    this.currentState = state;
+  }
+
+  snapshot(): StdioSnapshot {
+    return {
+      state: this.currentState,
+      since: this.since,
+      restarts: this.restarts,
+      ...(this.lastError ? { lastError: this.lastError.text, lastErrorAt: this.lastError.at } : {}),
+    };
   }
 
   /** A session is open now (no start needed to talk to it). */
@@ -105,6 +138,26 @@ export class StdioServer {
   end(): void {
     this.inFlight--;
     this.lastUsed = Date.now();
+  }
+
+  /**
+   * Hands the server's `notifications/message` to call `callId` as its output. A stdio session
+   * does not say which request a notification belongs to, so they go to a call only while it is
+   * the one call in flight here; with several in flight they are dropped (not guessed: another
+   * client's call must not see them).
+   */
+  listen(callId: string, onLog: (level: string, text: string) => void): void {
+    this.logListeners.set(callId, onLog);
+  }
+
+  unlisten(callId: string): void {
+    this.logListeners.delete(callId);
+  }
+
+  private log(level: string, data: unknown): void {
+    if (this.inFlight !== 1 || this.logListeners.size !== 1) return;
+    const text = typeof data === 'string' ? data : JSON.stringify(data);
+    for (const onLog of this.logListeners.values()) onLog(level, `${text}\n`);
   }
 
   /** Stops the server for good (the worker is closing). */
@@ -143,6 +196,7 @@ export class StdioServer {
         if (line.trim()) lastStderr = line.trim().slice(0, REASON_MAX);
         this.options.log.debug({ upstream: u.id, line }, 'stdio upstream stderr');
       },
+      onLog: (level, data) => this.log(level, data),
       onExit: (exit) => this.exited(transport, exit),
     });
     const client = new Client(
@@ -159,9 +213,10 @@ export class StdioServer {
       await client.connect(transport, { timeout: u.timeoutMs });
     } catch (err) {
       await client.close().catch(() => undefined);
-      this.crashed();
       const why = lastStderr ? ` (its stderr: ${lastStderr})` : '';
-      throw unavailable(u, `the stdio server did not start: ${messageOf(err)}${why}`, err);
+      const reason = `the stdio server did not start: ${messageOf(err)}${why}`;
+      this.crashed(reason);
+      throw unavailable(u, reason, err);
     }
     if (this.closed) {
       await client.close().catch(() => undefined);
@@ -169,6 +224,8 @@ export class StdioServer {
     }
     this.client = client;
     this.transport = transport;
+    if (this.failedLast) this.restarts++;
+    this.failedLast = false;
     this.current = 'up';
     this.upSince = Date.now();
     this.lastUsed = Date.now();
@@ -187,7 +244,11 @@ export class StdioServer {
       { upstream: this.upstream.id, exitCode: exit.exitCode, oomKilled: exit.oomKilled },
       'stdio upstream crashed',
     );
-    this.crashed();
+    this.crashed(
+      exit.oomKilled
+        ? 'the stdio server ran out of memory (memoryMb)'
+        : `the stdio server exited with code ${exit.exitCode}`,
+    );
     // An eager server comes back by itself; a lazy one on its next use (both after backoff).
     if (this.upstream.start === 'eager' && !this.closed) {
       this.restartTimer = setTimeout(
@@ -199,7 +260,9 @@ export class StdioServer {
     }
   }
 
-  private crashed(): void {
+  private crashed(reason: string): void {
+    this.failedLast = true;
+    this.lastError = { text: reason.slice(0, REASON_MAX), at: Date.now() };
     const b = this.options.backoff ?? STDIO_BACKOFF;
     if (this.upSince > 0 && Date.now() - this.upSince >= STABLE_MS) this.crashes = 0;
     this.upSince = 0;
@@ -252,6 +315,10 @@ export class StdioServers {
 
   states(): Record<string, StdioState> {
     return Object.fromEntries([...this.servers].map(([id, s]) => [id, s.state]));
+  }
+
+  snapshots(): Record<string, StdioSnapshot> {
+    return Object.fromEntries([...this.servers].map(([id, s]) => [id, s.snapshot()]));
   }
 
   async close(): Promise<void> {

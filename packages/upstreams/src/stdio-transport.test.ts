@@ -6,7 +6,7 @@
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Client, SdkError } from '@modelcontextprotocol/client';
+import { Client, ProtocolError, SdkError } from '@modelcontextprotocol/client';
 import { BwrapDriver, type DriverName, type SandboxDriver } from '@toolgate/sandbox';
 import { DockerDriver } from '@toolgate/sandbox/docker';
 import {
@@ -15,14 +15,19 @@ import {
   whyNodeImageUnavailable,
 } from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SandboxStdioTransport } from './stdio-transport.js';
+import {
+  SandboxStdioTransport,
+  STDIO_MAX_MESSAGE_BYTES,
+  STDIO_OVERSIZE_ERROR,
+} from './stdio-transport.js';
 
 const SERVER = String.raw`
 import json, os, sys, time
 TOOLS = [
     {"name": name, "description": name, "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
-    for name in ("echo", "env", "slow", "crash")
+    for name in ("echo", "env", "slow", "crash", "big", "bigfirst", "bignoid")
 ]
+BIG = "x" * (50 * 1024 * 1024)
 def reply(id, result=None, error=None):
     msg = {"jsonrpc": "2.0", "id": id}
     if error is not None: msg["error"] = error
@@ -49,6 +54,12 @@ for line in sys.stdin:
             time.sleep(30)
         elif name == "crash":
             os._exit(3)
+        elif name == "big":  # 50 MB, the id last (as the MCP SDK writes it)
+            sys.stdout.write('{"result": {"content": [{"type": "text", "text": "' + BIG + '"}]}, "jsonrpc": "2.0", "id": ' + json.dumps(id) + '}\n'); sys.stdout.flush()
+        elif name == "bigfirst":  # the id first
+            sys.stdout.write('{"jsonrpc": "2.0", "id": ' + json.dumps(id) + ', "result": {"content": [{"type": "text", "text": "' + BIG + '"}]}}\n'); sys.stdout.flush()
+        elif name == "bignoid":  # no id at either end: nothing to answer
+            sys.stdout.write('{"result": {"content": [{"type": "text", "text": "' + BIG + '"}], "id": 1}}\n'); sys.stdout.flush()
     elif method == "ping":
         reply(id, {})
     else:
@@ -99,7 +110,15 @@ describe.each(drivers)('SandboxStdioTransport on %s', (driverName) => {
     async () => {
       const { client, transport, stderr } = await connect();
       const { tools } = await client.listTools();
-      expect(tools.map((t) => t.name)).toEqual(['echo', 'env', 'slow', 'crash']);
+      expect(tools.map((t) => t.name)).toEqual([
+        'echo',
+        'env',
+        'slow',
+        'crash',
+        'big',
+        'bigfirst',
+        'bignoid',
+      ]);
       const answers = await Promise.all(
         ['a', 'b', 'c'].map((t) => client.callTool({ name: 'echo', arguments: { text: t } })),
       );
@@ -143,6 +162,38 @@ describe.each(drivers)('SandboxStdioTransport on %s', (driverName) => {
         'Echo: x',
       );
       await again.client.close();
+    },
+  );
+
+  it.skipIf(skip)(
+    'a 50 MB answer fails only its own request; the session goes on (unless it has no id)',
+    async () => {
+      const { client, transport, exits } = await connect();
+      for (const name of ['big', 'bigfirst']) {
+        const failure = await client.callTool({ name, arguments: {} }, { timeout: 30_000 }).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+        expect(failure).toBeInstanceOf(ProtocolError);
+        expect((failure as ProtocolError).code).toBe(STDIO_OVERSIZE_ERROR);
+        expect((failure as Error).message).toContain(String(STDIO_MAX_MESSAGE_BYTES));
+        // The same session, the same sandbox, still answering.
+        expect(
+          text(await client.callTool({ name: 'echo', arguments: { text: `after ${name}` } })),
+        ).toBe(`Echo: after ${name}`);
+      }
+      expect(exits).toEqual([]);
+      // No id to answer: the session ends, so the request fails at once, not at its timeout.
+      const started = Date.now();
+      const lost = await client
+        .callTool({ name: 'bignoid', arguments: {} }, { timeout: 30_000 })
+        .then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+      expect(lost).toBeInstanceOf(SdkError);
+      expect(Date.now() - started).toBeLessThan(20_000);
+      expect(transport.sandbox).toBeUndefined();
     },
   );
 

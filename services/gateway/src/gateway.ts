@@ -264,7 +264,15 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     });
     next();
   });
-  app.use(healthRoutes(redis, keys, log, upstreams && (() => upstreams.status())));
+  app.use(
+    healthRoutes(
+      redis,
+      keys,
+      log,
+      upstreams && (() => upstreams.status()),
+      upstreams && (() => upstreams.supervisorSummary()),
+    ),
+  );
   app.use(consolePages(consoleDir(config.console.dir)));
   // The series name every client, tool and error code: any tenant could read the others'.
   // They are served on server.metricsPort only (serveMetrics), which stays off the public port.

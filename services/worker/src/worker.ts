@@ -620,7 +620,7 @@ export function createWorker({
           fetch: createGuardedFetch(config.policy.http),
           log: log.child({ component: 'upstreams' }),
           audit: config.audit,
-          ...(stdioServers ? { stdio: stdioServers } : {}),
+          ...(stdioServers ? { stdio: stdioServers, workerId: id } : {}),
         });
         stdioServers?.startEager();
         await upstreamCatalog.ready();

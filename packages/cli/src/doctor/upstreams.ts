@@ -16,7 +16,11 @@ interface CatalogMeta {
   checkedAt: number;
   tools: number;
   error?: string;
+  /** A stdio upstream's: each worker's server (`Keys.upstream(id).supervisors`, ≤ 30 s old). */
+  workers?: { state: string; restarts: number }[];
 }
+/** A supervisor entry older than this is a worker gone (as catalog.ts reads them). */
+const SUPERVISOR_STALE_MS = 30_000;
 
 export async function checkUpstreams(
   config: Config,
@@ -50,7 +54,7 @@ export async function checkUpstreams(
               `${transport}: down (${ago} s ago): ${meta.error}`,
               'the log of the process reading it has the cause; /readyz shows the state',
             )
-          : ok(name, `${transport}: up, ${meta.tools} tools (read ${ago} s ago)`),
+          : ok(name, `${transport}: up, ${meta.tools} tools (read ${ago} s ago)${workersOf(meta)}`),
       );
     }
     if (u.npm !== undefined) results.push(await npmCheck(config, u.id, u.image, u.npm, ctx.cwd));
@@ -74,7 +78,16 @@ async function readMetas(config: Config): Promise<Map<string, CatalogMeta> | und
     const out = new Map<string, CatalogMeta>();
     for (const u of config.upstreams) {
       const text = await redis.hget(keys.upstream(u.id).catalog, 'meta');
-      if (text) out.set(u.id, JSON.parse(text) as CatalogMeta);
+      if (!text) continue;
+      const meta = JSON.parse(text) as CatalogMeta;
+      if (isStdioUpstream(u)) {
+        const all = await redis.hgetall(keys.upstream(u.id).supervisors);
+        meta.workers = Object.values(all)
+          .map((t) => JSON.parse(t) as { state: string; restarts: number; at: number })
+          .filter((e) => Date.now() - e.at <= SUPERVISOR_STALE_MS)
+          .map(({ state, restarts }) => ({ state, restarts }));
+      }
+      out.set(u.id, meta);
     }
     return out;
   } catch {
@@ -82,6 +95,13 @@ async function readMetas(config: Config): Promise<Map<string, CatalogMeta> | und
   } finally {
     redis.disconnect();
   }
+}
+
+/** `; workers: up (0 restarts), backoff (3 restarts)` for a stdio upstream's supervisors. */
+function workersOf(meta: CatalogMeta): string {
+  if (!meta.workers) return '';
+  if (meta.workers.length === 0) return '; no worker runs it now';
+  return `; workers: ${meta.workers.map((w) => `${w.state} (${w.restarts} restarts)`).join(', ')}`;
 }
 
 /**

@@ -15,6 +15,8 @@ export function healthRoutes(
   keys: Keys,
   log: Logger,
   upstreams?: () => Record<string, { state: string }>,
+  /** Stdio upstreams: each worker's server (state, restarts), as the workers last wrote it. */
+  stdio?: () => Record<string, { state: string; restarts: number }[]>,
 ): Router {
   const router = Router();
   router.get('/healthz', (_req, res) => {
@@ -56,12 +58,14 @@ export function healthRoutes(
     // An upstream that is down takes only its own tools down: named, never unready. Its state
     // only (the error, which can name an address, is logged).
     const states = upstreams?.();
+    const servers = stdio?.();
     res.json({
       status: 'ready',
       workers,
       ...(states
         ? { upstreams: Object.fromEntries(Object.entries(states).map(([id, s]) => [id, s.state])) }
         : {}),
+      ...(servers && Object.keys(servers).length > 0 ? { stdio: servers } : {}),
     });
   });
   return router;

@@ -5,7 +5,7 @@
  * each nested call, `isolation: user` puts its files in the user's workspace, and the audit of
  * a nested call names the user.
  */
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { CodeModeCapabilities, Keys } from '@toolgate/calls';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -43,38 +43,7 @@ describe.skipIf(reason !== undefined)('code mode keeps the caller identity', () 
 
   /** A token for `user` through carol, with `scope` (authorization code with PKCE). */
   async function signIn(user: string, scope: string): Promise<string> {
-    const verifier = randomBytes(32).toString('base64url');
-    const url = new URL(`${as.issuer}/auth`);
-    url.search = new URLSearchParams({
-      client_id: CAROL.client_id,
-      response_type: 'code',
-      redirect_uri: as.redirectUri,
-      scope,
-      code_challenge: createHash('sha256').update(verifier).digest('base64url'),
-      code_challenge_method: 'S256',
-      resource: audience,
-      state: randomUUID(),
-    }).toString();
-    as.signIn.user = user;
-    const code = (await as.authorize(url)).get('code');
-    if (!code) throw new Error('no authorization code');
-    const res = await fetch(`${as.issuer}/token`, {
-      method: 'POST',
-      headers: {
-        authorization: `Basic ${Buffer.from(`${CAROL.client_id}:${CAROL.client_secret}`).toString('base64')}`,
-        'content-type': 'application/x-www-form-urlencoded',
-      },
-      body: new URLSearchParams({
-        grant_type: 'authorization_code',
-        code,
-        redirect_uri: as.redirectUri,
-        code_verifier: verifier,
-        resource: audience,
-      }),
-    });
-    const body = (await res.json()) as { access_token: string; scope?: string };
-    if (!res.ok) throw new Error(`token endpoint: ${res.status} ${JSON.stringify(body)}`);
-    return body.access_token;
+    return (await as.userToken(CAROL, user, scope, audience)).access_token;
   }
 
   const run = async (key: string, code: string) =>

@@ -6,7 +6,6 @@
  * an admin's workspace reset of the client reaches its users' own workspaces (`isolation:
  * user`), or one user's with `?user=`.
  */
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -49,39 +48,9 @@ const tokens = new Map<string, string>();
 async function signIn(user: string): Promise<string> {
   const known = tokens.get(user);
   if (known) return known;
-  const verifier = randomBytes(32).toString('base64url');
-  const url = new URL(`${as.issuer}/auth`);
-  url.search = new URLSearchParams({
-    client_id: CAROL.client_id,
-    response_type: 'code',
-    redirect_uri: as.redirectUri,
-    scope: SCOPE,
-    code_challenge: createHash('sha256').update(verifier).digest('base64url'),
-    code_challenge_method: 'S256',
-    resource: audience,
-    state: randomUUID(),
-  }).toString();
-  as.signIn.user = user;
-  const code = (await as.authorize(url)).get('code');
-  if (!code) throw new Error('no authorization code');
-  const res = await fetch(`${as.issuer}/token`, {
-    method: 'POST',
-    headers: {
-      authorization: `Basic ${Buffer.from(`${CAROL.client_id}:${CAROL.client_secret}`).toString('base64')}`,
-      'content-type': 'application/x-www-form-urlencoded',
-    },
-    body: new URLSearchParams({
-      grant_type: 'authorization_code',
-      code,
-      redirect_uri: as.redirectUri,
-      code_verifier: verifier,
-      resource: audience,
-    }),
-  });
-  const body = (await res.json()) as { access_token: string };
-  if (!res.ok) throw new Error(`token endpoint: ${res.status} ${JSON.stringify(body)}`);
-  tokens.set(user, body.access_token);
-  return body.access_token;
+  const { access_token } = await as.userToken(CAROL, user, SCOPE, audience);
+  tokens.set(user, access_token);
+  return access_token;
 }
 
 async function call(

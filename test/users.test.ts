@@ -5,7 +5,7 @@
  * limits are its own, the client's turns are shared between its users, and under
  * `isolation: user` its memory and its workspace (real Docker sandboxes) are its own.
  */
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -56,40 +56,9 @@ const tokens = new Map<string, string>();
 async function signIn(user: string, client = CAROL): Promise<string> {
   const known = tokens.get(`${client.client_id}/${user}`);
   if (known) return known;
-  const verifier = randomBytes(32).toString('base64url');
-  const challenge = createHash('sha256').update(verifier).digest('base64url');
-  const url = new URL(`${as.issuer}/auth`);
-  url.search = new URLSearchParams({
-    client_id: client.client_id,
-    response_type: 'code',
-    redirect_uri: as.redirectUri,
-    scope: SCOPE,
-    code_challenge: challenge,
-    code_challenge_method: 'S256',
-    resource: audience,
-    state: randomUUID(),
-  }).toString();
-  as.signIn.user = user;
-  const code = (await as.authorize(url)).get('code');
-  if (!code) throw new Error('no authorization code');
-  const res = await fetch(`${as.issuer}/token`, {
-    method: 'POST',
-    headers: {
-      authorization: `Basic ${Buffer.from(`${client.client_id}:${client.client_secret}`).toString('base64')}`,
-      'content-type': 'application/x-www-form-urlencoded',
-    },
-    body: new URLSearchParams({
-      grant_type: 'authorization_code',
-      code,
-      redirect_uri: as.redirectUri,
-      code_verifier: verifier,
-      resource: audience,
-    }),
-  });
-  const body = (await res.json()) as { access_token: string };
-  if (!res.ok) throw new Error(`token endpoint: ${res.status} ${JSON.stringify(body)}`);
-  tokens.set(`${client.client_id}/${user}`, body.access_token);
-  return body.access_token;
+  const { access_token } = await as.userToken(client, user, SCOPE, audience);
+  tokens.set(`${client.client_id}/${user}`, access_token);
+  return access_token;
 }
 
 /** A request as `user` (a real token), or with `key` (an API key). */

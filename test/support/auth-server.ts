@@ -5,6 +5,7 @@
  * by a handler that signs in `signIn.user` and grants only `signIn.grantable` of the scopes
  * asked for — the decisions a person would make on those pages.
  */
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { exportJWK, generateKeyPair, type JWK } from 'jose';
@@ -39,6 +40,17 @@ export interface AuthServer {
    * redirects); returns the callback URL's query (code, state, iss).
    */
   authorize(url: URL): Promise<URLSearchParams>;
+  /**
+   * An access token for `user` signed in through `client`: an authorization request with PKCE
+   * for `resource` and `scope`, sign-in and consent (authorize), the code exchanged at the
+   * token endpoint — the real endpoints throughout.
+   */
+  userToken(
+    client: AuthServerClient,
+    user: string,
+    scope: string,
+    resource: string,
+  ): Promise<{ access_token: string; scope?: string }>;
   close(): Promise<void>;
 }
 
@@ -214,6 +226,40 @@ export async function startAuthServer(options: {
         next = target.href;
       }
       throw new Error('too many redirects during authorization');
+    },
+    async userToken(this: AuthServer, client, user, scope, resource) {
+      const verifier = randomBytes(32).toString('base64url');
+      const url = new URL(`${issuer}/auth`);
+      url.search = new URLSearchParams({
+        client_id: client.client_id,
+        response_type: 'code',
+        redirect_uri: redirectUri,
+        scope,
+        code_challenge: createHash('sha256').update(verifier).digest('base64url'),
+        code_challenge_method: 'S256',
+        resource,
+        state: randomUUID(),
+      }).toString();
+      signIn.user = user;
+      const code = (await this.authorize(url)).get('code');
+      if (!code) throw new Error('no authorization code');
+      const res = await fetch(`${issuer}/token`, {
+        method: 'POST',
+        headers: {
+          authorization: `Basic ${Buffer.from(`${client.client_id}:${client.client_secret}`).toString('base64')}`,
+          'content-type': 'application/x-www-form-urlencoded',
+        },
+        body: new URLSearchParams({
+          grant_type: 'authorization_code',
+          code,
+          redirect_uri: redirectUri,
+          code_verifier: verifier,
+          resource,
+        }),
+      });
+      const body = (await res.json()) as { access_token: string; scope?: string };
+      if (!res.ok) throw new Error(`token endpoint: ${res.status} ${JSON.stringify(body)}`);
+      return body;
     },
     async close() {
       server.closeAllConnections();

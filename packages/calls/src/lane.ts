@@ -86,6 +86,28 @@ end
 `;
 
 /**
+ * ENQUEUE's and ENQUEUE_USER's admission against the client's limit (both queues' in-flight
+ * sets; stale entries pruned only on the way to a refusal): sets `here`, `there`, or refuses.
+ */
+const ADMIT = `local here = redis.call('ZCARD', KEYS[1])
+local there = redis.call('ZCARD', KEYS[2])
+if limit > 0 and here + there >= limit then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - horizon)
+  here = redis.call('ZCARD', KEYS[1])
+  there = redis.call('ZCARD', KEYS[2])
+  if here + there >= limit then return {0, here + there, 0} end
+end`;
+
+/** Their common end: the job stored and queued at `priority` (1 on a session queue), a wake. */
+const QUEUE = `if ARGV[7] == '1' then priority = 1 end
+local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
+redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
+redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
+redis.call('ZADD', KEYS[6], 0, '0')
+return {1, priority}`;
+
+/**
  * Admission and enqueue in one. Refuses when the client's calls in flight (both queues)
  * reach the limit; else records the call in flight, stores its job and queues it at its fair
  * place. Upkeep (prune stale in-flight entries, renew the set's expiry) only when ARGV[5] is
@@ -94,7 +116,7 @@ end
  *   ARGV: call id, limit (0 = never refuse), stale horizon ms, job text, upkeep, now (the
  *         gateway's clock, ms: see NOW), arrival order only (1: a worker's session queue,
  *         whose calls run in the order sent)
- *   → {1, priority} or {0, calls in flight}
+ *   → {1, priority} or {0, calls in flight, 0}
  */
 const ENQUEUE = new LuaScript(`
 local now = tonumber(ARGV[6])
@@ -107,24 +129,11 @@ if upkeep then
     redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
   end
 end
-local here = redis.call('ZCARD', KEYS[1])
-local there = redis.call('ZCARD', KEYS[2])
-if limit > 0 and here + there >= limit then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - horizon)
-  here = redis.call('ZCARD', KEYS[1])
-  there = redis.call('ZCARD', KEYS[2])
-  if here + there >= limit then return {0, here + there} end
-end
+${ADMIT}
 local added = redis.call('ZADD', KEYS[1], now, ARGV[1])
 if upkeep or (here == 0 and added == 1) then redis.call('PEXPIRE', KEYS[1], horizon) end
 local priority = math.min(math.max(1, here + added), ${MAX_PRIORITY})
-if ARGV[7] == '1' then priority = 1 end
-local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
-redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
-redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
-redis.call('ZADD', KEYS[6], 0, '0')
-return {1, priority}
+${QUEUE}
 `);
 
 /**
@@ -156,15 +165,7 @@ if upkeep then
     if redis.call('ZCARD', ARGV[10] .. u) == 0 then redis.call('ZREM', KEYS[9], u) end
   end
 end
-local here = redis.call('ZCARD', KEYS[1])
-local there = redis.call('ZCARD', KEYS[2])
-if limit > 0 and here + there >= limit then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - horizon)
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - horizon)
-  here = redis.call('ZCARD', KEYS[1])
-  there = redis.call('ZCARD', KEYS[2])
-  if here + there >= limit then return {0, here + there, 0} end
-end
+${ADMIT}
 local uhere = redis.call('ZCARD', KEYS[7])
 if ulimit > 0 then
   local uthere = redis.call('ZCARD', KEYS[8])
@@ -184,12 +185,7 @@ redis.call('ZADD', KEYS[9], now, ARGV[9])
 redis.call('PEXPIRE', KEYS[9], horizon)
 local users = redis.call('ZCARD', KEYS[9])
 local priority = math.min(math.max(1, (uhere + 1) * users), ${MAX_PRIORITY})
-if ARGV[7] == '1' then priority = 1 end
-local seq = redis.call('INCR', KEYS[4]) % ${SCORE_SPAN}
-redis.call('SET', KEYS[5], ARGV[4], 'PX', horizon)
-redis.call('ZADD', KEYS[3], priority * ${SCORE_SPAN} + seq, ARGV[1])
-redis.call('ZADD', KEYS[6], 0, '0')
-return {1, priority}
+${QUEUE}
 `);
 
 /**

@@ -185,6 +185,20 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return #ids
 `);
 
+/** What a new session is for and the caps it is checked against (SessionStore.create). */
+export interface SessionCreateOptions {
+  clientId: string;
+  /** The user it is for (an OAuth token's user); absent: the client as a whole. */
+  user?: string;
+  tool: SessionTool;
+  workerId: string;
+  cap: number;
+  /** `limits.perUser.sessions`: one user's sessions of the client; absent: the client's cap only. */
+  userCap?: number;
+  idleMs: number;
+  lifetimeMs: number;
+}
+
 export class SessionStore {
   constructor(
     private readonly redis: RedisClient,
@@ -201,59 +215,49 @@ export class SessionStore {
     return Math.round(this.lostAfterMs / 2);
   }
 
-  async create(o: {
-    clientId: string;
-    /** The user it is for (an OAuth token's user); absent: the client as a whole. */
-    user?: string;
-    tool: SessionTool;
-    workerId: string;
-    cap: number;
-    /** `limits.perUser.sessions`: one user's sessions of the client; absent: the client's cap only. */
-    userCap?: number;
-    idleMs: number;
-    lifetimeMs: number;
-  }): Promise<SessionCreate> {
+  async create(o: SessionCreateOptions): Promise<SessionCreate> {
     const id = randomUUID();
     const [ok, n] = (await CREATE.run(
       this.redis,
-      [
-        this.keys.clientSessions(o.clientId),
-        this.keys.session(id),
-        this.keys.hostSessions(o.workerId),
-      ],
-      [
-        id,
-        o.cap,
-        o.clientId,
-        o.tool,
-        o.workerId,
-        o.idleMs,
-        o.lifetimeMs,
-        o.user ?? '',
-        o.user === undefined ? 0 : (o.userCap ?? 0),
-        this.keys.sessionPrefix,
-      ],
+      this.createKeys(id, o),
+      this.createArgs(id, o),
     )) as [number, number];
     if (ok === 1) return { created: true, id, expiresAt: n };
     return { created: false, sessions: n, scope: ok === -1 ? 'user' : 'client' };
+  }
+
+  /** CREATE's keys: the client's sessions, the new session, its host's sessions. */
+  private createKeys(id: string, o: SessionCreateOptions): string[] {
+    return [
+      this.keys.clientSessions(o.clientId),
+      this.keys.session(id),
+      this.keys.hostSessions(o.workerId),
+    ];
+  }
+
+  /** CREATE's arguments (FOR_CONVERSATION takes the same). */
+  private createArgs(id: string, o: SessionCreateOptions): (string | number)[] {
+    return [
+      id,
+      o.cap,
+      o.clientId,
+      o.tool,
+      o.workerId,
+      o.idleMs,
+      o.lifetimeMs,
+      o.user ?? '',
+      o.user === undefined ? 0 : (o.userCap ?? 0),
+      this.keys.sessionPrefix,
+    ];
   }
 
   /**
    * The session of a client's bridge conversation for `tool` (docs/sessions.md#conversations):
    * the existing one, or one created as `create` does on `workerId`.
    */
-  async forConversation(o: {
-    clientId: string;
-    /** The user it is for; a user's conversations are its own (their key names the user). */
-    user?: string;
-    conversationId: string;
-    tool: SessionTool;
-    workerId: string;
-    cap: number;
-    userCap?: number;
-    idleMs: number;
-    lifetimeMs: number;
-  }): Promise<
+  async forConversation(
+    o: SessionCreateOptions & { conversationId: string },
+  ): Promise<
     | { id: string; created: boolean }
     | { created: false; sessions: number; scope: 'client' | 'user' }
   > {
@@ -261,23 +265,11 @@ export class SessionStore {
     const [status, value] = (await FOR_CONVERSATION.run(
       this.redis,
       [
-        this.keys.clientSessions(o.clientId),
-        this.keys.session(id),
-        this.keys.hostSessions(o.workerId),
+        ...this.createKeys(id, o),
+        // A user's conversations are its own: their key names the user.
         this.keys.conversationSession(principal(o.clientId, o.user), o.tool, o.conversationId),
       ],
-      [
-        id,
-        o.cap,
-        o.clientId,
-        o.tool,
-        o.workerId,
-        o.idleMs,
-        o.lifetimeMs,
-        o.user ?? '',
-        o.user === undefined ? 0 : (o.userCap ?? 0),
-        this.keys.sessionPrefix,
-      ],
+      this.createArgs(id, o),
     )) as [number, string | number];
     if (status === 0 || status === -1)
       return { created: false, sessions: Number(value), scope: status === -1 ? 'user' : 'client' };

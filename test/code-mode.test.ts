@@ -16,6 +16,7 @@ import { KEYS, startStack, type Stack } from './support/stack.js';
 
 const CAROL = 'carol-key-0123456789abcdef';
 const DAVE = 'dave-key-0123456789abcdef0';
+const ERIN = 'erin-key-0123456789abcdef0';
 const MAX_CALLS = 30;
 /** The bwrap stack's codeMode.maxResultBytes. */
 const MAX_RESULT_BYTES = 65_536;
@@ -107,6 +108,8 @@ async function startCodeModeStack(
           rateLimit: { perMinute: 10 },
         },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true },
+        // One sandbox slot: the script holds it (a nested sandboxed call fails fast).
+        { id: 'erin', key: ERIN, tools: ['*'], limits: { sandboxInFlight: 1 } },
       ],
       policy: {
         http: { allowHosts: ['127.0.0.1'] },
@@ -218,6 +221,26 @@ except toolgate.ToolError as e:
       CAROL,
     );
     expect(out.result!.stdout).toBe(`${modelError.code}\n${modelError.message}\n`);
+  });
+
+  it('a nested sandboxed call with sandboxInFlight 1 fails at once with code_mode_sandbox_slot; in-process ones run', async () => {
+    // Before: run_shell waited for the slot the script itself holds, until the script's timeout.
+    const out = await runScript(
+      stack,
+      `try:
+    toolgate.run_shell(command="echo nested")
+except toolgate.ToolError as e:
+    print(e.code)
+    print(e.message)
+print(toolgate.calculator(expression="6*7"))`,
+      ERIN,
+    );
+    expect(out.status).toBe('ok');
+    expect(out.result!.stdout).toBe(
+      'code_mode_sandbox_slot\n' +
+        '"run_shell" runs in a sandbox, and this script holds the only sandbox slot its caller may use (limits.sandboxInFlight: 1): the call could start only after the script ends\n' +
+        '42\n',
+    );
   });
 
   it('a nested file_delete parks the script until an admin approves, then it resumes', async () => {

@@ -459,7 +459,7 @@ describe('helm chart deploy/helm/toolgate', () => {
     );
   });
 
-  it('lets sandbox workers reach only Redis and DNS; the gateway takes traffic on its port only', () => {
+  it('lets sandbox workers reach only Redis, DNS and the gateway; the gateway takes traffic on its port only', () => {
     const policy = (name: string) =>
       defaults.get<{
         policyTypes: string[];
@@ -471,7 +471,14 @@ describe('helm chart deploy/helm/toolgate', () => {
 
     const sandbox = policy('tg-toolgate-worker-sandbox');
     expect(sandbox.policyTypes).toEqual(['Ingress', 'Egress']);
-    expect(ports(sandbox.egress)).toEqual(['TCP/26379', 'TCP/53', 'TCP/6379', 'UDP/53']);
+    // 8080: the gateway's API port, for code mode's nested calls (the next test).
+    expect(ports(sandbox.egress)).toEqual([
+      'TCP/26379',
+      'TCP/53',
+      'TCP/6379',
+      'TCP/8080',
+      'UDP/53',
+    ]);
     // Every egress rule is port-bound: no rule opens all ports to anywhere.
     expect(sandbox.egress.every((r) => (r.ports ?? []).length > 0)).toBe(true);
     expect(ports(sandbox.ingress)).toEqual(['TCP/9091']);
@@ -504,6 +511,72 @@ describe('helm chart deploy/helm/toolgate', () => {
         }),
       },
     ]);
+  });
+
+  it("sends code mode's nested calls from every worker pool to the gateway Service, and lets sandbox workers reach its API port only", async () => {
+    type Policy = { ingress: NetworkPolicyRule[]; egress: NetworkPolicyRule[] };
+    type Peer = { podSelector?: { matchLabels: Record<string, string> } };
+    const labels = (r: Rendered, kind: string, name: string) =>
+      kind === 'Service'
+        ? r.get<{ selector: Record<string, string> }>('Service', name).spec.selector
+        : r.get<{ template: { metadata: { labels: Record<string, string> } } }>(kind, name).spec
+            .template.metadata.labels;
+    const selects = (peer: Peer, podLabels: Record<string, string>) =>
+      Object.entries(peer.podSelector?.matchLabels ?? { none: '' }).every(
+        ([k, v]) => podLabels[k] === v,
+      );
+    for (const r of [defaults, bwrap, docker]) {
+      const service = r.get<{ ports: { port: number; targetPort: string }[] }>(
+        'Service',
+        'tg-toolgate-gateway',
+      );
+      for (const d of DEPLOYMENTS.slice(1)) {
+        // Not the config's default, 127.0.0.1, where no gateway listens in a worker pod.
+        expect(loadedConfig(r, d).codeMode.gatewayUrl, d).toBe(
+          `http://${service.metadata.name}.tools.svc:${service.spec.ports[0]!.port}`,
+        );
+      }
+      // The sandbox pool's egress reaches the gateway pods on the API port and no other.
+      const gatewayPods = labels(r, 'Service', 'tg-toolgate-gateway');
+      const egress = r
+        .get<Policy>('NetworkPolicy', 'tg-toolgate-worker-sandbox')
+        .spec.egress.filter((rule) =>
+          (rule.to as Peer[] | undefined)?.some((p) => selects(p, gatewayPods)),
+        );
+      expect(egress.flatMap((rule) => rule.ports)).toEqual([{ protocol: 'TCP', port: 8080 }]);
+    }
+
+    // A gateway open only to an ingress controller still admits the sandbox workers, on 8080.
+    const narrowed = render(
+      ...KEYS,
+      '--set',
+      'networkPolicy.gateway.from[0].namespaceSelector.matchLabels.name=ingress',
+    );
+    const sandboxPods = labels(narrowed, 'Deployment', 'tg-toolgate-worker-sandbox');
+    const fastPods = labels(narrowed, 'Deployment', 'tg-toolgate-worker-fast');
+    const ingress = narrowed.get<Policy>('NetworkPolicy', 'tg-toolgate-gateway').spec.ingress;
+    const admitting = (pods: Record<string, string>) =>
+      ingress.filter((rule) => (rule.from as Peer[] | undefined)?.some((p) => selects(p, pods)));
+    expect(admitting(sandboxPods).flatMap((rule) => rule.ports)).toEqual([
+      { protocol: 'TCP', port: 8080 },
+    ]);
+    expect(admitting(fastPods)).toEqual([]);
+    await validateAll(narrowed);
+
+    // Overridable: codeMode.gatewayUrl, or the config's own codeMode.gatewayUrl.
+    const own = render(...KEYS, '--set', 'codeMode.gatewayUrl=http://gw.example:9000');
+    const fromConfig = render(
+      ...KEYS,
+      '--set',
+      'config.codeMode.gatewayUrl=http://gw.internal:8080',
+    );
+    for (const d of DEPLOYMENTS.slice(1)) {
+      expect(loadedConfig(own, d).codeMode.gatewayUrl).toBe('http://gw.example:9000');
+      expect(loadedConfig(fromConfig, d).codeMode.gatewayUrl).toBe('http://gw.internal:8080');
+    }
+    expect(renderFails(...KEYS, '--set', 'codeMode.gatewayUrl=gateway:8080')).toMatch(
+      /codeMode\.gatewayUrl|gatewayUrl/,
+    );
   });
 
   it('gives bwrap sandbox pods a user namespace, unmasked /proc, no runtime seccomp/AppArmor veto, no SYS_ADMIN', () => {

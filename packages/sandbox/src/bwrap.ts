@@ -21,13 +21,25 @@ import {
   removeStaleCgroups,
   type CgroupMode,
 } from './cgroup.js';
-import { CHANNEL_DIR, ChannelListener, makeChannelDir, removeChannelDir } from './channel.js';
+import {
+  CHANNEL_DIR,
+  ChannelListener,
+  makeChannelDir,
+  reapChannelDirs,
+  removeChannelDir,
+} from './channel.js';
 import { encodeEnvelope } from './envelope.js';
 import { SandboxError } from './errors.js';
 import { RunWatchdog } from './watchdog.js';
 import { loadSeccompFilter } from './seccomp.js';
 import { BoundedOutput, ProcessHandle, prepareOpen } from './process.js';
-import { prepareRun, silentLogger, type PreparedRun } from './run-request.js';
+import {
+  defaultOwnerGone,
+  defaultOwnerId,
+  prepareRun,
+  silentLogger,
+  type PreparedRun,
+} from './run-request.js';
 import type {
   DriverOptions,
   OpenRequest,
@@ -81,6 +93,8 @@ interface Launcher {
 export class BwrapDriver implements SandboxDriver {
   readonly name = 'bwrap' as const;
   private readonly log: SandboxLogger;
+  /** Names this worker's channel directories, so a reaper can tell when they are leftovers. */
+  private readonly owner: string;
   private started: Promise<void> | undefined;
   private cgroups: CgroupMode = 'none';
   private readonly rootfs = new Map<string, { dir: string; env: Record<string, string> }>();
@@ -105,6 +119,7 @@ export class BwrapDriver implements SandboxDriver {
     private readonly options: DriverOptions = {},
   ) {
     this.log = options.logger ?? silentLogger;
+    this.owner = options.ownerId ?? defaultOwnerId();
   }
 
   /** Whether bwrap is installed and can create its namespaces here. */
@@ -543,7 +558,9 @@ export class BwrapDriver implements SandboxDriver {
     fs: { dir: string; env: Record<string, string> },
   ): Promise<RunResult> {
     const t0 = performance.now();
-    const channelDir = req.channel ? await makeChannelDir(this.config.stateDir) : undefined;
+    const channelDir = req.channel
+      ? await makeChannelDir(this.config.stateDir, this.owner)
+      : undefined;
     let channel: ChannelListener | undefined;
     try {
       if (channelDir && req.channel) channel = await ChannelListener.open(channelDir, req.channel);
@@ -616,9 +633,18 @@ export class BwrapDriver implements SandboxDriver {
 
   /**
    * Kills what dead workers' sandboxes left running on this host and removes their cgroups
-   * (cgroup.ts reapDeadWorkers); at start and every reaper.intervalMs.
+   * (cgroup.ts reapDeadWorkers) and their code-mode channel directories; at start and every
+   * reaper.intervalMs. Returns the cgroups removed.
    */
   async reap(): Promise<number> {
+    // A worker is gone when isOwnerAlive (the workers' Redis heartbeats) says so, or, without
+    // it, when its default id names this host and a pid no process has.
+    const isOwnerAlive = this.options.isOwnerAlive;
+    const channels = await reapChannelDirs(this.config.stateDir, this.owner, async (owner) =>
+      isOwnerAlive ? !(await isOwnerAlive(owner)) : defaultOwnerGone(owner),
+    );
+    if (channels > 0)
+      this.log.info({ owners: channels }, 'removed dead workers’ channel directories');
     const removed = await reapDeadWorkers(this.cgroups);
     if (removed > 0) this.log.info({ removed }, 'reaped sandboxes of dead workers');
     this.reapedCount += removed;

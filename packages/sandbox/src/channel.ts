@@ -5,7 +5,7 @@
  * directory, so a connection on it can only come from that sandbox.
  */
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdir, rm } from 'node:fs/promises';
+import { chmod, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import path from 'node:path';
 
@@ -17,14 +17,63 @@ export const CHANNEL_SOCKET = `${CHANNEL_DIR}/sock`;
 /** Each accepted connection of a call's channel (the socket is the sandbox's end). */
 export type ChannelHandler = (socket: Socket) => void;
 
-/** A fresh, empty directory for one sandbox's channel under `<stateDir>/channels`. */
-export async function makeChannelDir(stateDir: string): Promise<string> {
-  const root = path.join(path.resolve(stateDir), 'channels');
+function channelsRoot(stateDir: string): string {
+  return path.join(path.resolve(stateDir), 'channels');
+}
+
+/**
+ * A fresh, empty directory for one sandbox's channel, `<stateDir>/channels/<owner>/<random>`.
+ * Grouped by the worker that made it (its owner id): a worker killed mid-script never runs its
+ * cleanup, and the owner's name is how another worker's reaper tells its leftovers from a live
+ * worker's (reapChannelDirs).
+ */
+export async function makeChannelDir(stateDir: string, owner: string): Promise<string> {
+  const ownerDir = path.join(channelsRoot(stateDir), encodeURIComponent(owner));
   // 0711: the sandbox's uid (bwrap runs as it) may pass through but not list the others.
-  await mkdir(root, { recursive: true, mode: 0o711 });
-  const dir = path.join(root, randomBytes(9).toString('base64url'));
+  await mkdir(ownerDir, { recursive: true, mode: 0o711 });
+  const dir = path.join(ownerDir, randomBytes(9).toString('base64url'));
   await mkdir(dir, { mode: 0o755 });
   return dir;
+}
+
+/**
+ * How old a directory without sandboxes' directories in it must be before a reaper takes it: a
+ * channel of the layout before owners (`channels/<random>`, a worker of an older version may
+ * still be using it) lives one call, at most the 300 s script timeout.
+ */
+export const LEGACY_CHANNEL_MS = 10 * 60_000;
+
+/**
+ * Removes the channel directories of workers that are gone (`isGone`), never `self`'s: the
+ * drivers' reapers call it at start and every reaper.intervalMs. Returns the entries removed.
+ */
+export async function reapChannelDirs(
+  stateDir: string,
+  self: string,
+  isGone: (owner: string) => Promise<boolean> | boolean,
+  now = Date.now(),
+): Promise<number> {
+  const root = channelsRoot(stateDir);
+  let removed = 0;
+  for (const entry of await readdir(root, { withFileTypes: true }).catch(() => [])) {
+    if (!entry.isDirectory()) continue;
+    let owner: string;
+    try {
+      owner = decodeURIComponent(entry.name);
+    } catch {
+      continue;
+    }
+    if (owner === self || !(await isGone(owner))) continue;
+    const dir = path.join(root, entry.name);
+    const inside = await readdir(dir, { withFileTypes: true }).catch(() => []);
+    if (!inside.some((e) => e.isDirectory())) {
+      const st = await stat(dir).catch(() => undefined);
+      if (!st || now - st.mtimeMs < LEGACY_CHANNEL_MS) continue;
+    }
+    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    removed++;
+  }
+  return removed;
 }
 
 export async function removeChannelDir(dir: string): Promise<void> {

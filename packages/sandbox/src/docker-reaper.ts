@@ -7,6 +7,7 @@ import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type Docker from 'dockerode';
+import { reapChannelDirs } from './channel.js';
 import type { SandboxConfig } from './config.js';
 import { reapEgressNetworks } from './egress.js';
 import type { SlotMounts } from './mounts.js';
@@ -63,7 +64,8 @@ export class DockerReaper {
   /**
    * Removes sandbox containers left behind: by a worker that is gone, older than
    * reaper.maxAgeMs whoever owns them (long-lived ones excepted), or ours but no longer tracked;
-   * then the slot mounts and egress networks of gone workers, and stale heartbeat files.
+   * then the slot mounts, channel directories and egress networks of gone workers, and stale
+   * heartbeat files.
    * Returns the containers removed.
    */
   async reap(): Promise<number> {
@@ -93,6 +95,8 @@ export class DockerReaper {
     for (const owner of await mounts.owners()) {
       if (owner !== self && !(await alive(owner))) await mounts.removeOwner(owner);
     }
+    // A worker killed mid-script leaves its channel directories (channel.ts).
+    await reapChannelDirs(config.stateDir, self, async (owner) => !(await alive(owner)));
     const ownersDir = path.dirname(this.heartbeatFile(self));
     for (const owner of await readdir(ownersDir).catch(() => [])) {
       const st = await stat(path.join(ownersDir, owner)).catch(() => undefined);

@@ -548,7 +548,7 @@ export class DockerDriver implements SandboxDriver {
       if (slot) await this.mounts.releaseSlot(slot);
       throw new SandboxError('invalid_request', 'network access is unavailable');
     }
-    const channelDir = await makeChannelDir(this.config.stateDir);
+    const channelDir = await makeChannelDir(this.config.stateDir, this.owner);
     let container: Docker.Container;
     try {
       container = await this.docker.createContainer({

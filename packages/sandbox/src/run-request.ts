@@ -100,5 +100,23 @@ export function defaultOwnerId(): string {
   return `${host}-${process.pid}-${randomBytes(3).toString('hex')}`;
 }
 
+/**
+ * Whether the worker of a default owner id (`<host>-<pid>-<hex>`) is known to be gone: it ran
+ * on this host and no process has its pid. Any other id, or another host's, is not judged here.
+ */
+export function defaultOwnerGone(owner: string): boolean {
+  const m = /^(.*)-(\d+)-[0-9a-f]{6}$/.exec(owner);
+  const host = hostname()
+    .replace(/[^A-Za-z0-9_.-]/g, '_')
+    .slice(0, 40);
+  if (!m || m[1] !== host) return false;
+  try {
+    process.kill(Number(m[2]), 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code !== 'EPERM';
+  }
+}
+
 const noop = () => undefined;
 export const silentLogger: SandboxLogger = { debug: noop, info: noop, warn: noop, error: noop };

@@ -21,7 +21,13 @@ export interface Client {
   /** Fair share of the workers (docs/scheduling.md). */
   limits: { queued: number; sandboxInFlight: number; pendingApprovals: number; sessions: number };
   /** One user's share of the client's (docs/auth.md, users); absent: the client's only. */
-  perUser: { rateLimitPerMinute?: number; queued?: number; sessions?: number; streams?: number };
+  perUser: {
+    rateLimitPerMinute?: number;
+    queued?: number;
+    sessions?: number;
+    streams?: number;
+    sandboxInFlight?: number;
+  };
   /** Whose workspace and memory calls use: the client's, or each user's own. */
   isolation: 'client' | 'user';
 }
@@ -56,6 +62,9 @@ export class Clients {
             ? {}
             : { sessions: c.limits.perUser.sessions }),
           ...(c.limits.perUser?.streams === undefined ? {} : { streams: c.limits.perUser.streams }),
+          ...(c.limits.perUser?.sandboxInFlight === undefined
+            ? {}
+            : { sandboxInFlight: c.limits.perUser.sandboxInFlight }),
         },
         isolation: c.isolation,
       };

@@ -29,6 +29,7 @@ export type ApiErrorCode =
   | 'approval_required'
   | 'code_mode_max_calls'
   | 'code_mode_depth'
+  | 'code_mode_sandbox_slot'
   | 'unavailable'
   | 'internal';
 
@@ -60,6 +61,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   approval_required: 403,
   code_mode_max_calls: 429,
   code_mode_depth: 400,
+  code_mode_sandbox_slot: 409,
   unavailable: 503,
   internal: 500,
 };

@@ -165,6 +165,17 @@ Env of a toolgate container: the config file, the Secret's keys, extra env. Call
 {{- end }}
 {{- end -}}
 
+{{/*
+Where workers send code mode's nested calls (TOOLGATE_CODE_MODE_GATEWAY_URL): codeMode.gatewayUrl,
+else config.codeMode.gatewayUrl, else this release's gateway Service. The config's own default
+(127.0.0.1) is never right in a worker pod: no gateway listens there.
+*/}}
+{{- define "toolgate.codeModeGatewayUrl" -}}
+{{- $fromConfig := dig "codeMode" "gatewayUrl" "" (default (dict) .Values.config) -}}
+{{- $service := printf "http://%s-gateway.%s.svc:%d" (include "toolgate.fullname" .) .Release.Namespace (int .Values.gateway.service.port) -}}
+{{- coalesce .Values.codeMode.gatewayUrl $fromConfig $service -}}
+{{- end -}}
+
 {{/* Pod annotations that roll the pods when the config or the chart's Secret changes. */}}
 {{- define "toolgate.checksums" -}}
 checksum/config: {{ include "toolgate.configFile" . | sha256sum }}

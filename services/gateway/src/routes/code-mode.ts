@@ -88,6 +88,32 @@ async function refuse(o: CodeModeRouteOptions, req: Request): Promise<ApiError> 
   return o.failures.fail(req.ip ?? req.socket.remoteAddress ?? 'unknown', err);
 }
 
+/**
+ * A nested call of a sandboxed tool needs a running lease of its own (limits.sandboxInFlight)
+ * while the script holds one until it ends: with a cap of 1, the client's or, for a user's
+ * script, the user's, that lease can never be granted before the script ends, so the call
+ * would wait out the script's timeout. Refused at once instead. (A script never runs in a
+ * session, whose calls take no lease: a session runs run_python without code mode.)
+ */
+function sandboxSlotRefusal(
+  client: Client,
+  sandboxed: boolean,
+  tool: string,
+): ApiError | undefined {
+  if (!sandboxed) return undefined;
+  const userCap = client.user === undefined ? undefined : client.perUser.sandboxInFlight;
+  const [limit, cap] =
+    userCap !== undefined && userCap <= 1
+      ? ['limits.perUser.sandboxInFlight', userCap]
+      : ['limits.sandboxInFlight', client.limits.sandboxInFlight];
+  if (cap > 1) return undefined;
+  return new ApiError(
+    'code_mode_sandbox_slot',
+    `"${tool}" runs in a sandbox, and this script holds the only sandbox slot its caller may use (${limit}: ${cap}): the call could start only after the script ends`,
+    { details: { tool, limit, value: cap } },
+  );
+}
+
 export function codeModeRoutes(o: CodeModeRouteOptions): Router {
   const router = Router();
 
@@ -139,6 +165,11 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
         'code_mode_depth',
         `a nested call cannot start code mode ("${tool}"${tool === CODE_MODE_TOOL ? '' : ' with tools'}): code mode is one level deep`,
       );
+    // Outside the caller's scope, the pipeline's 403 comes first, word for word.
+    const spec = o.registry.get(tool);
+    const sandboxed = spec?.sandbox !== undefined && client.scope.allows(spec);
+    const slot = sandboxSlotRefusal(client, sandboxed, tool);
+    if (slot) throw slot;
     const idempotencyKey = req.get('idempotency-key');
     // The worker hangs up when the script ends (cancelled, timed out, killed): its nested call
     // is cancelled with it, wherever it is (parked, queued or running).

@@ -39,7 +39,9 @@ await new Promise<void>((r) => authServer.listen(0, '127.0.0.1', r));
 issuer = `http://127.0.0.1:${(authServer.address() as { port: number }).port}`;
 const port = await freePort();
 const audience = `http://127.0.0.1:${port}/mcp`;
-const token = await new SignJWT({ client_id: 'bench', scope: 'tools:math', sub: 'bench-user' })
+// A client's token (no user claim), as client credentials give: what is measured is checking
+// the token, not the per-user admission, stats and fair turns a user's call adds (docs/auth.md).
+const token = await new SignJWT({ client_id: 'bench', scope: 'tools:math' })
   .setProtectedHeader({ alg: 'RS256', kid: 'bench-1', typ: 'at+jwt' })
   .setIssuer(issuer)
   .setAudience(audience)

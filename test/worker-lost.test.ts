@@ -75,7 +75,9 @@ describe.skipIf(reason !== undefined)('a worker killed mid-call', () => {
     const ids: string[] = [];
     for (let i = 0; i < 8; i++) {
       const res = await stack.call('/tools/run_shell/execute?wait=false', {
-        json: { command: 'sleep 6; echo done' },
+        // Long enough for all eight to be running at once even when a loaded machine starts
+        // the containers slowly; short enough that the survivor's end well within 15 s.
+        json: { command: 'sleep 10; echo done' },
       });
       expect(res.status).toBe(202);
       ids.push(((await res.json()) as { id: string }).id);

@@ -19,7 +19,8 @@
 // Results on stdout, progress on stderr. Env: BENCH_SECONDS (per measurement, default 2),
 // BENCH_ROUNDS (3), BENCH_WARMUP_SECONDS (2), BENCH_CANCEL_RUNS (10),
 // BENCH_CONCURRENCIES (1,16,64), BENCH_UPSTREAM_CONCURRENCY (the upstream's `concurrency`;
-// the config's default when unset), BENCH_STDIO_DRIVER (bwrap, docker, or off: no stdio rows).
+// the config's default when unset), BENCH_STDIO_DRIVER (bwrap, docker, or off: no stdio rows),
+// BENCH_WORKER_NODE_OPTIONS (NODE_OPTIONS for the HTTP phase's worker, e.g. `--cpu-prof`).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -116,7 +117,11 @@ const env = {
   // Upstream calls run on the fast queue: no sandbox driver or warm containers beside them.
   TOOLGATE_WORKER_QUEUES: 'fast',
 };
-const worker = await startTs('services/worker/src/main.ts', env, /worker started/);
+const worker = await startTs(
+  'services/worker/src/main.ts',
+  { ...env, NODE_OPTIONS: process.env.BENCH_WORKER_NODE_OPTIONS ?? '' },
+  /worker started/,
+);
 const gateway = await startTs('services/gateway/src/main.ts', env, /gateway listening/);
 const base = `http://127.0.0.1:${port}`;
 const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };

@@ -62,6 +62,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
   let leaving: TestUpstream;
   let huge: TestUpstream;
   let narrow: TestUpstream;
+  let plain: TestUpstream;
   let closedPort: number;
 
   const names = async (path: string, key: string = KEYS.alice): Promise<string[]> => {
@@ -78,6 +79,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
       freePort(),
     ]);
     narrow = await startTestUpstream();
+    plain = await startTestUpstream({ jsonResponse: true });
     stack = await startStack({
       tools: [localTestFail],
       config: {
@@ -95,6 +97,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
           { id: 'leaving', url: leaving.url, timeoutMs: 2000, refreshSeconds: 1, trust: 'auto' },
           { id: 'huge', url: huge.url, trust: 'auto' },
           { id: 'narrow', url: narrow.url, concurrency: 2, trust: 'auto' },
+          { id: 'plain', url: plain.url, trust: 'auto' },
           {
             id: 'gone',
             url: `http://127.0.0.1:${closedPort}/mcp`,
@@ -109,7 +112,13 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
   afterAll(async () => {
     await stack?.close();
     everything?.child.kill();
-    await Promise.all([upstream?.close(), leaving?.close(), huge?.close(), narrow?.close()]);
+    await Promise.all([
+      upstream?.close(),
+      leaving?.close(),
+      huge?.close(),
+      narrow?.close(),
+      plain?.close(),
+    ]);
     await telemetry.shutdown();
   });
 
@@ -218,6 +227,33 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     expect(Date.now() - t0).toBeLessThan(2000);
     const next = await stack.call('/tools/leaving__echo/execute', { json: { text: 'after' } });
     expect(await next.json()).toMatchObject({ status: 'ok', result: 'echo: after' });
+  });
+
+  it('reads an upstream that answers in plain JSON: results, structured results, isError', async () => {
+    const run = async (tool: string, json: object) =>
+      (await (await stack.call(`/tools/plain__${tool}/execute`, { json })).json()) as {
+        status: string;
+        result?: unknown;
+        error?: { code: string; message: string };
+      };
+    expect(await run('echo', { text: 'json' })).toMatchObject({
+      status: 'ok',
+      result: 'echo: json',
+    });
+    expect(await run('sum', { a: 2, b: 3 })).toMatchObject({ status: 'ok', result: { sum: 5 } });
+    const failed = await run('fail', {});
+    expect(failed.error?.code).toBe('upstream_error');
+    expect(failed.error?.message).toContain('it went wrong upstream');
+  });
+
+  it('opens a new session when the upstream forgot its own (HTTP 404), and runs the call once', async () => {
+    const first = await stack.call('/tools/plain__echo/execute', { json: { text: 'before' } });
+    expect(await first.json()).toMatchObject({ status: 'ok', result: 'echo: before' });
+    await plain.forgetSessions(); // as a restarted upstream
+    const calls = plain.metas.length;
+    const res = await stack.call('/tools/plain__echo/execute', { json: { text: 'after' } });
+    expect(await res.json()).toMatchObject({ status: 'ok', result: 'echo: after' });
+    expect(plain.metas.length).toBe(calls + 1);
   });
 
   it('keeps at most `concurrency` calls in flight to an upstream; the rest wait their turn', async () => {

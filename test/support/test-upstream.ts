@@ -23,6 +23,8 @@ export interface TestUpstream {
   addTool(name: string): void;
   /** Gives tool `name` a new description (a rug pull) and tells every session the list changed. */
   setDescription(name: string, description: string): void;
+  /** Forgets every session, as a restarted server would: their next request gets a 404. */
+  forgetSessions(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -37,6 +39,8 @@ export interface TestUpstreamOptions {
   chatty?: boolean;
   /** Descriptions in place of the built-in ones, by tool name. */
   descriptions?: Record<string, string>;
+  /** Answers requests with plain JSON rather than an event stream (`enableJsonResponse`). */
+  jsonResponse?: boolean;
 }
 
 const object = (properties: Record<string, unknown>, required: string[] = []) => ({
@@ -207,9 +211,22 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
     void (async () => {
       const sid = req.headers['mcp-session-id'];
       let transport = typeof sid === 'string' ? sessions.get(sid) : undefined;
+      if (typeof sid === 'string' && !transport) {
+        // As the spec says a server does for a session it does not know.
+        res.writeHead(404, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            jsonrpc: '2.0',
+            error: { code: -32001, message: 'Session not found' },
+            id: null,
+          }),
+        );
+        return;
+      }
       if (!transport) {
         const created = new NodeStreamableHTTPServerTransport({
           sessionIdGenerator: () => randomUUID(),
+          ...(options.jsonResponse ? { enableJsonResponse: true } : {}),
           onsessioninitialized: (id) => {
             sessions.set(id, created);
           },
@@ -254,6 +271,11 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
     setDescription(name, description) {
       descriptions.set(name, description);
       for (const server of servers) void server.sendToolListChanged().catch(() => undefined);
+    },
+    async forgetSessions() {
+      const all = [...sessions.values()];
+      sessions.clear();
+      for (const t of all) await t.close().catch(() => undefined);
     },
     async close() {
       for (const t of sessions.values()) await t.close().catch(() => undefined);

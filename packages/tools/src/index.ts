@@ -68,6 +68,8 @@ export type {
   EgressProxy,
   EgressProxyOptions,
   GuardedFetch,
+  GuardedRequestInit,
+  GuardedResponse,
   HttpPolicy,
   HttpToolServices,
 } from './http/index.js';

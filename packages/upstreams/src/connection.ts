@@ -18,14 +18,25 @@ import type { UpstreamConfig } from '@toolgate/config';
 import { ToolError } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import type { StdioServer } from './stdio-server.js';
+import {
+  HttpStatusError,
+  JsonRpcFailure,
+  OversizeError,
+  postMessage,
+  postRequest,
+  type HttpSession,
+  type ServerMessage,
+} from './http-call.js';
 import { STDIO_MAX_MESSAGE_BYTES, STDIO_OVERSIZE_ERROR } from './stdio-transport.js';
 
 /** Largest response body read from an upstream (a call's result, one page of tools/list). */
 export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
 /** The `_meta` key that marks a call's request, so its log notifications find their call. */
 export const CALL_META_KEY = 'io.toolgate/call';
-/** The `oversize` entry of the listing's request (calls use their ids). */
-const LIST_KEY = '';
+/** How long a cancel's `notifications/cancelled` may take to send. */
+const CANCEL_SEND_MS = 5000;
+/** JSON-RPC "method not found": toolgate's client serves no requests from a server. */
+const METHOD_NOT_FOUND = -32601;
 
 export interface CallHooks {
   signal: AbortSignal;
@@ -38,16 +49,18 @@ export interface CallHooks {
 
 export class UpstreamConnection {
   private client: Client | undefined;
+  /** The HTTP session `client` opened (its id and protocol version), for calls. */
+  private transport: StreamableHTTPClientTransport | undefined;
   private connecting: Promise<Client> | undefined;
   private inFlight = 0;
   private readonly waiting: (() => void)[] = [];
-  private readonly logListeners = new Map<string, NonNullable<CallHooks['onLog']>>();
   /**
-   * Aborted when the response of a request (a call, by its id; the listing, by LIST_KEY) passes
-   * MAX_RESPONSE_BYTES: the SDK swallows a failed event stream, so the request would otherwise
-   * wait for its timeout.
+   * Aborted when a listing's response passes MAX_RESPONSE_BYTES: the SDK swallows a failed
+   * event stream, so the request would otherwise wait for its timeout.
    */
-  private readonly oversize = new Map<string, AbortController>();
+  private listTooLarge: AbortController | undefined;
+  /** Ids of this process's requests on an HTTP session (the SDK's own are numbers). */
+  private requestSeq = 0;
   private closed = false;
 
   constructor(
@@ -71,7 +84,7 @@ export class UpstreamConnection {
     signal: AbortSignal,
   ): Promise<{ tools: McpTool[]; nextCursor?: string }> {
     const tooLarge = new AbortController();
-    this.oversize.set(LIST_KEY, tooLarge);
+    this.listTooLarge = tooLarge;
     const both = AbortSignal.any([signal, tooLarge.signal]);
     try {
       const client = await this.connect(both);
@@ -85,7 +98,7 @@ export class UpstreamConnection {
         throw new Error(`a tools/list answer passed ${MAX_RESPONSE_BYTES} bytes`);
       throw this.failure(err, signal, 'tools/list');
     } finally {
-      this.oversize.delete(LIST_KEY);
+      if (this.listTooLarge === tooLarge) this.listTooLarge = undefined;
     }
   }
 
@@ -98,25 +111,33 @@ export class UpstreamConnection {
   ): Promise<CallToolResult> {
     // One deadline for the whole call, handshake included: answered within timeoutMs.
     const deadline = AbortSignal.timeout(this.upstream.timeoutMs);
-    const tooLarge = new AbortController();
-    const signal = AbortSignal.any([hooks.signal, deadline, tooLarge.signal]);
+    const signal = AbortSignal.any([hooks.signal, deadline]);
     const started = Date.now();
     await this.slot(hooks.signal);
-    this.stdio?.begin();
-    if (hooks.onLog) this.logListeners.set(callId, hooks.onLog);
-    if (hooks.onLog) this.stdio?.listen(callId, hooks.onLog);
-    this.oversize.set(callId, tooLarge);
+    const stdio = this.stdio;
+    stdio?.begin();
+    if (hooks.onLog) stdio?.listen(callId, hooks.onLog);
     try {
       const client = await this.connect(signal);
+      const meta = {
+        [CALL_META_KEY]: callId,
+        ...(hooks.traceparent ? { traceparent: hooks.traceparent } : {}),
+      };
+      if (!stdio) {
+        try {
+          return await this.post(name, args, meta, hooks, signal);
+        } catch (err) {
+          // 404 on a session: the upstream forgot it (it restarted), so the call did not run.
+          // A new session, and the call once more.
+          if (!(err instanceof HttpStatusError && err.status === 404 && client === this.client))
+            throw err;
+          this.drop();
+          await this.connect(signal);
+          return await this.post(name, args, meta, hooks, signal);
+        }
+      }
       return (await client.callTool(
-        {
-          name,
-          arguments: args,
-          _meta: {
-            [CALL_META_KEY]: callId,
-            ...(hooks.traceparent ? { traceparent: hooks.traceparent } : {}),
-          },
-        },
+        { name, arguments: args, _meta: meta },
         {
           signal,
           timeout: Math.max(1, this.upstream.timeoutMs - (Date.now() - started)),
@@ -130,14 +151,14 @@ export class UpstreamConnection {
         },
       )) as CallToolResult;
     } catch (err) {
-      if (tooLarge.signal.aborted && !hooks.signal.aborted) {
+      if (err instanceof OversizeError && !hooks.signal.aborted) {
         throw new ToolError(
           'output_limit',
           `upstream "${this.upstream.id}": ${name} answered with more than ${MAX_RESPONSE_BYTES} bytes`,
         );
       }
       if (deadline.aborted && !hooks.signal.aborted) throw this.timedOut(name, err);
-      if (this.stdio && err instanceof ProtocolError && err.code === STDIO_OVERSIZE_ERROR) {
+      if (stdio && err instanceof ProtocolError && err.code === STDIO_OVERSIZE_ERROR) {
         // Skipped by the transport in place of the answer; the session goes on.
         throw new ToolError(
           'output_limit',
@@ -146,11 +167,106 @@ export class UpstreamConnection {
       }
       throw this.failure(err, hooks.signal, name);
     } finally {
-      this.logListeners.delete(callId);
-      this.stdio?.unlisten(callId);
-      this.oversize.delete(callId);
-      this.stdio?.end();
+      stdio?.unlisten(callId);
+      stdio?.end();
       this.release();
+    }
+  }
+
+  /**
+   * A call on the HTTP session: one POST, its progress and log notifications (its own event
+   * stream, so surely this call's) to the hooks; an abort (cancel, deadline) sends
+   * `notifications/cancelled` as the SDK would.
+   */
+  private async post(
+    name: string,
+    args: Record<string, unknown>,
+    meta: Record<string, unknown>,
+    hooks: CallHooks,
+    signal: AbortSignal,
+  ): Promise<CallToolResult> {
+    const session = this.session();
+    const id = `toolgate-${++this.requestSeq}`;
+    const onAbort = () =>
+      void postMessage(
+        this.fetchImpl,
+        session,
+        {
+          method: 'notifications/cancelled',
+          params: {
+            requestId: id,
+            reason: String((signal.reason as Error)?.message ?? 'cancelled'),
+          },
+        },
+        AbortSignal.timeout(CANCEL_SEND_MS),
+      );
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      const result = await postRequest(
+        this.fetchImpl,
+        session,
+        {
+          id,
+          method: 'tools/call',
+          params: {
+            name,
+            arguments: args,
+            _meta: { ...meta, ...(hooks.onProgress ? { progressToken: id } : {}) },
+          },
+        },
+        {
+          signal,
+          maxBytes: MAX_RESPONSE_BYTES,
+          onMessage: (m) => this.onServerMessage(m, id, hooks, session),
+        },
+      );
+      return callResultOf(this.upstream, name, result);
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  private session(): HttpSession {
+    return {
+      url: new URL(this.upstream.url!),
+      headers: this.upstream.headers ?? {},
+      ...(this.transport?.sessionId ? { sessionId: this.transport.sessionId } : {}),
+      ...(this.transport?.protocolVersion
+        ? { protocolVersion: this.transport.protocolVersion }
+        : {}),
+    };
+  }
+
+  private onServerMessage(
+    m: ServerMessage,
+    id: string,
+    hooks: CallHooks,
+    session: HttpSession,
+  ): void {
+    const p = m.params ?? {};
+    if (m.id !== undefined) {
+      // A request (sampling, elicitation, roots): toolgate's client declared none of them.
+      void postMessage(
+        this.fetchImpl,
+        session,
+        {
+          id: m.id,
+          error: { code: METHOD_NOT_FOUND, message: `toolgate does not serve ${m.method}` },
+        },
+        AbortSignal.timeout(CANCEL_SEND_MS),
+      );
+    } else if (m.method === 'notifications/progress' && p.progressToken === id) {
+      if (typeof p.progress === 'number')
+        hooks.onProgress?.(
+          p.progress,
+          typeof p.total === 'number' ? p.total : undefined,
+          typeof p.message === 'string' ? p.message : undefined,
+        );
+    } else if (m.method === 'notifications/message') {
+      const text = typeof p.data === 'string' ? p.data : JSON.stringify(p.data);
+      hooks.onLog?.(typeof p.level === 'string' ? p.level : 'info', `${text}\n`);
+    } else if (m.method === 'notifications/tools/list_changed') {
+      this.onToolsChanged?.();
     }
   }
 
@@ -223,7 +339,10 @@ export class UpstreamConnection {
       },
     );
     client.onclose = () => {
-      if (this.client === client) this.client = undefined;
+      if (this.client === client) {
+        this.client = undefined;
+        this.transport = undefined;
+      }
     };
     client.onerror = () => undefined; // each request reports its own failure
     try {
@@ -237,27 +356,21 @@ export class UpstreamConnection {
       throw unavailable(this.upstream, 'the connection is closed');
     }
     this.client = client;
+    this.transport = transport;
     return client;
   }
 
   /**
-   * The guarded fetch, with every response body capped at MAX_RESPONSE_BYTES and, for a
-   * `tools/call` request that carries a call id, the `notifications/message` on its event
-   * stream handed to that call (the SDK gives notifications without saying which request's
-   * stream they came on).
+   * The guarded fetch for the SDK's requests (handshake, listing), every response body capped
+   * at MAX_RESPONSE_BYTES; a listing past it is given up at once.
    */
   private async tappedFetch(url: string | URL, init?: RequestInit): Promise<Response> {
     const response = await this.fetchImpl(url, init);
     if (!response.body) return response;
-    const callId = callIdOf(init?.body);
-    const onLog = callId === undefined ? undefined : this.logListeners.get(callId);
-    const sse = response.headers.get('content-type')?.startsWith('text/event-stream') === true;
-    const key =
-      callId ??
-      (typeof init?.body === 'string' && init.body.includes('"tools/list"') ? LIST_KEY : undefined);
+    const listing = typeof init?.body === 'string' && init.body.includes('"tools/list"');
     const body = response.body.pipeThrough(
-      capped(MAX_RESPONSE_BYTES, sse && onLog ? onLog : undefined, () => {
-        if (key !== undefined) this.oversize.get(key)?.abort();
+      capped(MAX_RESPONSE_BYTES, () => {
+        if (listing) this.listTooLarge?.abort();
       }),
     );
     return new Response(body, {
@@ -275,7 +388,7 @@ export class UpstreamConnection {
       return this.timedOut(what, err);
     }
     // A JSON-RPC error is the upstream's answer (unknown tool, invalid params): its words.
-    if (err instanceof ProtocolError) {
+    if (err instanceof ProtocolError || err instanceof JsonRpcFailure) {
       return new ToolError('upstream_error', `upstream "${this.upstream.id}": ${message}`, {
         cause: err,
       });
@@ -289,10 +402,16 @@ export class UpstreamConnection {
       );
     }
     // Anything else left the session unusable (connection lost, HTTP error): start over.
+    this.drop();
+    return unavailable(this.upstream, message, err);
+  }
+
+  /** Forgets the session; the next request opens a new one. */
+  private drop(): void {
     const client = this.client;
     this.client = undefined;
+    this.transport = undefined;
     void client?.close().catch(() => undefined);
-    return unavailable(this.upstream, message, err);
   }
   private timedOut(what: string, cause: unknown): ToolError {
     return unavailable(
@@ -319,32 +438,9 @@ function messageOf(err: unknown): string {
   return `${message}${cause}`.slice(0, 500);
 }
 
-function callIdOf(body: unknown): string | undefined {
-  if (typeof body !== 'string' || !body.includes(CALL_META_KEY)) return undefined;
-  try {
-    const message = JSON.parse(body) as {
-      method?: string;
-      params?: { _meta?: Record<string, unknown> };
-    };
-    const id = message.method === 'tools/call' ? message.params?._meta?.[CALL_META_KEY] : undefined;
-    return typeof id === 'string' ? id : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * Passes bytes through up to `max` (then fails the stream), and reads Server-Sent Events
- * lines on the side for log notifications when `onLog` is given.
- */
-function capped(
-  max: number,
-  onLog: ((level: string, text: string) => void) | undefined,
-  onOversize: () => void,
-): TransformStream<Uint8Array, Uint8Array> {
+/** Passes bytes through up to `max`, then fails the stream. */
+function capped(max: number, onOversize: () => void): TransformStream<Uint8Array, Uint8Array> {
   let bytes = 0;
-  const decoder = new TextDecoder();
-  let line = '';
   return new TransformStream({
     transform(chunk, controller) {
       bytes += chunk.byteLength;
@@ -354,30 +450,29 @@ function capped(
         return;
       }
       controller.enqueue(chunk);
-      if (!onLog) return;
-      line += decoder.decode(chunk, { stream: true });
-      let nl: number;
-      while ((nl = line.indexOf('\n')) >= 0) {
-        const text = line.slice(0, nl).replace(/\r$/, '');
-        line = line.slice(nl + 1);
-        if (text.startsWith('data:') && text.includes('notifications/message')) {
-          logOf(text.slice(5).trim(), onLog);
-        }
-      }
     },
   });
 }
 
-function logOf(data: string, onLog: (level: string, text: string) => void): void {
-  try {
-    const m = JSON.parse(data) as { method?: string; params?: { level?: unknown; data?: unknown } };
-    if (m.method !== 'notifications/message') return;
-    const data_ = m.params?.data;
-    const text = typeof data_ === 'string' ? data_ : JSON.stringify(data_);
-    onLog(typeof m.params?.level === 'string' ? m.params.level : 'info', `${text}\n`);
-  } catch {
-    // not JSON: not ours to read
+/** A `tools/call` result as the SDK would give it, checked only for the shape toolgate reads. */
+function callResultOf(upstream: UpstreamConfig, tool: string, result: unknown): CallToolResult {
+  if (typeof result !== 'object' || result === null || Array.isArray(result)) {
+    throw new ToolError(
+      'upstream_error',
+      `upstream "${upstream.id}": ${tool} answered with a result that is not an object`,
+    );
   }
+  const r = result as Record<string, unknown>;
+  if (r.content !== undefined && !Array.isArray(r.content)) {
+    throw new ToolError(
+      'upstream_error',
+      `upstream "${upstream.id}": ${tool} answered with content that is not a list`,
+    );
+  }
+  return {
+    ...r,
+    content: (r.content as CallToolResult['content'] | undefined) ?? [],
+  } as CallToolResult;
 }
 
 export function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {

@@ -15,9 +15,28 @@ import {
 } from './address-guard.js';
 
 export type GuardedFetch = ((url: string | URL, init?: RequestInit) => Promise<Response>) & {
+  /**
+   * The same request through undici's own `request` API: the body a Node stream, no WHATWG
+   * Request/Response/streams around it (a fraction of fetch's CPU per request, for hot paths).
+   */
+  request(url: string | URL, init: GuardedRequestInit): Promise<GuardedResponse>;
   /** Closes the kept-alive connections. */
   close(): Promise<void>;
 };
+
+export interface GuardedRequestInit {
+  method: 'GET' | 'POST' | 'DELETE';
+  headers: Record<string, string>;
+  body?: string;
+  signal: AbortSignal;
+}
+
+export interface GuardedResponse {
+  statusCode: number;
+  headers: Record<string, string | string[] | undefined>;
+  /** Read it to its end (or destroy it): the connection goes back to the pool only then. */
+  body: AsyncIterable<Buffer> & { destroy(err?: Error): unknown };
+}
 
 /**
  * Connections are kept alive per origin, on an Agent pinned to the addresses the guard
@@ -51,7 +70,24 @@ export function createGuardedFetch(
     });
     return response as unknown as Response;
   };
+  const request = async (
+    input: string | URL,
+    init: GuardedRequestInit,
+  ): Promise<GuardedResponse> => {
+    const url = parseHttpUrl(String(input));
+    const target = await guard.check(url, init.signal);
+    const { statusCode, headers, body } = await agentFor(target).request({
+      origin: url.origin,
+      path: `${url.pathname}${url.search}`,
+      method: init.method,
+      headers: init.headers,
+      ...(init.body === undefined ? {} : { body: init.body }),
+      signal: init.signal,
+    });
+    return { statusCode, headers, body };
+  };
   return Object.assign(guarded, {
+    request,
     async close() {
       const all = [...agents.values()];
       agents.clear();

@@ -11,7 +11,7 @@ export { startEgressProxy } from './egress-proxy.js';
 export { EgressCa } from './egress-ca.js';
 export { SafeHttpClient, DEFAULT_USER_AGENT } from './safe-http-client.js';
 export { createGuardedFetch } from './guarded-fetch.js';
-export type { GuardedFetch } from './guarded-fetch.js';
+export type { GuardedFetch, GuardedRequestInit, GuardedResponse } from './guarded-fetch.js';
 export { AddressGuard, parseHttpUrl, pinnedLookup, systemLookup } from './address-guard.js';
 export { AllowHosts, InvalidAllowHostError } from './allow-hosts.js';
 export {

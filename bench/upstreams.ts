@@ -20,7 +20,8 @@
 // BENCH_ROUNDS (3), BENCH_WARMUP_SECONDS (2), BENCH_CANCEL_RUNS (10),
 // BENCH_CONCURRENCIES (1,16,64), BENCH_UPSTREAM_CONCURRENCY (the upstream's `concurrency`;
 // the config's default when unset), BENCH_STDIO_DRIVER (bwrap, docker, or off: no stdio rows),
-// BENCH_WORKER_NODE_OPTIONS (NODE_OPTIONS for the HTTP phase's worker, e.g. `--cpu-prof`).
+// BENCH_WORKER_NODE_OPTIONS and BENCH_GATEWAY_NODE_OPTIONS (NODE_OPTIONS for the HTTP phase's
+// worker and gateway, e.g. `--cpu-prof`).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -122,7 +123,11 @@ const worker = await startTs(
   { ...env, NODE_OPTIONS: process.env.BENCH_WORKER_NODE_OPTIONS ?? '' },
   /worker started/,
 );
-const gateway = await startTs('services/gateway/src/main.ts', env, /gateway listening/);
+const gateway = await startTs(
+  'services/gateway/src/main.ts',
+  { ...env, NODE_OPTIONS: process.env.BENCH_GATEWAY_NODE_OPTIONS ?? '' },
+  /gateway listening/,
+);
 const base = `http://127.0.0.1:${port}`;
 const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
 progress(

@@ -272,6 +272,22 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     const hugeNames = (await names('/tools')).filter((n) => n.startsWith('huge__'));
     expect(hugeNames.length).toBe(500);
     expect(hugeNames).not.toContain('huge__huge');
+    // What was left out, and why, is on the admin's report (not only in the log).
+    const report = (await (await stack.call('/v1/upstreams', { key: KEYS.admin })).json()) as {
+      id: string;
+      leftOut: { count: number; problems: string[] };
+    }[];
+    const huge = report.find((u) => u.id === 'huge')!;
+    expect(huge.leftOut.count).toBeGreaterThanOrEqual(201); // 701 listed, 500 served
+    expect(huge.leftOut.problems.some((p) => p.includes('more than 500 tools'))).toBe(true);
+    expect(huge.leftOut.problems.length).toBeLessThanOrEqual(20);
+    // A name a local tool has: left out, and said so.
+    const test = report.find((u) => u.id === 'test')!;
+    expect(test.leftOut.count).toBe(1);
+    expect(test.leftOut.problems[0]).toContain(
+      '"test__fail", the name of a tool toolgate already has',
+    );
+    expect(report.find((u) => u.id === 'everything')!.leftOut).toEqual({ count: 0, problems: [] });
   });
 
   it('reads the list again at once on notifications/tools/list_changed', async () => {

@@ -73,6 +73,8 @@ interface CatalogMeta {
   hash: string;
   tools: number;
   problems: string[];
+  /** Tools of the list left out by the budgets (problems holds the first reasons only). */
+  leftOut?: number;
   /** The last refresh failed (the tools are the last ones read). */
   error?: string;
   /** The catalog hash whose definitions were recorded in the pins (they are, when equal). */
@@ -115,6 +117,11 @@ export interface UpstreamReport {
   /** A stdio upstream's: each worker's supervisor of its server, by worker id. */
   supervisors?: SupervisorReport[];
   tools: UpstreamToolReport[];
+  /**
+   * Tools of its list not served: over a budget, colliding names, schemas that do not
+   * compile. `problems` says why, the first CATALOG_LIMITS.maxProblems of them.
+   */
+  leftOut: { count: number; problems: string[] };
 }
 
 /** One worker's stdio server, as `GET /v1/upstreams` shows it. */
@@ -173,7 +180,14 @@ export class UpstreamCatalog {
   /** Per upstream: the catalog hash applied, and the registry names it gave. */
   private readonly applied = new Map<
     string,
-    { version: string; names: string[]; skipped: number; held: Map<string, HeldTool> }
+    {
+      version: string;
+      names: string[];
+      skipped: number;
+      /** Why, for the first CATALOG_LIMITS.maxProblems of them. */
+      problems: string[];
+      held: Map<string, HeldTool>;
+    }
   >();
   /** Per upstream: the last catalog read, with each definition's hash. */
   private readonly reads = new Map<
@@ -274,7 +288,7 @@ export class UpstreamCatalog {
       out[u.id] = {
         state: !meta ? 'unknown' : meta.error !== undefined ? 'down' : 'up',
         tools: applied?.names.length ?? 0,
-        skipped: (applied?.skipped ?? 0) + (meta?.problems.length ?? 0),
+        skipped: (applied?.skipped ?? 0) + (meta?.leftOut ?? meta?.problems.length ?? 0),
       };
     }
     return out;
@@ -498,6 +512,10 @@ export class UpstreamCatalog {
         });
       }
       const meta = this.metas.get(upstream.id);
+      const problems = [
+        ...(meta?.problems ?? []),
+        ...(this.applied.get(upstream.id)?.problems ?? []),
+      ].slice(0, CATALOG_LIMITS.maxProblems);
       out.push({
         id: upstream.id,
         trust: upstream.trust,
@@ -505,6 +523,7 @@ export class UpstreamCatalog {
         ...(meta ? { checkedAt: new Date(meta.checkedAt).toISOString() } : {}),
         ...(isStdioUpstream(upstream) ? { supervisors: this.supervisorReports(upstream.id) } : {}),
         tools,
+        leftOut: { count: status[upstream.id]?.skipped ?? 0, problems },
       });
     }
     return out;
@@ -552,7 +571,7 @@ export class UpstreamCatalog {
   ): Promise<CatalogMeta> {
     const { catalog } = this.keys.upstream(upstream.id);
     const ttlSeconds = catalogTtlSeconds(upstream);
-    let read: { tools: UpstreamToolDefinition[]; problems: string[] };
+    let read: { tools: UpstreamToolDefinition[]; problems: string[]; leftOut: number };
     try {
       read = await this.read(upstream);
     } catch (err) {
@@ -564,6 +583,7 @@ export class UpstreamCatalog {
         hash: previous?.hash ?? canonicalDigest([]),
         tools: previous?.tools ?? 0,
         problems: previous?.problems ?? [],
+        ...(previous?.leftOut !== undefined ? { leftOut: previous.leftOut } : {}),
         error: error.slice(0, 500),
         ...(previous?.pinned ? { pinned: previous.pinned } : {}),
       };
@@ -594,6 +614,7 @@ export class UpstreamCatalog {
       hash,
       tools: read.tools.length,
       problems: read.problems,
+      leftOut: read.leftOut,
       pinned: hash,
     };
     for (const problem of read.problems)
@@ -609,7 +630,7 @@ export class UpstreamCatalog {
   /** Every page of `tools/list`, cut at the budgets, filtered by the allow-list. */
   private async read(
     upstream: UpstreamConfig,
-  ): Promise<{ tools: UpstreamToolDefinition[]; problems: string[] }> {
+  ): Promise<{ tools: UpstreamToolDefinition[]; problems: string[]; leftOut: number }> {
     let connection = this.listing.get(upstream.id);
     if (!connection) {
       const changed = () => {
@@ -625,7 +646,9 @@ export class UpstreamCatalog {
     const allowed = upstream.tools ? new Set(upstream.tools) : undefined;
     const tools: UpstreamToolDefinition[] = [];
     const problems: string[] = [];
+    let leftOut = 0;
     const report = (problem: string) => {
+      leftOut++;
       if (problems.length < CATALOG_LIMITS.maxProblems) problems.push(problem);
     };
     let bytes = 0;
@@ -662,7 +685,7 @@ export class UpstreamCatalog {
       if (cursor === undefined) break;
     }
     tools.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    return { tools, problems };
+    return { tools, problems, leftOut };
   }
 
   /**
@@ -682,6 +705,7 @@ export class UpstreamCatalog {
     const held = new Map<string, HeldTool>();
     const from = new Map<string, string>();
     let skipped = 0;
+    const problems: string[] = [];
     const started = performance.now();
     for (const { def, hash } of defs) {
       const name = upstreamToolName(upstream.id, def.name);
@@ -712,10 +736,11 @@ export class UpstreamCatalog {
       }
       if (problem) {
         skipped++;
+        if (problems.length < CATALOG_LIMITS.maxProblems) problems.push(problem);
         this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
       }
     }
-    this.applied.set(upstream.id, { version, names, skipped, held });
+    this.applied.set(upstream.id, { version, names, skipped, problems, held });
   }
 }
 

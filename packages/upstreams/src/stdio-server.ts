@@ -297,6 +297,15 @@ export class StdioServer {
       'stdio upstream: the host’s owner went away',
     );
     this.current = 'stopped';
+    // An eager server comes back by itself: this worker joins again (and may own it now).
+    if (this.upstream.start === 'eager' && !this.closed) {
+      this.restartTimer = setTimeout(
+        () =>
+          void this.connect(AbortSignal.timeout(this.upstream.timeoutMs)).catch(() => undefined),
+        JOIN_RETRY_MS,
+      );
+      this.restartTimer.unref();
+    }
   }
 
   /** A follower connected to this owner's socket. */

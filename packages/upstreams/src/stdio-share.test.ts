@@ -16,7 +16,10 @@ import { UpstreamConnection } from './connection.js';
 import { sharePaths, type StdioShare } from './stdio-share.js';
 import { StdioServer } from './stdio-server.js';
 
-/** whoami (its boot token), progress (three notifications, the answer 0.3 s later), hang / cancelled, sh. */
+/**
+ * whoami (its boot token), progress (three notifications), log (a notifications/message); their
+ * answers 0.3 s later; hang / cancelled, sh.
+ */
 const PROBE = String.raw`
 import json, os, subprocess, sys, time, uuid
 BOOT = uuid.uuid4().hex
@@ -35,7 +38,7 @@ for line in sys.stdin:
               "capabilities": {"tools": {}}, "serverInfo": {"name": "probe", "version": "1"}}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": n, "inputSchema": {"type": "object"}}
-              for n in ("whoami", "progress", "hang", "cancelled", "sh")]}})
+              for n in ("whoami", "progress", "log", "hang", "cancelled", "sh")]}})
     elif method == "tools/call":
         p = msg["params"]; name, args = p["name"], p.get("arguments") or {}
         if name == "whoami": text(id, BOOT)
@@ -46,6 +49,9 @@ for line in sys.stdin:
                     send({"jsonrpc": "2.0", "method": "notifications/progress",
                           "params": {"progressToken": token, "progress": i + 1, "total": 3}})
             time.sleep(0.3); text(id, "done")
+        elif name == "log":
+            send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "log " + args.get("text", "")}})
+            time.sleep(0.3); text(id, "logged")
         elif name == "hang": pending[id] = args.get("text", "")
         elif name == "cancelled": text(id, json.dumps(cancelled))
         elif name == "sh":
@@ -139,6 +145,29 @@ describe.skipIf(reason !== undefined)('one stdio server per host (bwrap)', () =>
     await expect
       .poll(async () => JSON.parse(await call(owner, 'cancelled')) as string[], { timeout: 10_000 })
       .toEqual(['from the follower']);
+  }, 60_000);
+
+  it('a server’s log reaches a follower’s call only while it is the one call on the host', async () => {
+    const owner = supervisor(shareOf('owner'));
+    await call(owner, 'whoami');
+    const follower = supervisor(shareOf('follower'));
+    const connection = new UpstreamConnection(upstream, undefined as never, undefined, follower);
+    const logged = async (text: string) => {
+      const lines: string[] = [];
+      await connection.call('log', { text }, `log-${text}`, {
+        signal: AbortSignal.timeout(20_000),
+        onLog: (_level, line) => lines.push(line),
+      });
+      return lines;
+    };
+    expect(await logged('alone')).toEqual(['log alone\n']);
+    // The owner's own call in flight: the log could be either's, so it goes to neither.
+    const stop = new AbortController();
+    const hung = call(owner, 'hang', { text: 'owner' }, stop.signal).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await logged('crowded')).toEqual([]);
+    stop.abort();
+    await hung;
   }, 60_000);
 
   it('a dead owner’s stale socket is replaced; the follower’s next call gets a new server', async () => {

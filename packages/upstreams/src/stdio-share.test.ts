@@ -18,7 +18,7 @@ import { StdioServer } from './stdio-server.js';
 
 /**
  * whoami (its boot token), progress (three notifications), log (a notifications/message); their
- * answers 0.3 s later; hang / cancelled, sh.
+ * answers 0.3 s later; slow (2 s), hang / cancelled, sh.
  */
 const PROBE = String.raw`
 import json, os, subprocess, sys, time, uuid
@@ -38,7 +38,7 @@ for line in sys.stdin:
               "capabilities": {"tools": {}}, "serverInfo": {"name": "probe", "version": "1"}}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": n, "inputSchema": {"type": "object"}}
-              for n in ("whoami", "progress", "log", "hang", "cancelled", "sh")]}})
+              for n in ("whoami", "progress", "log", "slow", "hang", "cancelled", "sh")]}})
     elif method == "tools/call":
         p = msg["params"]; name, args = p["name"], p.get("arguments") or {}
         if name == "whoami": text(id, BOOT)
@@ -52,6 +52,7 @@ for line in sys.stdin:
         elif name == "log":
             send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "log " + args.get("text", "")}})
             time.sleep(0.3); text(id, "logged")
+        elif name == "slow": time.sleep(2); text(id, "slow done")
         elif name == "hang": pending[id] = args.get("text", "")
         elif name == "cancelled": text(id, json.dumps(cancelled))
         elif name == "sh":
@@ -193,6 +194,20 @@ s = socket.socket(socket.AF_UNIX); s.bind(${JSON.stringify(socket)}); s.listen()
     const next = await call(follower, 'whoami');
     expect(next).not.toBe(boot);
     expect(follower.snapshot()).toMatchObject({ state: 'up', followers: 0 });
+  }, 60_000);
+
+  it('a stopping owner stops listening and finishes its followers’ calls first', async () => {
+    const owner = supervisor(shareOf('owner'));
+    const boot = await call(owner, 'whoami');
+    const follower = supervisor(shareOf('follower'));
+    expect(await call(follower, 'whoami')).toBe(boot);
+    const slow = call(follower, 'slow');
+    await new Promise((r) => setTimeout(r, 500));
+    const closing = owner.close();
+    expect(await slow).toBe('slow done');
+    await closing;
+    const next = await call(follower, 'whoami');
+    expect(next).not.toBe(boot);
   }, 60_000);
 
   it('two stateDirs are two hosts: two servers', async () => {

@@ -215,7 +215,9 @@ export class StdioServer {
     for (;;) {
       if (this.closed) throw unavailable(u, 'the worker is stopping');
       if (this.lock) return this.start();
-      const lock = await OwnerLock.take(paths.lock);
+      const lock = await OwnerLock.take(paths.lock).catch((err: unknown) => {
+        throw unavailable(u, `the host’s lock: ${messageOf(err)}`, err);
+      });
       if (lock) {
         if (this.closed) {
           await lock.release();

@@ -82,8 +82,9 @@ export class OwnerLock {
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     child.stderr.resume();
-    const locked = await new Promise<boolean>((resolve) => {
-      child.once('error', () => resolve(false));
+    const locked = await new Promise<boolean>((resolve, reject) => {
+      // No flock(1) at all is the host's problem, not another owner: said as such.
+      child.once('error', (err) => reject(new Error(`cannot run flock: ${err.message}`)));
       child.once('exit', () => resolve(false));
       child.stdout.on('data', (b: Buffer) => {
         if (b.toString().includes('locked')) resolve(true);

@@ -60,6 +60,8 @@ const STABLE_MS = 60_000;
 const IDLE_CHECK_MS = 1000;
 /** The server's last stderr line, cut to this, says why a start failed. */
 const REASON_MAX = 300;
+/** A worker id as a follower shows its owner's (hostname-pid-random). */
+const OWNER_MAX = 128;
 
 export interface StdioLogger {
   info(obj: object, msg?: string): void;
@@ -154,10 +156,11 @@ export class StdioServer {
         since: typeof o.since === 'number' ? o.since : this.since,
         restarts: typeof o.restarts === 'number' ? o.restarts : 0,
         ...(typeof o.lastError === 'string' && typeof o.lastErrorAt === 'number'
-          ? { lastError: o.lastError, lastErrorAt: o.lastErrorAt }
+          ? { lastError: o.lastError.slice(0, REASON_MAX), lastErrorAt: o.lastErrorAt }
           : {}),
         shared: true,
-        ...(typeof o.worker === 'string' ? { owner: o.worker } : {}),
+        // Another process's words: cut as this one's own would be.
+        ...(typeof o.worker === 'string' ? { owner: o.worker.slice(0, OWNER_MAX) } : {}),
       };
     }
     return {

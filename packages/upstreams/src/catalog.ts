@@ -132,6 +132,11 @@ export interface SupervisorReport {
   restarts: number;
   lastError?: string;
   lastErrorAt?: string;
+  /** This worker uses its host's shared server, run by worker `owner` (the state is the owner's). */
+  shared?: true;
+  owner?: string;
+  /** This worker runs its host's shared server; the host's other workers connected to it. */
+  followers?: number;
   /** When the worker last wrote this (at least every 10 s). */
   seenAt: string;
 }
@@ -140,6 +145,8 @@ export interface SupervisorReport {
 export interface SupervisorSummary {
   state: StdioState;
   restarts: number;
+  /** The worker uses its host's shared server (the state is that server's). */
+  shared?: true;
 }
 
 /** What a worker writes to `Keys.upstream(id).supervisors`, field = its worker id. */
@@ -424,7 +431,11 @@ export class UpstreamCatalog {
       if (!isStdioUpstream(u)) continue;
       out[u.id] = [...(this.supervisors.get(u.id) ?? new Map<string, SupervisorEntry>())]
         .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-        .map(([, e]) => ({ state: e.state, restarts: e.restarts }));
+        .map(([, e]) => ({
+          state: e.state,
+          restarts: e.restarts,
+          ...(e.shared ? { shared: true as const } : {}),
+        }));
     }
     return out;
   }
@@ -441,6 +452,9 @@ export class UpstreamCatalog {
         ...(e.lastErrorAt !== undefined
           ? { lastErrorAt: new Date(e.lastErrorAt).toISOString() }
           : {}),
+        ...(e.shared ? { shared: true as const } : {}),
+        ...(typeof e.owner === 'string' ? { owner: e.owner } : {}),
+        ...(typeof e.followers === 'number' ? { followers: e.followers } : {}),
         seenAt: new Date(e.at).toISOString(),
       }));
   }

@@ -27,7 +27,11 @@ import {
   type HttpSession,
   type ServerMessage,
 } from './http-call.js';
-import { STDIO_MAX_MESSAGE_BYTES, STDIO_OVERSIZE_ERROR } from './stdio-transport.js';
+import {
+  STDIO_MAX_MESSAGE_BYTES,
+  STDIO_OVERSIZE_ERROR,
+  STDIO_SHARED_UNAVAILABLE,
+} from './stdio-transport.js';
 
 /** Largest response body read from an upstream (a call's result, one page of tools/list). */
 export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
@@ -386,6 +390,10 @@ export class UpstreamConnection {
     const message = messageOf(err);
     if (err instanceof SdkError && err.code === SdkErrorCode.RequestTimeout) {
       return this.timedOut(what, err);
+    }
+    // The host's owner of a shared stdio server could not take the request: its words.
+    if (this.stdio && err instanceof ProtocolError && err.code === STDIO_SHARED_UNAVAILABLE) {
+      return new ToolError('upstream_unavailable', err.message, { cause: err });
     }
     // A JSON-RPC error is the upstream's answer (unknown tool, invalid params): its words.
     if (err instanceof ProtocolError || err instanceof JsonRpcFailure) {

@@ -6,6 +6,7 @@ export { Pins, definitionHash, pinStatus } from './pins.js';
 export { scanDefinition, SCAN_MAX_CHARS } from './scan.js';
 export { StdioServer, StdioServers, STDIO_BACKOFF } from './stdio-server.js';
 export { SandboxStdioTransport, STDIO_MAX_MESSAGE_BYTES } from './stdio-transport.js';
+export { sharePaths } from './stdio-share.js';
 
 export type {
   UpstreamStatus,
@@ -23,3 +24,4 @@ export type { PinEntry, PinEvent, PinStatus, ApproveResult } from './pins.js';
 export type { ScanFlag, ScanFlagCode } from './scan.js';
 export type { StdioState, StdioServerOptions, StdioLogger, StdioSnapshot } from './stdio-server.js';
 export type { SandboxStdioTransportOptions } from './stdio-transport.js';
+export type { StdioShare } from './stdio-share.js';

@@ -1,15 +1,30 @@
 /**
  * Stdio upstreams on a worker (`command:` / `npm:`, docs/upstreams.md): one long-lived sandbox
- * per upstream per worker process (SandboxDriver.open) and one SDK client over its stdio,
- * shared by the calls (multiplexed by JSON-RPC id) and the catalog's listing. Started on first
- * use or at worker start (`start: eager`), restarted with backoff after a crash, stopped after
- * `idleSeconds` without a call.
+ * per upstream per worker host (SandboxDriver.open) and one SDK client over its stdio, shared by
+ * the calls (multiplexed by JSON-RPC id) and the catalog's listing. Started on first use or at
+ * worker start (`start: eager`), restarted with backoff after a crash, stopped after
+ * `idleSeconds` without a call. With `share`, the worker processes of one host elect an owner
+ * that runs it; the others reach it through the owner's socket (stdio-share.ts).
  */
-import { Client } from '@modelcontextprotocol/client';
+import type net from 'node:net';
+import { rm } from 'node:fs/promises';
+import { Client, ProtocolError } from '@modelcontextprotocol/client';
+import { ToolError } from '@toolgate/registry';
 import { isStdioUpstream, stdioArgv, type UpstreamConfig } from '@toolgate/config';
 import type { OpenRequest, ProcessExit, SandboxProcess } from '@toolgate/sandbox';
 import { raceAbort, unavailable } from './connection.js';
-import { SandboxStdioTransport } from './stdio-transport.js';
+import {
+  dialShared,
+  FollowerSession,
+  listenShared,
+  OWNER_STATE_METHOD,
+  OwnerLock,
+  sharePaths,
+  socketPathFits,
+  socketProcess,
+  type StdioShare,
+} from './stdio-share.js';
+import { SandboxStdioTransport, STDIO_SHARED_UNAVAILABLE } from './stdio-transport.js';
 
 /**
  * `stopped`: not started yet; `starting`; `up`; `backoff`: crashed, waiting before the next
@@ -27,6 +42,14 @@ export interface StdioSnapshot {
   /** Why it last crashed or failed to start (≤ 300 characters), and when (epoch ms). */
   lastError?: string;
   lastErrorAt?: number;
+  /**
+   * This worker uses its host's shared server, run by worker `owner`: the fields above are the
+   * owner's, as it last said them.
+   */
+  shared?: true;
+  owner?: string;
+  /** This worker runs its host's shared server: the other workers connected to it now. */
+  followers?: number;
 }
 
 /** The wait before a crashed server starts again: 1 s, doubling per crash in a row, ≤ 60 s. */
@@ -37,6 +60,8 @@ const STABLE_MS = 60_000;
 const IDLE_CHECK_MS = 1000;
 /** The server's last stderr line, cut to this, says why a start failed. */
 const REASON_MAX = 300;
+/** A worker id as a follower shows its owner's (hostname-pid-random). */
+const OWNER_MAX = 128;
 
 export interface StdioLogger {
   info(obj: object, msg?: string): void;
@@ -52,7 +77,12 @@ export interface StdioServerOptions {
   log: StdioLogger;
   /** Tests shorten it. */
   backoff?: { initialMs: number; maxMs: number; factor: number };
+  /** One server per host: the worker processes sharing a stateDir share each server. */
+  share?: StdioShare;
 }
+
+/** How often a worker looks again for its host's owner while none answers. */
+const JOIN_RETRY_MS = 100;
 
 export class StdioServer {
   private client: Client | undefined;
@@ -73,6 +103,16 @@ export class StdioServer {
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly idleTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  /** The host-wide lock and socket files (undefined: this worker runs its own server). */
+  private readonly paths: { lock: string; socket: string } | undefined;
+  /** Held while this worker owns its host's server; its socket and the followers on it. */
+  private lock: OwnerLock | undefined;
+  private listener: net.Server | undefined;
+  private readonly sessions = new Set<FollowerSession>();
+  /** Followers' calls in flight here, per follower. */
+  private readonly proxied = new Map<FollowerSession, number>();
+  /** A follower's view of its owner: what the owner last said of its server. */
+  private ownerState: Record<string, unknown> | undefined;
   /** The calls' log listeners, by call id (see `listen`). */
   private readonly logListeners = new Map<string, (level: string, text: string) => void>();
   /** The catalog's: `notifications/tools/list_changed` from the server. */
@@ -84,6 +124,13 @@ export class StdioServer {
     readonly upstream: UpstreamConfig,
     private readonly options: StdioServerOptions,
   ) {
+    const paths = options.share ? sharePaths(options.share, upstream) : undefined;
+    if (paths && !socketPathFits(paths.socket))
+      options.log.warn(
+        { upstream: upstream.id, socket: paths.socket },
+        'stdio upstream: the socket path is too long to share a server on this host',
+      );
+    else this.paths = paths;
     if (upstream.idleSeconds > 0) {
       this.idleTimer = setInterval(() => this.stopIfIdle(), IDLE_CHECK_MS);
       this.idleTimer.unref();
@@ -95,16 +142,44 @@ export class StdioServer {
   }
 
   private set current(state: StdioState) {
-    if (state !== this.currentState) this.since = Date.now();
+    if (state === this.currentState) return;
+    this.since = Date.now();
     this.currentState = state;
+    for (const session of this.sessions) session.notify(OWNER_STATE_METHOD, this.stateParams());
   }
 
   snapshot(): StdioSnapshot {
+    const o = this.ownerState;
+    if (this.client && o && typeof o.state === 'string') {
+      return {
+        state: o.state as StdioState,
+        since: typeof o.since === 'number' ? o.since : this.since,
+        restarts: typeof o.restarts === 'number' ? o.restarts : 0,
+        ...(typeof o.lastError === 'string' && typeof o.lastErrorAt === 'number'
+          ? { lastError: o.lastError.slice(0, REASON_MAX), lastErrorAt: o.lastErrorAt }
+          : {}),
+        shared: true,
+        // Another process's words: cut as this one's own would be.
+        ...(typeof o.worker === 'string' ? { owner: o.worker.slice(0, OWNER_MAX) } : {}),
+      };
+    }
     return {
       state: this.currentState,
       since: this.since,
       restarts: this.restarts,
       ...(this.lastError ? { lastError: this.lastError.text, lastErrorAt: this.lastError.at } : {}),
+      ...(this.lock ? { followers: this.sessions.size } : {}),
+    };
+  }
+
+  /** What the owner tells its followers of its server. */
+  private stateParams(): Record<string, unknown> {
+    return {
+      state: this.currentState,
+      since: this.since,
+      restarts: this.restarts,
+      ...(this.lastError ? { lastError: this.lastError.text, lastErrorAt: this.lastError.at } : {}),
+      ...(this.options.share ? { worker: this.options.share.worker } : {}),
     };
   }
 
@@ -125,8 +200,145 @@ export class StdioServer {
   connect(signal: AbortSignal): Promise<Client> {
     if (this.closed) return Promise.reject(unavailable(this.upstream, 'the worker is stopping'));
     if (this.client) return Promise.resolve(this.client);
-    this.starting ??= this.start().finally(() => (this.starting = undefined));
+    this.starting ??= (this.paths ? this.join(this.paths) : this.start()).finally(
+      () => (this.starting = undefined),
+    );
     return raceAbort(this.starting, signal);
+  }
+
+  /**
+   * The host's server: this worker's own once it holds the host's lock for this upstream (it
+   * then listens for the others and starts the server), else the owner's through its socket.
+   * An owner that has just died leaves its socket refusing: the lock is free again at once (the
+   * kernel drops it with the owner's flock child), so the loop takes it on a later turn.
+   */
+  private async join(paths: { lock: string; socket: string }): Promise<Client> {
+    const u = this.upstream;
+    const deadline = Date.now() + u.timeoutMs;
+    for (;;) {
+      if (this.closed) throw unavailable(u, 'the worker is stopping');
+      if (this.lock) return this.start();
+      const lock = await OwnerLock.take(paths.lock).catch((err: unknown) => {
+        throw unavailable(u, `the host’s lock: ${messageOf(err)}`, err);
+      });
+      if (lock) {
+        if (this.closed) {
+          await lock.release();
+          throw unavailable(u, 'the worker is stopping');
+        }
+        this.lock = lock;
+        try {
+          this.listener = await listenShared(paths.socket, (sock) => this.accept(sock));
+        } catch (err) {
+          // It still runs its own server; the others wait for a socket (and time out).
+          this.options.log.warn(
+            { upstream: u.id, err: messageOf(err) },
+            'stdio upstream: cannot share the server with this host’s other workers',
+          );
+        }
+        this.options.log.info(
+          { upstream: u.id },
+          'stdio upstream: this worker runs the host’s server',
+        );
+        return this.start();
+      }
+      const client = await this.follow(paths.socket);
+      if (client) return client;
+      if (Date.now() >= deadline)
+        throw unavailable(u, 'the host’s shared server did not answer (another worker holds it)');
+      await new Promise((r) => setTimeout(r, JOIN_RETRY_MS));
+    }
+  }
+
+  /** Connects to the owner's socket; undefined when nothing listens there. */
+  private async follow(socket: string): Promise<Client | undefined> {
+    const u = this.upstream;
+    const sock = await dialShared(socket);
+    if (!sock) return undefined;
+    this.current = 'starting';
+    const transport: SandboxStdioTransport = new SandboxStdioTransport({
+      open: () => Promise.resolve(socketProcess(sock)),
+      onLog: (level, data) => this.log(level, data),
+      intercept: (method, params) => {
+        if (method !== OWNER_STATE_METHOD) return false;
+        this.ownerState = (params ?? {}) as Record<string, unknown>;
+        return true;
+      },
+      onExit: (exit) => this.unfollowed(transport, exit),
+    });
+    const client = this.newClient();
+    try {
+      await client.connect(transport, { timeout: u.timeoutMs });
+    } catch (err) {
+      await client.close().catch(() => undefined);
+      this.current = 'stopped';
+      // The owner's own words (its server did not start) when it said them.
+      if (err instanceof ProtocolError && err.code === STDIO_SHARED_UNAVAILABLE)
+        throw new ToolError('upstream_unavailable', err.message, { cause: err });
+      throw unavailable(u, `the host’s shared server: ${messageOf(err)}`, err);
+    }
+    if (this.closed) {
+      await client.close().catch(() => undefined);
+      throw unavailable(u, 'the worker is stopping');
+    }
+    this.client = client;
+    this.transport = transport;
+    this.current = 'up';
+    this.lastUsed = Date.now();
+    this.options.log.info({ upstream: u.id }, 'stdio upstream: using the host’s shared server');
+    this.onStarted?.();
+    return client;
+  }
+
+  /** The owner's socket closed: its calls in flight have failed; the next call joins again. */
+  private unfollowed(transport: SandboxStdioTransport, exit: ProcessExit): void {
+    if (this.transport !== transport) return;
+    this.client = undefined;
+    this.transport = undefined;
+    this.ownerState = undefined;
+    if (exit.killed) return; // stop() already said why
+    this.options.log.warn(
+      { upstream: this.upstream.id },
+      'stdio upstream: the host’s owner went away',
+    );
+    this.current = 'stopped';
+    // An eager server comes back by itself: this worker joins again (and may own it now).
+    if (this.upstream.start === 'eager' && !this.closed) {
+      this.restartTimer = setTimeout(
+        () =>
+          void this.connect(AbortSignal.timeout(this.upstream.timeoutMs)).catch(() => undefined),
+        JOIN_RETRY_MS,
+      );
+      this.restartTimer.unref();
+    }
+  }
+
+  /** A follower connected to this owner's socket. */
+  private accept(sock: net.Socket): void {
+    if (this.closed) {
+      sock.destroy();
+      return;
+    }
+    const session: FollowerSession = new FollowerSession(
+      sock,
+      {
+        upstream: this.upstream,
+        connect: (signal) => this.connect(signal),
+        begin: (s) => {
+          this.begin();
+          this.proxied.set(s, (this.proxied.get(s) ?? 0) + 1);
+        },
+        end: (s) => {
+          this.end();
+          const n = (this.proxied.get(s) ?? 1) - 1;
+          if (n > 0) this.proxied.set(s, n);
+          else this.proxied.delete(s);
+        },
+        stateParams: () => this.stateParams(),
+      },
+      () => this.sessions.delete(session),
+    );
+    this.sessions.add(session);
   }
 
   /** A call begins: the server is not stopped for idleness while one is in flight. */
@@ -155,9 +367,15 @@ export class StdioServer {
   }
 
   private log(level: string, data: unknown): void {
-    if (this.inFlight !== 1 || this.logListeners.size !== 1) return;
-    const text = typeof data === 'string' ? data : JSON.stringify(data);
-    for (const onLog of this.logListeners.values()) onLog(level, `${text}\n`);
+    // An owner counts its followers' calls in flight too: one call on the whole host.
+    if (this.inFlight !== 1) return;
+    if (this.logListeners.size === 1) {
+      const text = typeof data === 'string' ? data : JSON.stringify(data);
+      for (const onLog of this.logListeners.values()) onLog(level, `${text}\n`);
+    } else if (this.logListeners.size === 0 && this.proxied.size === 1) {
+      for (const session of this.proxied.keys())
+        session.notify('notifications/message', { level, data });
+    }
   }
 
   /** Stops the server for good (the worker is closing). */
@@ -166,7 +384,19 @@ export class StdioServer {
     clearInterval(this.idleTimer);
     clearTimeout(this.restartTimer);
     await this.starting?.catch(() => undefined);
+    if (this.listener) {
+      // No new follower; the followers' calls in flight end first (bounded by timeoutMs).
+      this.listener.close();
+      this.listener = undefined;
+      const end = Date.now() + this.upstream.timeoutMs;
+      while (this.proxied.size > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
+      await Promise.all([...this.sessions].map((s) => s.close()));
+      if (this.paths) await rm(this.paths.socket, { force: true });
+    }
     await this.stop('stopped');
+    // Released last: a new owner's socket must not be removed by this one's cleanup.
+    await this.lock?.release();
+    this.lock = undefined;
   }
 
   private async start(): Promise<Client> {
@@ -199,16 +429,7 @@ export class StdioServer {
       onLog: (level, data) => this.log(level, data),
       onExit: (exit) => this.exited(transport, exit),
     });
-    const client = new Client(
-      { name: 'toolgate', version: '0.1.0' },
-      {
-        capabilities: {},
-        listChanged: {
-          tools: { autoRefresh: false, onChanged: () => this.onToolsChanged?.() },
-        },
-      },
-    );
-    client.onerror = () => undefined; // each request reports its own failure
+    const client = this.newClient();
     try {
       await client.connect(transport, { timeout: u.timeoutMs });
     } catch (err) {
@@ -231,6 +452,27 @@ export class StdioServer {
     this.lastUsed = Date.now();
     this.options.log.info({ upstream: u.id }, 'stdio upstream started');
     this.onStarted?.();
+    return client;
+  }
+
+  private newClient(): Client {
+    const client = new Client(
+      { name: 'toolgate', version: '0.1.0' },
+      {
+        capabilities: {},
+        listChanged: {
+          tools: {
+            autoRefresh: false,
+            onChanged: () => {
+              this.onToolsChanged?.();
+              // An owner's followers hear it too (their catalogs read the list again).
+              for (const s of this.sessions) s.notify('notifications/tools/list_changed', {});
+            },
+          },
+        },
+      },
+    );
+    client.onerror = () => undefined; // each request reports its own failure
     return client;
   }
 

@@ -25,6 +25,12 @@ export const STDIO_MAX_MESSAGE_BYTES = 8 * 1024 * 1024;
  */
 export const STDIO_OVERSIZE_ERROR = -32099;
 /**
+ * The JSON-RPC error code the owner answers a follower's request with when its server could not
+ * take it (not started, crashed, timed out); the follower's connection turns it into
+ * `upstream_unavailable`.
+ */
+export const STDIO_SHARED_UNAVAILABLE = -32098;
+/**
  * Bytes kept of each end of an oversized line to find its id: every JSON-RPC library writes the
  * id first (`{"jsonrpc":"2.0","id":…`) or last (the MCP SDK: `…,"jsonrpc":"2.0","id":…}`).
  */
@@ -42,6 +48,11 @@ export interface SandboxStdioTransportOptions {
    * after it, so a log written just before a call's answer still finds the call running.
    */
   onLog?: (level: string, data: unknown) => void;
+  /**
+   * A notification toolgate's own peer sends (a shared server's owner state): taken here when it
+   * returns true, never handed to the SDK.
+   */
+  intercept?: (method: string, params: unknown) => boolean;
   /** How the server's sandbox ended, once it has (a crash, or close()). */
   onExit?: (exit: ProcessExit) => void;
 }
@@ -149,6 +160,13 @@ export class SandboxStdioTransport implements Transport {
       this.onerror?.(err as Error);
       return;
     }
+    if (
+      this.options.intercept &&
+      'method' in message &&
+      !('id' in message) &&
+      this.options.intercept(message.method, message.params)
+    )
+      return;
     if (
       this.options.onLog &&
       'method' in message &&

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
+import path from 'node:path';
 import {
   AuditLog,
   CallEventWriter,
@@ -137,6 +138,12 @@ export function createWorker({
           open: (request) => sandbox.open(request),
           ...(workspaces ? { workspaceOf: (client: string) => workspaces.ensure(client) } : {}),
           log: log.child({ component: 'upstreams' }),
+          // One server per host: the workers sharing this stateDir share it (docs/upstreams.md).
+          share: {
+            dir: path.join(sandbox.config.stateDir, 'upstreams'),
+            scope: config.redis.prefix,
+            worker: id,
+          },
         })
       : undefined;
   const upstreamCalls =

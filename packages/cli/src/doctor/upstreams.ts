@@ -17,7 +17,7 @@ interface CatalogMeta {
   tools: number;
   error?: string;
   /** A stdio upstream's: each worker's server (`Keys.upstream(id).supervisors`, ≤ 30 s old). */
-  workers?: { state: string; restarts: number }[];
+  workers?: { state: string; restarts: number; shared?: boolean }[];
 }
 /** A supervisor entry older than this is a worker gone (as catalog.ts reads them). */
 const SUPERVISOR_STALE_MS = 30_000;
@@ -83,9 +83,15 @@ async function readMetas(config: Config): Promise<Map<string, CatalogMeta> | und
       if (isStdioUpstream(u)) {
         const all = await redis.hgetall(keys.upstream(u.id).supervisors);
         meta.workers = Object.values(all)
-          .map((t) => JSON.parse(t) as { state: string; restarts: number; at: number })
+          .map(
+            (t) => JSON.parse(t) as { state: string; restarts: number; at: number; shared?: true },
+          )
           .filter((e) => Date.now() - e.at <= SUPERVISOR_STALE_MS)
-          .map(({ state, restarts }) => ({ state, restarts }));
+          .map(({ state, restarts, shared }) => ({
+            state,
+            restarts,
+            ...(shared ? { shared } : {}),
+          }));
       }
       out.set(u.id, meta);
     }
@@ -97,11 +103,16 @@ async function readMetas(config: Config): Promise<Map<string, CatalogMeta> | und
   }
 }
 
-/** `; workers: up (0 restarts), backoff (3 restarts)` for a stdio upstream's supervisors. */
+/**
+ * `; workers: up (0 restarts), backoff (3 restarts)` for a stdio upstream's supervisors; a worker
+ * using its host's shared server says `shared` (the state is that server's).
+ */
 function workersOf(meta: CatalogMeta): string {
   if (!meta.workers) return '';
   if (meta.workers.length === 0) return '; no worker runs it now';
-  return `; workers: ${meta.workers.map((w) => `${w.state} (${w.restarts} restarts)`).join(', ')}`;
+  return `; workers: ${meta.workers
+    .map((w) => `${w.shared ? 'shared ' : ''}${w.state} (${w.restarts} restarts)`)
+    .join(', ')}`;
 }
 
 /**

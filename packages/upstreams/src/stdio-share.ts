@@ -32,7 +32,7 @@ const SOCKET_PATH_MAX = 107;
 export interface StdioShare {
   /** `<stateDir>/upstreams`: the same stateDir is the same host. */
   dir: string;
-  /** The Redis key prefix: two deployments on one host never share a server. */
+  /** The Redis key prefix and the driver: two deployments (or drivers) never share a server. */
   scope: string;
   /** This worker's id, shown by followers as their server's owner. */
   worker: string;

@@ -141,7 +141,8 @@ export function createWorker({
           // One server per host: the workers sharing this stateDir share it (docs/upstreams.md).
           share: {
             dir: path.join(sandbox.config.stateDir, 'upstreams'),
-            scope: config.redis.prefix,
+            // and its driver: a docker worker and a bwrap worker on one stateDir run their own.
+            scope: `${config.redis.prefix}|${sandbox.name}`,
             worker: id,
           },
         })

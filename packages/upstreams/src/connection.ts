@@ -39,6 +39,12 @@ export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
 export const CALL_META_KEY = 'io.toolgate/call';
 /** How long a cancel's `notifications/cancelled` may take to send. */
 const CANCEL_SEND_MS = 5000;
+/**
+ * The first MCP revision whose requests carry a `_meta` envelope and end by closing their stream
+ * (the SDK's FIRST_MODERN_PROTOCOL_VERSION, not exported): a session on it or later is left to
+ * the SDK's callTool; the lean POST speaks the revisions before it (what the SDK negotiates).
+ */
+const FIRST_MODERN_VERSION = '2026-07-28';
 /** JSON-RPC "method not found": toolgate's client serves no requests from a server. */
 const METHOD_NOT_FOUND = -32601;
 
@@ -127,7 +133,8 @@ export class UpstreamConnection {
         [CALL_META_KEY]: callId,
         ...(hooks.traceparent ? { traceparent: hooks.traceparent } : {}),
       };
-      if (!stdio) {
+      const version = this.transport?.protocolVersion;
+      if (!stdio && version !== undefined && version < FIRST_MODERN_VERSION) {
         try {
           return await this.post(name, args, meta, hooks, signal);
         } catch (err) {

@@ -117,14 +117,24 @@ const PHASES: [string, string][] = [
  * own phase histograms (one call per sample, so a sum's growth is that call's phase); the rest
  * of the call is what the driver bench does not have: HTTP in and out, admission and queue,
  * the worker's claim, running lease and workspace check, the end in the queue and the reply.
+ * Before each, with the pool as full, a calculator call on the same path (a fresh expression:
+ * no cache hit) prices those hops alone at that moment, on a machine whose load drifts.
  */
-async function warmBreakdown(): Promise<{ latency: LatencyStats; phases: PhaseRow[] }> {
+async function warmBreakdown(): Promise<{
+  latency: LatencyStats;
+  phases: PhaseRow[];
+  calculator: LatencyStats;
+}> {
   const totals: number[] = [];
   const cols = new Map(PHASES.map(([k]) => [k, [] as number[]]));
   const outside: number[] = [];
+  const calculator: number[] = [];
   for (let i = 0; i < samples; i++) {
     const before = phaseSums(await poolFull());
-    const t0 = performance.now();
+    let t0 = performance.now();
+    await calculatorCall(i);
+    calculator.push(performance.now() - t0);
+    t0 = performance.now();
     await call();
     totals.push(performance.now() - t0);
     const after = phaseSums(await workerMetrics());
@@ -149,9 +159,21 @@ async function warmBreakdown(): Promise<{ latency: LatencyStats; phases: PhaseRo
       row('outside the sandbox: HTTP, queue, lease, workspace, reply', outside),
       ...PHASES.map(([k, label]) => row(label, cols.get(k)!)),
     ],
+    calculator: latencyStats(calculator),
   };
 }
 const round = (n: number) => Math.round(n * 10) / 10;
+
+/** A calculator call through the same gateway, queue and worker (no sandbox). */
+async function calculatorCall(i: number): Promise<void> {
+  const res = await fetch(`http://127.0.0.1:${port}/tools/calculator/execute`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ expression: `${i}+1` }),
+  });
+  const body = (await res.json()) as { status: string; cached?: boolean };
+  if (body.status !== 'ok') throw new Error(`unexpected ${JSON.stringify(body)}`);
+}
 
 const call = async () => {
   const res = await fetch(`http://127.0.0.1:${port}/tools/run_python/execute`, {
@@ -166,7 +188,8 @@ const call = async () => {
 
 await poolFull();
 await call(); // first-use costs (workspace, page cache) out of the sample
-const { latency: viaGateway, phases } = await warmBreakdown();
+await calculatorCall(-1);
+const { latency: viaGateway, phases, calculator } = await warmBreakdown();
 await plainDockerRun();
 const plain = await sampleLatency(plainDockerRun, samples);
 // The gateway's load and raw docker run --rm at the same concurrency, in halves ordered
@@ -199,6 +222,9 @@ console.log(
   "  where a warm call's time goes (p50 of each part over the samples; shares of the call's p50):",
 );
 for (const line of formatPhases(phases)) console.log(`  ${line}`);
+console.log(
+  `  calculator, same path, before each sample: p50 ${calculator.p50Ms} ms (p95 ${calculator.p95Ms}): the hops alone at this load`,
+);
 console.log(
   `  sustained                ${sustained.callsPerSecond} calls/s at concurrency ${concurrency}, ${sustained.seconds} s (${sustained.calls} calls, ${sustained.errors} errors, p50 ${sustained.p50Ms} ms)`,
 );

@@ -90,7 +90,8 @@ export function percentile(values: number[], p: number): number {
   );
 }
 
-function stats(values: number[]): LatencyStats {
+/** p50, p95 and min of samples in ms. */
+export function latencyStats(values: number[]): LatencyStats {
   return {
     samples: values.length,
     p50Ms: round(percentile(values, 50)),
@@ -114,7 +115,7 @@ export async function sampleLatency(
     await fn();
     times.push(performance.now() - t0);
   }
-  return stats(times);
+  return latencyStats(times);
 }
 
 /** One window of closed-loop load: its length, each completed call's time, the failures. */
@@ -263,7 +264,7 @@ async function warmBreakdown(
       (v, j) => cols[j]!.push(v),
     );
   }
-  const latency = stats(totals);
+  const latency = latencyStats(totals);
   const phases: PhaseRow[] = Object.entries(rows).map(([phase, v]) => {
     const p50 = percentile(v, 50);
     return { phase, p50Ms: round(p50), share: round2(p50 / latency.p50Ms) };
@@ -365,8 +366,8 @@ export async function runSandboxBench(
         bareTimes.push(performance.now() - t0);
       }
       await sandbox.close();
-      const d = stats(driverTimes);
-      const b = stats(bareTimes);
+      const d = latencyStats(driverTimes);
+      const b = latencyStats(bareTimes);
       report.bwrap = { driver: d, bareBwrap: b, p50Ratio: round2(d.p50Ms / b.p50Ms) };
     }
   } finally {

@@ -128,6 +128,10 @@ describe.skipIf(drivers.length === 0)('channel directories of a worker killed mi
         async () => (await channelEntries(sandbox.stateDir)).length >= 2,
         30_000,
       );
+      // Done with it: a stopping worker would otherwise wait out its 60 s sleep.
+      const { id } = (await own.json()) as { id: string };
+      const cancel = await stack.call(`/v1/calls/${id}/cancel`, { method: 'POST' });
+      expect(cancel.status).toBe(200);
     },
     150_000,
   );

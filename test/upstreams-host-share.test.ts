@@ -14,7 +14,8 @@ import { KEYS, startStack, type Stack } from './support/stack.js';
 
 /**
  * whoami: the server's boot token (one per server start); pair: answered only once two pairs are
- * in flight at the server, so both workers' calls must reach the same server at once.
+ * in flight at the server, so both workers' calls must reach the same server at once; hang:
+ * never answered.
  */
 const PROBE = String.raw`
 import json, sys, uuid
@@ -31,9 +32,10 @@ for line in sys.stdin:
               "capabilities": {"tools": {}}, "serverInfo": {"name": "probe", "version": "1"}}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": n, "inputSchema": {"type": "object"}}
-              for n in ("whoami", "pair")]}})
+              for n in ("whoami", "pair", "hang")]}})
     elif method == "tools/call":
         if msg["params"]["name"] == "whoami": text(id, BOOT)
+        elif msg["params"]["name"] == "hang": pass
         else:
             pairs.append(id)
             if len(pairs) == 2:
@@ -156,10 +158,40 @@ describe.skipIf(reason !== undefined)('one stdio server per worker host (bwrap)'
     const boot = String(a.result).replace('paired ', '');
     expect(await run('probe__whoami')).toMatchObject({ status: 'ok', result: boot });
 
+    // A call in flight on each worker (one slot each) when the owner dies.
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const res = await stack.call('/tools/probe__hang/execute?wait=false', { json: {} });
+      expect(res.status).toBe(202);
+      ids.push(((await res.json()) as { id: string }).id);
+    }
+    const status = async (id: string) =>
+      (await (await stack.call(`/v1/calls/${id}`)).json()) as {
+        status: string;
+        error?: { code: string; message: string };
+      };
+    await until(
+      () => Promise.all(ids.map(status)),
+      (all) => all.every((c) => c.status === 'running'),
+    );
+
     const victim = workers.find((w) => owner!.worker.includes(`-${w.child.pid}-`));
     expect(victim).toBeDefined();
     victim!.child.kill('SIGKILL');
     await victim!.exited;
+    const killedAt = Date.now();
+    // The follower's call hears at once that the server went with its owner (not at timeoutMs,
+    // 20 s); the owner's own call is the dead worker's (worker_lost, docs/reliability.md).
+    const ended = await until(
+      () => Promise.all(ids.map(status)),
+      (all) => all.every((c) => c.status !== 'running' && c.status !== 'queued'),
+    );
+    const codes = ended.map((c) => c.error?.code).sort();
+    expect(codes, JSON.stringify(ended)).toEqual(['upstream_unavailable', 'worker_lost']);
+    expect(ended.find((c) => c.error?.code === 'upstream_unavailable')?.error?.message).toContain(
+      'the stdio server ended during hang',
+    );
+    expect(Date.now() - killedAt).toBeLessThan(20_000);
     const after = await until(
       () => run('probe__whoami'),
       (r) => r.status === 'ok',

@@ -81,6 +81,73 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
     expect(results.map((r) => r.stdout)).toEqual(['1\n', '2\n', '3\n']);
   });
 
+  it("runs run_python's program in the warm container's pre-started interpreter, as `python3 -u -` would", async () => {
+    const workspace = path.join(dir, 'ws-preload');
+    await mkdir(workspace, { recursive: true });
+    await chmod(workspace, 0o777);
+    await writeFile(path.join(workspace, 'data.txt'), 'from the workspace');
+    await writeFile(path.join(workspace, 'helper.py'), 'VALUE = 42\n');
+    const python = async (code: string) => {
+      await driver.warmUp();
+      const r = await driver.run({
+        image: 'python',
+        argv: ['python3', '-u', '-'],
+        stdin: code,
+        workspace,
+      });
+      expect(r.warm).toBe(true);
+      return r;
+    };
+    const facts = await python(
+      [
+        'import json, os, sys',
+        'import helper',
+        'print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "name": __name__,',
+        '  "file": "__file__" in globals(), "env": "TOOLGATE_PRELOAD" in os.environ,',
+        '  "data": open("data.txt").read(), "helper": helper.VALUE, "path0": sys.path[0],',
+        '  "globals": sorted(k for k in globals() if not k.startswith("__")),',
+        '  "preloaded": "preload.py" in open("/proc/self/cmdline").read()}))',
+      ].join('\n'),
+    );
+    expect(facts.exitCode).toBe(0);
+    expect(JSON.parse(facts.stdout)).toEqual({
+      argv: ['-'],
+      cwd: '/workspace',
+      name: '__main__',
+      file: false,
+      env: false,
+      data: 'from the workspace',
+      helper: 42,
+      path0: '',
+      globals: ['helper', 'json', 'os', 'sys'],
+      preloaded: true,
+    });
+
+    // An uncaught exception: the traceback a model reads is the program's own, status 1.
+    const failed = await python('def f():\n    return 1 / 0\n\nf()\n');
+    expect(failed.exitCode).toBe(1);
+    expect(failed.stderr).toContain('Traceback (most recent call last):');
+    expect(failed.stderr).toContain('File "<stdin>", line 2, in f');
+    expect(failed.stderr).toContain('ZeroDivisionError: division by zero');
+    expect(failed.stderr).not.toContain('preload');
+    expect(failed.stderr).not.toContain('<string>');
+    expect((await python('import sys\nprint("bye")\nsys.exit(3)\n')).exitCode).toBe(3);
+    const syntax = await python('print(\n');
+    expect(syntax.exitCode).toBe(1);
+    expect(syntax.stderr).toContain('File "<stdin>", line 1');
+    expect(syntax.stderr).toContain('SyntaxError');
+
+    // Any other program on a warm python container runs as before (the interpreter is dropped).
+    const other = await python('unused');
+    expect(other.exitCode).toBe(1); // `unused` is a NameError: still the preloaded path
+    await driver.warmUp();
+    const plain = await driver.run({
+      image: 'python',
+      argv: ['python3', '-c', 'import sys; print(sys.argv)'],
+    });
+    expect(plain.stdout).toBe("['-c']\n");
+  });
+
   // Other drivers (other test files, with other state dirs) reap concurrently: assert outcomes, not counts.
   it('reaps containers of a dead worker, and keeps a live one', async () => {
     const owners = path.join(dir, 'state/owners');

@@ -562,6 +562,8 @@ export class DockerDriver implements SandboxDriver {
           'TMPDIR=/tmp',
           ...(egress ? proxyEnv(egress.proxyUrl) : []),
           ...(egress?.caFile ? caEnv() : []),
+          // A warm python container starts its interpreter while it waits (toolgate-entry).
+          ...(how.pooled && key === 'python' ? ['TOOLGATE_PRELOAD=python3'] : []),
         ],
         WorkingDir: WORKSPACE_MOUNT,
         OpenStdin: true,

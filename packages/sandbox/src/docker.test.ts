@@ -146,6 +146,10 @@ describe.skipIf(unavailable !== undefined)('DockerDriver', () => {
       argv: ['python3', '-c', 'import sys; print(sys.argv)'],
     });
     expect(plain.stdout).toBe("['-c']\n");
+    // ...with the signals it would have anyway: a pipe's reader leaving ends the writer quietly.
+    await driver.warmUp();
+    const piped = await driver.run({ image: 'python', argv: ['bash', '-c', 'yes | head -n 1'] });
+    expect(piped).toMatchObject({ exitCode: 0, stdout: 'y\n', stderr: '' });
   });
 
   // Other drivers (other test files, with other state dirs) reap concurrently: assert outcomes, not counts.

@@ -6,7 +6,7 @@ import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseConfig } from '@toolgate/config';
-import { BwrapDriver } from '@toolgate/sandbox';
+import { BwrapDriver, type SandboxProcess } from '@toolgate/sandbox';
 import {
   testSandboxConfig,
   whyDriverUnavailable,
@@ -26,6 +26,26 @@ for line in sys.stdin:
                   "serverInfo": {"name": "s", "version": "1"}}
     elif msg["method"] == "tools/call":
         os._exit(3)
+    else:
+        result = {"tools": []}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": id, "result": result}) + "\n")
+    sys.stdout.flush()
+`;
+
+/** Answers tools/call after half a second, with a word of its own (which sandbox ran it). */
+const SLOW = String.raw`
+import json, os, sys, time
+WHO = os.urandom(8).hex()
+for line in sys.stdin:
+    msg = json.loads(line)
+    id = msg.get("id")
+    if id is None: continue
+    if msg["method"] == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "s", "version": "1"}}
+    elif msg["method"] == "tools/call":
+        time.sleep(0.5)
+        result = {"content": [{"type": "text", "text": WHO}]}
     else:
         result = {"tools": []}
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": id, "result": result}) + "\n")
@@ -140,4 +160,54 @@ describe.skipIf(reason !== undefined)('StdioServer (bwrap)', () => {
       await servers.close();
     },
   );
+
+  it('a call that comes while an idle server is being stopped gets a new server, not the one going away', async () => {
+    // A docker sandbox takes a while to kill: this one takes 300 ms before it goes.
+    let killing = 0;
+    const servers = new StdioServers(
+      [upstream('sleepy', ['python3', '-u', '-c', SLOW], { idleSeconds: 1 })],
+      {
+        open: async (r) => {
+          const proc = await driver.open(r);
+          const slowKill: SandboxProcess = {
+            driver: proc.driver,
+            stdin: proc.stdin,
+            stdout: proc.stdout,
+            stderr: proc.stderr,
+            exited: proc.exited,
+            signal: (name) => proc.signal(name),
+            stats: () => proc.stats(),
+            kill: async () => {
+              killing++;
+              await new Promise((resolve) => setTimeout(resolve, 300));
+              await proc.kill();
+            },
+          };
+          return slowKill;
+        },
+        log: silent,
+      },
+    );
+    const server = servers.get('sleepy')!;
+    const call = async () => {
+      server.begin();
+      try {
+        const client = await server.connect(AbortSignal.timeout(10_000));
+        return await client.callTool({ name: 'pid', arguments: {} });
+      } finally {
+        server.end();
+      }
+    };
+    const first = await call();
+    // The idle check stops it within idleSeconds + a second; a call comes at once.
+    for (let i = 0; i < 400 && killing === 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(killing).toBe(1);
+    expect(server.state).toBe('idle');
+    const second = await call();
+    expect(second.isError).toBeFalsy();
+    expect(second.content).not.toEqual(first.content);
+    expect(server.state).toBe('up');
+    await servers.close();
+    expect(driver.stats().processes).toBe(0);
+  });
 });

@@ -525,12 +525,13 @@ export class StdioServer {
 
   private async stop(state: 'idle' | 'stopped'): Promise<void> {
     const client = this.client;
-    this.current = state;
-    if (!client) return;
-    // The transport kills the sandbox; exited() sees `killed` and forgets the session.
-    await client.close().catch(() => undefined);
+    // Forgotten before the kill, which takes a while (a docker sandbox): a call that comes
+    // meanwhile starts a new server rather than writing to the one going away.
     this.client = undefined;
     this.transport = undefined;
+    this.current = state;
+    if (!client) return;
+    await client.close().catch(() => undefined);
   }
 }
 

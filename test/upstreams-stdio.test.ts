@@ -532,6 +532,12 @@ print("mount", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))'`,
   it.skipIf(skip)(
     'stops a server idle for idleSeconds, and starts it again on the next call',
     async () => {
+      // Unused since the tests above: stopped (so no idle stop races the call below).
+      const idle = await until(
+        () => supervisor('probe'),
+        (s) => s?.state === 'idle',
+      );
+      expect(idle?.state).toBe('idle');
       expect(await run('probe__echo', { text: 'wake' })).toMatchObject({ result: 'probe: wake' });
       const running = () => sandbox.stats().processes ?? 0;
       const busy = running();

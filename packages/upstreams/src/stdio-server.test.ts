@@ -1,6 +1,7 @@
 /**
  * The stdio supervisor against real bwrap sandboxes: a server that keeps failing is started
- * again later each time (backoff), and an eager one comes back by itself after a crash.
+ * again later each time (backoff), an eager one comes back by itself after a crash, and a call
+ * that comes while an idle one is being stopped gets a new one.
  */
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -15,25 +16,11 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StdioServers } from './stdio-server.js';
 
+/**
+ * Tool `who` answers after half a second with a word of its own (which sandbox ran it); any
+ * other tool crashes the server.
+ */
 const SERVER = String.raw`
-import json, os, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    id = msg.get("id")
-    if id is None: continue
-    if msg["method"] == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "s", "version": "1"}}
-    elif msg["method"] == "tools/call":
-        os._exit(3)
-    else:
-        result = {"tools": []}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": id, "result": result}) + "\n")
-    sys.stdout.flush()
-`;
-
-/** Answers tools/call after half a second, with a word of its own (which sandbox ran it). */
-const SLOW = String.raw`
 import json, os, sys, time
 WHO = os.urandom(8).hex()
 for line in sys.stdin:
@@ -44,6 +31,7 @@ for line in sys.stdin:
         result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
                   "serverInfo": {"name": "s", "version": "1"}}
     elif msg["method"] == "tools/call":
+        if msg["params"]["name"] != "who": os._exit(3)
         time.sleep(0.5)
         result = {"content": [{"type": "text", "text": WHO}]}
     else:
@@ -165,7 +153,7 @@ describe.skipIf(reason !== undefined)('StdioServer (bwrap)', () => {
     // A docker sandbox takes a while to kill: this one takes 300 ms before it goes.
     let killing = 0;
     const servers = new StdioServers(
-      [upstream('sleepy', ['python3', '-u', '-c', SLOW], { idleSeconds: 1 })],
+      [upstream('sleepy', ['python3', '-u', '-c', SERVER], { idleSeconds: 1 })],
       {
         open: async (r) => {
           const proc = await driver.open(r);
@@ -193,7 +181,7 @@ describe.skipIf(reason !== undefined)('StdioServer (bwrap)', () => {
       server.begin();
       try {
         const client = await server.connect(AbortSignal.timeout(10_000));
-        return await client.callTool({ name: 'pid', arguments: {} });
+        return await client.callTool({ name: 'who', arguments: {} });
       } finally {
         server.end();
       }

@@ -149,8 +149,8 @@ describe.skipIf(reason !== undefined)('StdioServer (bwrap)', () => {
     },
   );
 
-  it('a call that comes while an idle server is being stopped gets a new server, not the one going away', async () => {
-    // A docker sandbox takes a while to kill: this one takes 300 ms before it goes.
+  it('a call that comes while an idle server is being stopped gets a new server, not the one going away; close() waits for both', async () => {
+    // A docker sandbox takes a while to kill: the first one here takes 1.5 s before it goes.
     let killing = 0;
     const servers = new StdioServers(
       [upstream('sleepy', ['python3', '-u', '-c', SERVER], { idleSeconds: 1 })],
@@ -166,8 +166,8 @@ describe.skipIf(reason !== undefined)('StdioServer (bwrap)', () => {
             signal: (name) => proc.signal(name),
             stats: () => proc.stats(),
             kill: async () => {
-              killing++;
-              await new Promise((resolve) => setTimeout(resolve, 300));
+              // The first (the idle stop's) only: close() must wait for it, not for its own.
+              if (++killing === 1) await new Promise((resolve) => setTimeout(resolve, 1500));
               await proc.kill();
             },
           };
@@ -195,6 +195,8 @@ describe.skipIf(reason !== undefined)('StdioServer (bwrap)', () => {
     expect(second.isError).toBeFalsy();
     expect(second.content).not.toEqual(first.content);
     expect(server.state).toBe('up');
+    // The old one still going: close() waits for it too.
+    expect(driver.stats().processes).toBe(2);
     await servers.close();
     expect(driver.stats().processes).toBe(0);
   });

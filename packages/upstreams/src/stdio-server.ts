@@ -103,6 +103,8 @@ export class StdioServer {
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly idleTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  /** Servers being stopped (close() waits for them too: no sandbox outlives the worker). */
+  private readonly stopping = new Set<Promise<void>>();
   /** The host-wide lock and socket files (undefined: this worker runs its own server). */
   private readonly paths: { lock: string; socket: string } | undefined;
   /** Held while this worker owns its host's server; its socket and the followers on it. */
@@ -394,6 +396,7 @@ export class StdioServer {
       if (this.paths) await rm(this.paths.socket, { force: true });
     }
     await this.stop('stopped');
+    await Promise.all(this.stopping); // an idle stop's kill may still be under way
     // Released last: a new owner's socket must not be removed by this one's cleanup.
     await this.lock?.release();
     this.lock = undefined;
@@ -531,7 +534,10 @@ export class StdioServer {
     this.transport = undefined;
     this.current = state;
     if (!client) return;
-    await client.close().catch(() => undefined);
+    const closing = client.close().catch(() => undefined);
+    this.stopping.add(closing);
+    await closing;
+    this.stopping.delete(closing);
   }
 }
 

@@ -1,7 +1,7 @@
 /** A code-mode script's nested calls are child spans of the script's trace (docs/code-mode.md). */
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { startTelemetry } from '@toolgate/telemetry';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { startCodeModeStack as Start } from './support/code-mode-stack.js';
 
 const exporter = new InMemorySpanExporter();
@@ -31,12 +31,17 @@ describe.skipIf(reason !== undefined)('code-mode tracing', () => {
     });
     const script = (await res.json()) as { id: string; result: { stdout: string } };
     expect(script.result.stdout).toBe('42\n');
-    await new Promise((r) => setTimeout(r, 200));
+    // The worker ends its span just after the answer: looked for until it is there.
+    const execute = await vi.waitFor(() => {
+      const span = exporter
+        .getFinishedSpans()
+        .find(
+          (s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === script.id,
+        );
+      if (!span) throw new Error(`no toolgate.execute span for ${script.id} yet`);
+      return span;
+    });
     const spans = exporter.getFinishedSpans();
-    const execute = spans.find(
-      (s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === script.id,
-    )!;
-    expect(execute).toBeDefined();
     const traceId = execute.spanContext().traceId;
     const inTrace = spans.filter((s) => s.spanContext().traceId === traceId);
     const childCall = inTrace.find(

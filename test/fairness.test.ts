@@ -129,9 +129,10 @@ async function backlogAgainstOneCall(tool: string) {
   const hogDone = runs
     .slice(from)
     .filter((r) => r.client === 'hog' && r.end > 0 && r.end <= started + latency);
-  // FIFO would make it wait for 8 rounds (~4 s); it waits for one slot to free up at most.
-  expect(latency).toBeLessThan(2 * SLOT_MS);
+  // FIFO would make it wait for 8 rounds (~4 s); it waits for one slot to free up at most: at
+  // most one round of the hog's calls ends first (the time bound leaves a loaded machine room).
   expect(hogDone.length).toBeLessThanOrEqual(4);
+  expect(latency).toBeLessThan(4 * SLOT_MS);
   for (const id of backlog) expect(await settled(KEYS.hog, id)).toMatchObject({ status: 'ok' });
 }
 

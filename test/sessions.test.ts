@@ -403,8 +403,12 @@ describe('sessions: idle expiry', () => {
     const body = (await used.json()) as unknown;
     expect(body, JSON.stringify(body)).toMatchObject({ status: 'ok' });
     expect(sandbox.stats().processes).toBe(1);
-    await new Promise((r) => setTimeout(r, 3500));
+    // Ended 2–3 s after its call (idleness is looked at each second), then its sandbox killed.
+    const t0 = Date.now();
+    while ((sandbox.stats().processes ?? 0) > 0 && Date.now() - t0 < 15_000)
+      await new Promise((r) => setTimeout(r, 100));
     expect(sandbox.stats().processes ?? 0).toBe(0);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(1000);
     const later = await stack.call('/tools/run_python/execute', {
       json: { code: 'print(x)' },
       headers: { 'x-toolgate-session': id },

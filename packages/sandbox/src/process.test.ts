@@ -38,6 +38,7 @@ for line in sys.stdin:
     try:
         cmd, _, arg = line.strip().partition(" ")
         if cmd == "sleep":
+            print("sleeping", flush=True)
             time.sleep(60)
         elif cmd == "alloc":
             held.append(b"x" * (int(arg) << 20))
@@ -168,8 +169,8 @@ describe.each(drivers)('%s driver open()', (driverName) => {
       const out = lineReader(p);
       await out.waitFor(/^ready$/m);
       p.stdin.write('sleep\n');
-      // Let the program reach its sleep before interrupting it.
-      await new Promise((r) => setTimeout(r, 300));
+      // Interrupted in its sleep (not while it reads the line).
+      await out.waitFor(/^sleeping$/m);
       await p.signal('SIGINT');
       await out.waitFor(/^interrupted$/m);
       p.stdin.write('still here\n');

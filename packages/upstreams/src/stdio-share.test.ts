@@ -18,7 +18,7 @@ import { StdioServer } from './stdio-server.js';
 
 /**
  * whoami (its boot token), progress (three notifications), log (a notifications/message); their
- * answers 0.3 s later; slow (2 s), hang / cancelled, sh.
+ * answers 0.3 s later; slow (2 s), hang / pending / cancelled, sh.
  */
 const PROBE = String.raw`
 import json, os, subprocess, sys, time, uuid
@@ -38,7 +38,7 @@ for line in sys.stdin:
               "capabilities": {"tools": {}}, "serverInfo": {"name": "probe", "version": "1"}}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": n, "inputSchema": {"type": "object"}}
-              for n in ("whoami", "progress", "log", "slow", "hang", "cancelled", "sh")]}})
+              for n in ("whoami", "progress", "log", "slow", "hang", "pending", "cancelled", "sh")]}})
     elif method == "tools/call":
         p = msg["params"]; name, args = p["name"], p.get("arguments") or {}
         if name == "whoami": text(id, BOOT)
@@ -54,6 +54,7 @@ for line in sys.stdin:
             time.sleep(0.3); text(id, "logged")
         elif name == "slow": time.sleep(2); text(id, "slow done")
         elif name == "hang": pending[id] = args.get("text", "")
+        elif name == "pending": text(id, json.dumps(list(pending.values())))
         elif name == "cancelled": text(id, json.dumps(cancelled))
         elif name == "sh":
             r = subprocess.run(["sh", "-c", args["command"]], capture_output=True, text=True)
@@ -140,7 +141,9 @@ describe.skipIf(reason !== undefined)('one stdio server per host (bwrap)', () =>
 
     const stop = new AbortController();
     const hung = call(follower, 'hang', { text: 'from the follower' }, stop.signal);
-    await new Promise((r) => setTimeout(r, 500));
+    await expect
+      .poll(async () => JSON.parse(await call(owner, 'pending')) as string[], { timeout: 10_000 })
+      .toEqual(['from the follower']);
     stop.abort(new Error('cancelled by the test'));
     await expect(hung).rejects.toThrow(/cancelled by the test/);
     await expect

@@ -84,18 +84,19 @@ describe('OpenAI Chat Completions', () => {
             tool_calls: [1, 2, 3].map((i) => ({
               id: `c${i}`,
               type: 'function',
-              function: { name: 'sleep', arguments: '{"ms":600}' },
+              function: { name: 'sleep', arguments: '{"ms":1000}' },
             })),
           },
         },
       ],
     });
     expect(body.messages.map((m: { content: string }) => JSON.parse(m.content))).toEqual([
-      { slept: 600 },
-      { slept: 600 },
-      { slept: 600 },
+      { slept: 1000 },
+      { slept: 1000 },
+      { slept: 1000 },
     ]);
-    expect(Date.now() - started).toBeLessThan(1500);
+    // In parallel: one after another they would take 3 s.
+    expect(Date.now() - started).toBeLessThan(2500);
   });
 
   it('a tool failure is readable in its slot', async () => {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { startTelemetry } from '@toolgate/telemetry';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { startService, type Service } from './support/process.js';
 import type { Stack } from './support/stack.js';
 
@@ -26,24 +26,27 @@ describe('tracing', () => {
   it('one call is one trace: the gateway span and the worker span share the trace id', async () => {
     const res = await stack.call('/tools/calculator/execute', { json: { expression: '6*7' } });
     const { id } = await res.json();
-    await new Promise((r) => setTimeout(r, 100));
+    // The worker ends its span just after the answer: looked for until it is there.
+    const execute = await vi.waitFor(() => {
+      const span = exporter
+        .getFinishedSpans()
+        .find((s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === id);
+      if (!span) throw new Error(`no toolgate.execute span for ${id} yet`);
+      return span;
+    });
     const spans = exporter.getFinishedSpans();
-    const execute = spans.find(
-      (s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === id,
-    );
-    expect(execute, 'worker span').toBeDefined();
-    const traceId = execute!.spanContext().traceId;
+    const traceId = execute.spanContext().traceId;
     const call = spans.find(
       (s) => s.name === 'toolgate.call' && s.spanContext().traceId === traceId,
     );
     expect(call, 'gateway span in the same trace').toBeDefined();
-    expect(execute!.parentSpanContext?.spanId).toBe(call!.spanContext().spanId);
+    expect(execute.parentSpanContext?.spanId).toBe(call!.spanContext().spanId);
     expect(call!.attributes).toMatchObject({
       'toolgate.tool': 'calculator',
       'toolgate.client': 'alice',
       'toolgate.status': 'ok',
     });
-    expect(execute!.attributes).toMatchObject({
+    expect(execute.attributes).toMatchObject({
       'toolgate.status': 'ok',
       'toolgate.queue': 'fast',
     });

@@ -353,12 +353,13 @@ describe.skipIf(reason !== undefined)('operator console (chromium)', () => {
   }, 60_000);
 
   it("a running sandboxed call's detail shows its output live, then its result", async () => {
-    const res = await stack.call('/tools/run_shell/execute?wait=false', {
-      json: { command: 'echo first-line; sleep 2; echo second-line' },
-    });
-    const { id } = (await res.json()) as { id: string };
+    // Signed in first: the call's second line is 4 s away once it starts.
     const { context, page } = await open();
     await signIn(page, KEYS.admin);
+    const res = await stack.call('/tools/run_shell/execute?wait=false', {
+      json: { command: 'echo first-line; sleep 4; echo second-line' },
+    });
+    const { id } = (await res.json()) as { id: string };
     await page.goto(`${stack.url}/console/#/calls/${id}`);
     const output = page.getByLabel('Live output');
     await output.getByText('first-line').waitFor();

@@ -1,6 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { maskText, redact, redactValues, TEXT_RULES } from './redact.js';
 
+/**
+ * CPU time (ms) this process spent since `before`: a loaded machine's wall clock also counts
+ * the time other processes hold the CPU.
+ */
+const cpuMsSince = (before: NodeJS.CpuUsage): number => {
+  const used = process.cpuUsage(before);
+  return (used.user + used.system) / 1000;
+};
+
 describe('redact', () => {
   it('masks secret-looking fields at any depth and bearer tokens in text', () => {
     expect(
@@ -178,9 +187,9 @@ describe('redact budget', () => {
     let best = Infinity;
     let out = '';
     for (let i = 0; i < 5; i++) {
-      const t = performance.now();
+      const before = process.cpuUsage();
       out = JSON.stringify(redact(value));
-      best = Math.min(best, performance.now() - t);
+      best = Math.min(best, cpuMsSince(before));
     }
     expect(best).toBeLessThan(5);
     expect(Buffer.byteLength(out)).toBeLessThan(4096);
@@ -207,9 +216,9 @@ describe('redact budget', () => {
     for (const text of texts) {
       let best = Infinity;
       for (let i = 0; i < 3; i++) {
-        const t = performance.now();
+        const before = process.cpuUsage();
         redact({ text });
-        best = Math.min(best, performance.now() - t);
+        best = Math.min(best, cpuMsSince(before));
       }
       expect(best, text.slice(0, 30)).toBeLessThan(5);
     }

@@ -1,8 +1,9 @@
 /** A code-mode script's nested calls are child spans of the script's trace (docs/code-mode.md). */
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { startTelemetry } from '@toolgate/telemetry';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { startCodeModeStack as Start } from './support/code-mode-stack.js';
+import { executeSpan } from './support/spans.js';
 
 const exporter = new InMemorySpanExporter();
 const telemetry = startTelemetry({
@@ -31,16 +32,7 @@ describe.skipIf(reason !== undefined)('code-mode tracing', () => {
     });
     const script = (await res.json()) as { id: string; result: { stdout: string } };
     expect(script.result.stdout).toBe('42\n');
-    // The worker ends its span just after the answer: looked for until it is there.
-    const execute = await vi.waitFor(() => {
-      const span = exporter
-        .getFinishedSpans()
-        .find(
-          (s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === script.id,
-        );
-      if (!span) throw new Error(`no toolgate.execute span for ${script.id} yet`);
-      return span;
-    });
+    const execute = await executeSpan(exporter, script.id);
     const spans = exporter.getFinishedSpans();
     const traceId = execute.spanContext().traceId;
     const inTrace = spans.filter((s) => s.spanContext().traceId === traceId);

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { startTelemetry } from '@toolgate/telemetry';
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startService, type Service } from './support/process.js';
 import type { Stack } from './support/stack.js';
+import { executeSpan } from './support/spans.js';
 
 const exporter = new InMemorySpanExporter();
 const telemetry = startTelemetry({
@@ -26,14 +27,7 @@ describe('tracing', () => {
   it('one call is one trace: the gateway span and the worker span share the trace id', async () => {
     const res = await stack.call('/tools/calculator/execute', { json: { expression: '6*7' } });
     const { id } = await res.json();
-    // The worker ends its span just after the answer: looked for until it is there.
-    const execute = await vi.waitFor(() => {
-      const span = exporter
-        .getFinishedSpans()
-        .find((s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === id);
-      if (!span) throw new Error(`no toolgate.execute span for ${id} yet`);
-      return span;
-    });
+    const execute = await executeSpan(exporter, id);
     const spans = exporter.getFinishedSpans();
     const traceId = execute.spanContext().traceId;
     const call = spans.find(

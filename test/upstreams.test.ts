@@ -16,11 +16,12 @@ import { checkConfig, ConfigError, parseConfig } from '@toolgate/config';
 import { Type, type AnyToolSpec } from '@toolgate/registry';
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
 import { startTelemetry } from '@toolgate/telemetry';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT, TOOLGATE_BIN } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { startEverything, type Everything } from './support/everything.js';
 import { startTestUpstream, type TestUpstream } from './support/test-upstream.js';
+import { executeSpan } from './support/spans.js';
 
 // Tracing on, as the services run it: the call's trace must continue into the upstream.
 const spans = new InMemorySpanExporter();
@@ -185,14 +186,7 @@ describe('upstream MCP servers (Streamable HTTP)', () => {
     // the call's trace goes on in the upstream: traceparent in _meta, the worker span its parent
     const traced = await stack.call('/tools/test__echo/execute', { json: { text: 'traced' } });
     const { id } = (await traced.json()) as { id: string };
-    // The worker ends its span just after the answer: looked for until it is there.
-    const execute = await vi.waitFor(() => {
-      const span = spans
-        .getFinishedSpans()
-        .find((s) => s.name === 'toolgate.execute' && s.attributes['toolgate.call_id'] === id);
-      if (!span) throw new Error(`no toolgate.execute span for ${id} yet`);
-      return span;
-    });
+    const execute = await executeSpan(spans, id);
     const { traceId, spanId } = execute.spanContext();
     expect(upstream.metas.at(-1)).toMatchObject({
       traceparent: `00-${traceId}-${spanId}-01`,

@@ -319,7 +319,10 @@ export class Dispatcher {
         ...(found.user === undefined ? {} : { user: found.user }),
         createdAt: found.acceptedAt,
       };
-      if (found.state === 'failed') return { ...base, status: 'error', errorCode: 'worker_error' };
+      if (found.state === 'failed') {
+        const { error } = failedOutcome(id, found.tool, found.failed);
+        return { ...base, status: 'error', errorCode: error?.code ?? 'worker_error' };
+      }
       if (found.state === 'waiting') return { ...base, status: 'queued' };
       // Ended: its record lands within milliseconds; until then it reads as running.
       if (found.state === 'ended' || kind === 'fast') return { ...base, status: 'running' };
@@ -378,16 +381,25 @@ function parseOutcome(value: unknown): CallOutcome {
   return (typeof value === 'string' ? JSON.parse(value) : value) as CallOutcome;
 }
 
-/** A call its queue gave up on (its workers died twice, or it threw outside the tool). */
+/** A failed stub's reason that names its own code: a lost session's call (`session_lost: …`). */
+const OWN_CODE = /^(session_lost): ([\s\S]+)$/;
+
+/**
+ * A call its queue gave up on (its workers died twice, or it threw outside the tool), or a
+ * lost session's call (its reason keeps its code, as in the reply its gateway was sent).
+ */
 export function failedOutcome(id: string, tool: string, reason: string | undefined): CallOutcome {
+  const own = reason === undefined ? null : OWN_CODE.exec(reason);
   return {
     id,
     tool,
     status: 'error',
-    error: {
-      code: 'worker_error',
-      message: `the call could not be completed: ${reason ?? 'worker failure'}`,
-    },
+    error: own
+      ? { code: own[1]!, message: own[2]! }
+      : {
+          code: 'worker_error',
+          message: `the call could not be completed: ${reason ?? 'worker failure'}`,
+        },
     durationMs: 0,
     cached: false,
   };

@@ -715,6 +715,8 @@ export class Lane {
         user?: string;
         acceptedAt: number;
         state: 'waiting' | 'active' | 'ended' | 'failed';
+        /** Why it failed (`failed` only). */
+        failed?: string;
       }
     | undefined
   > {
@@ -733,7 +735,9 @@ export class Lane {
         tool,
         ...(user === undefined ? {} : { user }),
         acceptedAt,
-        state: failed === undefined ? 'ended' : 'failed',
+        ...(failed === undefined
+          ? { state: 'ended' as const }
+          : { state: 'failed' as const, failed }),
       };
     }
     const tool = /"tool":("(?:[^"\\]|\\.)*")/.exec(head)?.[1];

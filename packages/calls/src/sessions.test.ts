@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { CallStore } from './store.js';
+import { Dispatcher } from './dispatcher.js';
 import { Keys } from './keys.js';
 import { Lane } from './lane.js';
 import { createRedis, type RedisClient } from './redis.js';
@@ -117,6 +119,14 @@ describe('SessionStore', () => {
         error: expect.objectContaining({ code: 'session_lost' }),
       }),
     ]);
+    // A gateway that missed the reply and polls hears the same (not worker_error).
+    const dispatcher = new Dispatcher(
+      redis,
+      subscriber,
+      keys,
+      new CallStore(redis, keys, 3600, 65_536),
+    );
+    expect(await dispatcher.ended(job.id)).toEqual(JSON.parse(replies[0]!));
     expect(await store.get(made.id)).toMatchObject({ lost: true });
     expect(await store.list('lost-client')).toEqual([]);
     expect(await redis.zcard(keys.inFlight('lost-client', 'sandbox'))).toBe(0);

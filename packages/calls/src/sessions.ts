@@ -465,7 +465,8 @@ export class SessionStore {
           {
             claimNext: false,
             leaseMs: 0,
-            failed: `session_lost: the worker hosting session ${job.session?.id ?? ''} stopped`,
+            // Its own code kept: a gateway that reads this stub (not the reply) says the same.
+            failed: `session_lost: ${sessionLostMessage(job)}`,
           },
         );
       }),
@@ -479,15 +480,16 @@ export class SessionStore {
   }
 }
 
+function sessionLostMessage(job: Pick<CallJob, 'session'>): string {
+  return `session ${job.session?.id ?? ''} is gone: the worker hosting it stopped; start a new session`;
+}
+
 export function sessionLostOutcome(job: Pick<CallJob, 'id' | 'tool' | 'session'>): CallOutcome {
   return {
     id: job.id,
     tool: job.tool,
     status: 'error',
-    error: {
-      code: 'session_lost',
-      message: `session ${job.session?.id ?? ''} is gone: the worker hosting it stopped; start a new session`,
-    },
+    error: { code: 'session_lost', message: sessionLostMessage(job) },
     durationMs: 0,
     cached: false,
   };

@@ -274,7 +274,10 @@ describe.each(drivers)('live output and cancellation: %s driver', (driver) => {
       return { run, started };
     });
     await Promise.all(runs.map((r) => r.started));
-    expect((await processesWith(marker)).length).toBeGreaterThanOrEqual(6);
+    // Each one's bash turns into its sleep (an exec, when its cmdline may read empty): polled.
+    await expect
+      .poll(async () => (await processesWith(marker)).length, { timeout: 5000 })
+      .toBeGreaterThanOrEqual(6);
     const abortedAt = performance.now();
     ac.abort();
     for (const { run } of runs) await expect(run).rejects.toMatchObject({ code: 'aborted' });

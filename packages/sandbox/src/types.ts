@@ -55,7 +55,7 @@ export interface RunRequest {
   clientId?: string;
   /**
    * The call's credential rules (docs/credentials.md): the egress proxy adds their headers to
-   * this sandbox's requests to the hosts they name. Only its `covers`/`headersFor` are used.
+   * this sandbox's requests to the origins they name. Only its `covers`/`headersFor` are used.
    */
   credentials?: EgressCredentials;
 }

@@ -47,8 +47,9 @@ export interface EgressProxyOptions {
   idleTimeoutMs?: number;
   /**
    * The credential rules of the call whose sandbox has this source address (the driver
-   * registers them with the address; docs/credentials.md). Plain http requests to a host with
-   * a rule get its headers; HTTPS to such a host is terminated with `ca` and forwarded.
+   * registers them with the address; docs/credentials.md). Plain http requests to an origin
+   * (scheme, host, port) with a rule get its headers; a CONNECT to an https origin with one is
+   * terminated with `ca`, and each request in it that names that origin only is forwarded.
    */
   credentialsOf?: (address: string) => CallCredentials | undefined;
   /** The CA that terminates HTTPS to hosts with a rule; made here when credentialsOf is given. */

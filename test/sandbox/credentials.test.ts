@@ -33,13 +33,18 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
   let upstreamCa: EgressCa;
   let https: Server;
   let http: Server;
+  let https443: Server;
   let httpsPort: number;
   let httpPort: number;
   const seen: { path: string | undefined; headers: IncomingHttpHeaders }[] = [];
   const logLines: string[] = [];
+  // The test hosts' address: a loopback address of this run's own, so its port 443 (what a
+  // bare-host rule means) is free of anything else on the machine.
+  const octet = () => 2 + Math.floor(Math.random() * 250);
+  const address = `127.${octet()}.${octet()}.${octet()}`;
 
-  const listen = async (server: Server) => {
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const listen = async (server: Server, port = 0) => {
+    await new Promise<void>((resolve) => server.listen(port, address, resolve));
     return (server.address() as { port: number }).port;
   };
 
@@ -58,9 +63,14 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
       { SNICallback: (name, cb) => cb(null, upstreamCa.contextFor(name)) },
       record,
     );
+    https443 = createHttpsServer(
+      { SNICallback: (name, cb) => cb(null, upstreamCa.contextFor(name)) },
+      record,
+    );
     http = createHttpServer(record);
     httpsPort = await listen(https);
     httpPort = await listen(http);
+    await listen(https443, 443);
 
     sandbox = await createSandbox(
       testSandboxConfig('docker', path.join(dir, 'sb'), { allowNetwork: true, pool: { size: 0 } }),
@@ -72,7 +82,7 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
             ...(credentialsOf ? { credentialsOf } : {}),
             // api.test and plain.test are these loopback servers, opened by name.
             policy: { allowPrivateNetworks: false, allowHosts: ['api.test', 'plain.test'] },
-            lookup: () => Promise.resolve([{ address: '127.0.0.1', family: 4 }]),
+            lookup: () => Promise.resolve([{ address, family: 4 }]),
             upstreamCa: [upstreamCa.certPem],
           }),
       },
@@ -83,6 +93,7 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
       'set -u',
       // HTTPS to the host with a rule: terminated by the proxy, trusted through SSL_CERT_FILE.
       `curl -sS -v https://api.test:${httpsPort}/secure 2>/workspace/https.log`,
+      'curl -sS https://api.test/default',
       `curl -sS http://api.test:${httpPort}/plain`,
       // Inside the terminated tunnel to api.test, a request line naming another host: the
       // proxy answers it (421) and the server never sees it.
@@ -137,7 +148,7 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
             header: 'Authorization',
             value: 'Bearer ${secret:api_token}',
           },
-          // api.test's HTTPS API on 443: none of these requests is to it.
+          // A bare host: api.test's HTTPS API on 443, and nothing else.
           { host: 'api.test', header: 'X-Https-Only', value: '${secret:api_token}' },
         ],
         secrets: { key: randomBytes(32).toString('hex') },
@@ -149,6 +160,7 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
     await stack?.close();
     await sandbox?.close();
     https?.close();
+    https443?.close();
     http?.close();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
@@ -177,7 +189,13 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
     expect(by('/secure').authorization).toBe(`Bearer ${VALUE}`);
     expect(by('/plain').authorization).toBe(`Bearer ${VALUE}`);
     expect(by('/tunnel').authorization).toBeUndefined();
-    expect(seen.filter((s) => s.headers['x-https-only'] !== undefined)).toEqual([]);
+    // Each rule reached its own origin only: the bare host's https on 443, nothing in clear.
+    expect(outcome.result).toContain('reached /default');
+    expect(by('/default')['x-https-only']).toBe(VALUE);
+    expect(by('/default').authorization).toBeUndefined();
+    expect(seen.filter((s) => s.headers['x-https-only'] !== undefined).map((s) => s.path)).toEqual([
+      '/default',
+    ]);
 
     // Inside the sandbox: the certificate curl was shown for api.test is the proxy's CA's; for
     // plain.test the real host's.

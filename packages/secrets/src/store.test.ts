@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Keys, createRedis, type RedisClient } from '@toolgate/calls';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { CredentialRules } from './credentials.js';
+import { CredentialRules, type CredentialRule } from './credentials.js';
 import { SecretConfigError, SecretError } from './errors.js';
 import { KeyRing } from './keyring.js';
 import { SecretStore } from './store.js';
@@ -129,7 +129,11 @@ describe('CredentialRules', () => {
   });
 
   it('binds a rule to its scheme and port: https and 443 unless it says otherwise', () => {
-    const rule = (fields: object) => ({ header: 'X-Key', value: '${secret:k}', ...fields });
+    const rule = (where: Pick<CredentialRule, 'host' | 'scheme' | 'port'>): CredentialRule => ({
+      header: 'X-Key',
+      value: '${secret:k}',
+      ...where,
+    });
     const rules = new CredentialRules(
       [
         rule({ host: 'api.test' }),

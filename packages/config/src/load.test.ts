@@ -110,6 +110,28 @@ clients:
     ).toEqual([rule]);
   });
 
+  it('takes a rule bound to a scheme and port, as fields or as an origin, and refuses both at once', () => {
+    const env = { TOOLGATE_SECRETS_KEY: 'a'.repeat(64) };
+    const rule = { header: 'X-Key', value: '${secret:k}' };
+    const rules = [
+      { ...rule, host: 'api.test' },
+      { ...rule, host: 'lan.test', scheme: 'http', port: 8081 },
+      { ...rule, host: 'https://alt.test:8443' },
+    ];
+    expect(parseConfig({ credentials: rules }, env).credentials).toEqual(rules);
+    expect(() =>
+      parseConfig({ credentials: [{ ...rule, host: 'a.test', scheme: 'ftp' }] }, env),
+    ).toThrow(/invalid configuration: \/credentials\/0\/scheme: must be equal to one of/);
+    expect(() => parseConfig({ credentials: [{ ...rule, host: 'a.test', port: 0 }] }, env)).toThrow(
+      /invalid configuration: \/credentials\/0\/port: must be >= 1/,
+    );
+    expect(() =>
+      parseConfig({ credentials: [{ ...rule, host: 'http://a.test:81', port: 82 }] }, env),
+    ).toThrow(
+      'invalid configuration: /credentials/0/port: the host "http://a.test:81" already states the scheme and port; leave out port',
+    );
+  });
+
   it('lets env vars override the important fields', () => {
     const config = loadConfig({
       REDIS_URL: 'redis://r:6380',

@@ -19,12 +19,20 @@ export const CLIENT_LIMIT_DEFAULTS = {
 const HostPort = Type.String({ pattern: '^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$' });
 
 /**
- * A credential rule (docs/credentials.md): requests to `host` get `header: value`, where
- * `${secret:NAME}` in the value is a secret from the store, filled in by the worker at use.
+ * A credential rule (docs/credentials.md): requests to `host` — over `scheme` to `port`, https
+ * and 443 unless said otherwise, or an origin `https://host:port` in `host` — get
+ * `header: value`, where `${secret:NAME}` in the value is a secret from the store, filled in by
+ * the worker at use.
  */
 const CredentialRuleSchema = Type.Object(
   {
-    host: Type.String({ minLength: 1, maxLength: 255 }),
+    host: Type.String({ minLength: 1, maxLength: 300 }),
+    // No schema default: a bare host is https, and the port defaults to the scheme's (443, 80);
+    // an origin in `host` states both (CredentialRules).
+    scheme: Type.Optional(
+      Type.Unsafe<'http' | 'https'>({ type: 'string', enum: ['http', 'https'] }),
+    ),
+    port: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
     header: Type.String({ pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$" }),
     value: Type.String({ minLength: 1, maxLength: 4096 }),
   },

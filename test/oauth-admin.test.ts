@@ -137,7 +137,12 @@ describe('a token of an admin client', () => {
     expect(audit.headers.get('www-authenticate')).toMatch(
       /^Bearer error="insufficient_scope", scope="tools:all toolgate:admin"/,
     );
-    for (const path of ['/v1/approvals', '/v1/upstreams', '/v1/admin/sessions', '/v1/secrets/carol'])
+    for (const path of [
+      '/v1/approvals',
+      '/v1/upstreams',
+      '/v1/admin/sessions',
+      '/v1/secrets/carol',
+    ])
       expect((await request(mallory, path)).status, path).toBe(403);
     const secret = await request(mallory, '/v1/secrets/carol/TOKEN', {
       method: 'PUT',
@@ -164,7 +169,10 @@ describe('a token of an admin client', () => {
     });
     const id = await park(await as_('carol', 'ann'));
     const approved = await request(alice, `/v1/approvals/${id}/approve`, { method: 'POST' });
-    expect(approved).toMatchObject({ status: 200, body: { decision: 'approved', by: 'ops:alice' } });
+    expect(approved).toMatchObject({
+      status: 200,
+      body: { decision: 'approved', by: 'ops:alice' },
+    });
     await expect
       .poll(async () => (await request(KEYS.admin, `/v1/calls/${id}`)).body)
       .toMatchObject({
@@ -177,10 +185,14 @@ describe('a token of an admin client', () => {
       json: { value: 'v-123' },
     });
     expect(put.status).toBe(201);
-    const reject = await request(alice, `/v1/approvals/${await park(await as_('carol', 'ben'))}/reject`, {
-      method: 'POST',
-      json: { reason: 'no' },
-    });
+    const reject = await request(
+      alice,
+      `/v1/approvals/${await park(await as_('carol', 'ben'))}/reject`,
+      {
+        method: 'POST',
+        json: { reason: 'no' },
+      },
+    );
     expect(reject.body).toMatchObject({ decision: 'rejected', by: 'ops:alice' });
 
     const audit = await request(alice, '/v1/audit?client=carol&limit=50');
@@ -250,7 +262,7 @@ describe('a token without a usable user claim', () => {
     }
   });
 
-  it("acts as its client where auth.oauth.tokensWithoutUser names it (client credentials)", async () => {
+  it('acts as its client where auth.oauth.tokensWithoutUser names it (client credentials)', async () => {
     const ci = await token({ client_id: 'ci', scope: 'tools:all' });
     const me = await request(ci, '/v1/me');
     expect(me.status).toBe(200);

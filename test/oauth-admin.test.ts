@@ -13,6 +13,7 @@ import {
   LoggingMessageNotificationSchema,
   type LoggingMessageNotification,
 } from '@modelcontextprotocol/sdk/types.js';
+import { Keys, SessionStore, createRedis } from '@toolgate/calls';
 import { Type, type AnyToolSpec } from '@toolgate/registry';
 import { SignJWT, importJWK } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -212,6 +213,48 @@ describe('a token of an admin client', () => {
           event: 'secret',
           secret: 'API_TOKEN',
           status: 'set',
+          by: 'ops:alice',
+        }),
+      ]),
+    );
+  });
+
+  it("records the user who ended another's session or reset a workspace", async () => {
+    // A session of ann's, as a worker running sandboxes would host it (none runs here).
+    const redis = createRedis(stack.config.redis, 'command');
+    const store = new SessionStore(redis, Keys.for(stack.config.redis), 10_000);
+    const made = await store.create({
+      clientId: 'carol',
+      user: 'ann',
+      tool: 'run_python',
+      workerId: 'w-none',
+      cap: 4,
+      idleMs: 60_000,
+      lifetimeMs: 60_000,
+    });
+    await redis.quit();
+    if (!made.created) throw new Error('no session');
+    const alice = await as_('ops', 'alice', 'toolgate:admin');
+    const mallory = await as_('ops', 'mallory');
+    const end = `/v1/admin/sessions/${made.id}`;
+    expect((await request(mallory, end, { method: 'DELETE' })).status).toBe(403);
+    expect((await request(alice, end, { method: 'DELETE' })).status).toBe(204);
+    const reset = await request(alice, '/v1/workspaces/carol?user=ann', { method: 'DELETE' });
+    expect(reset.status).toBe(202);
+    const entries = (await request(alice, '/v1/audit?client=carol&limit=50')).body as unknown[];
+    expect(entries).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          event: 'session',
+          user: 'ann',
+          tool: 'run_python',
+          status: 'ended',
+          by: 'ops:alice',
+        }),
+        expect.objectContaining({
+          event: 'workspace',
+          user: 'ann',
+          status: 'reset',
           by: 'ops:alice',
         }),
       ]),

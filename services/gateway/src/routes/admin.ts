@@ -173,11 +173,20 @@ export function adminRoutes(deps: {
     const event = stringParam(req, 'event');
     if (
       event !== undefined &&
-      !['call', 'refused', 'approval', 'cancel', 'upstream', 'secret'].includes(event)
+      ![
+        'call',
+        'refused',
+        'approval',
+        'cancel',
+        'upstream',
+        'secret',
+        'session',
+        'workspace',
+      ].includes(event)
     ) {
       throw new ApiError(
         'invalid_request',
-        '"event" must be call, refused, approval, cancel, upstream or secret',
+        '"event" must be call, refused, approval, cancel, upstream, secret, session or workspace',
       );
     }
     const callId = stringParam(req, 'callId');
@@ -211,8 +220,10 @@ export function workspaceAdminRoutes(deps: {
   redis: RedisClient;
   resets: WorkspaceResets;
   clientIds: ReadonlySet<string>;
+  /** Where each reset is recorded (absent: not recorded). */
+  audit?: AuditLog;
 }): Router {
-  const { redis, resets, clientIds } = deps;
+  const { redis, resets, clientIds, audit } = deps;
   const router = Router();
   router.delete('/v1/workspaces/:client', requireAdmin, async (req, res) => {
     const client = (req.params as { client: string }).client;
@@ -229,6 +240,18 @@ export function workspaceAdminRoutes(deps: {
     }
     const name = user === undefined ? client : principal(client, user);
     const { generation, resetId } = await guardRedis(() => resets.schedule(name), redis);
+    await audit
+      ?.append(
+        audit.entry({
+          event: 'workspace',
+          client,
+          ...(user === undefined ? {} : { user }),
+          tool: '',
+          status: 'reset',
+          by: actorOf(clientOf(res)),
+        }),
+      )
+      .catch(() => undefined);
     res.status(202).json({
       client,
       ...(user === undefined ? {} : { user }),

@@ -175,7 +175,10 @@ function upstreamContext(doc: Config) {
         c.tools.map((pattern, j) => ({ path: `/clients/${i}/tools/${j}`, pattern })),
       ),
       ...scopes.flatMap(([scope, patterns]) =>
-        patterns.map((pattern, j) => ({ path: `/auth/oauth/scopes/${pointer(scope)}/${j}`, pattern })),
+        patterns.map((pattern, j) => ({
+          path: `/auth/oauth/scopes/${pointer(scope)}/${j}`,
+          pattern,
+        })),
       ),
     ],
   };

@@ -175,9 +175,9 @@ export class TokenVerifier {
     // The first claim present decides (RFC 9068 §2.2: client_id); a malformed one is never
     // passed over for the next.
     const named = clientClaims.find((c) => claims[c] !== undefined);
-    const clientId = named === undefined ? undefined : claims[named];
     if (named === undefined)
       throw new TokenRefused(`the token has no client claim (${clientClaims.join(' or ')})`);
+    const clientId = claims[named];
     if (typeof clientId !== 'string' || clientId === '')
       throw new TokenRefused(`the token's client claim (${named}) is not a non-empty string`);
     const user = claims[this.config.userClaim];

@@ -159,8 +159,22 @@ const AuthSchema = Type.Object(
           jwksUri: Type.Optional(Type.String({ pattern: '^https?://' })),
           /** The claim naming the client (a `clients[].id`); absent: `client_id`, then `azp`. */
           clientClaim: Type.Optional(Type.String({ minLength: 1 })),
-          /** The claim naming the user acting through the client. */
+          /** The claim naming the user acting through the client (a non-empty string). */
           userClaim: Type.String({ minLength: 1, default: 'sub' }),
+          /**
+           * Clients whose tokens may name no user (client credentials with a `userClaim` the
+           * server leaves out): such a token acts as the client itself, as its API key does.
+           * Any other token without a user is refused (docs/auth.md, users).
+           */
+          tokensWithoutUser: Type.Array(Type.String({ minLength: 1 }), {
+            uniqueItems: true,
+            default: [],
+          }),
+          /**
+           * The scope a token needs, besides an `admin: true` client, to act as an admin; a
+           * token of an admin client without it is an ordinary client's (docs/auth.md).
+           */
+          adminScope: Type.String({ pattern: '^[!#-\\[\\]-~]+$', default: 'toolgate:admin' }),
           /** OAuth scope → tool patterns (as `clients[].tools`) a token with that scope may call. */
           scopes: Type.Record(
             Type.String({ pattern: '^[!#-\\[\\]-~]+$' }), // an RFC 6749 scope-token

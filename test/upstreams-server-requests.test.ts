@@ -131,12 +131,28 @@ describe('server→client requests on a call’s event stream (the lean path)', 
     expect(after.replies - before.replies).toBeLessThanOrEqual(16);
     // A handful of sockets, not one per request (12,791 in the report).
     expect(after.accepted - before.accepted).toBeLessThanOrEqual(8);
-    expect(after.maxOpen).toBeLessThanOrEqual(12);
+    expect(after.maxOpen).toBeLessThanOrEqual(20);
     // Another client was answered promptly (0.07 s unloaded; 5–11 s in the report).
     expect(other.body).toMatchObject({ status: 'ok', result: 'echo: meanwhile' });
     expect(other.ms).toBeLessThan(3000);
     // The worker's memory stayed put (~500 MB in the report).
     expect(rssPeak - rssBefore).toBeLessThan(150 * 1024 * 1024);
+  }, 60_000);
+
+  it('keeps the connection of a call whose event stream ends after its answer', async () => {
+    const call = (text: string) =>
+      stack
+        .call('/tools/hostile__echo_stream/execute', { json: { text } })
+        .then(async (res) => (await res.json()) as Record<string, unknown>);
+    expect(await call('warm')).toMatchObject({ status: 'ok', result: 'echo: warm' });
+    const before = await hostile.stats();
+    for (let i = 0; i < 20; i++)
+      expect(await call(`n${i}`)).toMatchObject({ status: 'ok', result: `echo: n${i}` });
+    const after = await hostile.stats();
+    // A call returns at its answer and the stream's end (50 ms later here) is still read, so
+    // the socket goes back to the pool: a few sockets for 20 calls (4 measured; 19 when the
+    // stream is closed at the answer), while the next call may start before that end.
+    expect(after.accepted - before.accepted).toBeLessThanOrEqual(8);
   }, 60_000);
 });
 
@@ -164,9 +180,10 @@ describe('server→client requests on the session’s own stream (the SDK client
     expect(other.body).toMatchObject({ status: 'ok', result: 'echo: meanwhile' });
     expect(other.ms).toBeLessThan(3000);
     // Per session at most perSession (64) replies outstanding, of which two reach the server at
-    // a time; not one POST, and one socket, per ping.
+    // a time; not one POST, and one socket, per ping (5,000 per stream here). All sockets counted:
+    // the sessions' handshakes, listings, GET streams and calls (11 measured), and the replies'.
     expect(after.replies).toBeLessThanOrEqual(after.getStreams * 64);
-    expect(after.accepted).toBeLessThanOrEqual(8 + after.getStreams * 2);
-    expect(after.maxOpen).toBeLessThanOrEqual(8 + after.getStreams * 2);
+    expect(after.accepted).toBeLessThanOrEqual(30);
+    expect(after.maxOpen).toBeLessThanOrEqual(30);
   }, 60_000);
 });

@@ -5,6 +5,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { ConfigError, parseConfig } from '@toolgate/config';
 import { createGuardedFetch } from '@toolgate/tools';
 import { afterEach, describe, expect, it } from 'vitest';
 import { postMessage } from './http-call.js';
@@ -26,6 +27,24 @@ function heldSender() {
 }
 
 const settle = () => new Promise((r) => setTimeout(r, 0));
+
+describe('serverRequests config', () => {
+  it('defaults to 16 per call and 64 per session, and refuses what is out of bounds', () => {
+    const url = 'http://127.0.0.1:1/mcp';
+    expect(parseConfig({ upstreams: [{ id: 'a', url }] }).upstreams[0]!.serverRequests).toEqual({
+      perCall: 16,
+      perSession: 64,
+    });
+    expect(
+      parseConfig({ upstreams: [{ id: 'a', url, serverRequests: { perCall: 0 } }] }).upstreams[0]!
+        .serverRequests,
+    ).toEqual({ perCall: 0, perSession: 64 });
+    for (const serverRequests of [{ perCall: -1 }, { perSession: 5000 }, { perMinute: 1 }])
+      expect(() => parseConfig({ upstreams: [{ id: 'a', url, serverRequests }] })).toThrow(
+        ConfigError,
+      );
+  });
+});
 
 describe('ServerRequests', () => {
   it('answers perCall per call and perSession outstanding; the rest are not sent at all', async () => {

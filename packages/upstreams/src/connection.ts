@@ -301,11 +301,6 @@ export class UpstreamConnection {
     await this.replyFetch?.close();
   }
 
-  /** Requests from the upstream left unanswered so far (past serverRequests). */
-  get unansweredRequests(): number {
-    return this.requests.refused;
-  }
-
   /** Sends replies on `session` over the reply connections. */
   private replyTo(session: HttpSession): ReplySender {
     return (message, signal) => {

@@ -60,6 +60,18 @@ export const UpstreamSchema = Type.Object(
     timeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, default: 30_000 }),
     /** Calls in flight to this upstream, per worker. */
     concurrency: Type.Integer({ minimum: 1, maximum: 1024, default: 16 }),
+    /**
+     * Requests the upstream sends toolgate (roots/list, sampling, elicitation, ping), per
+     * worker: at most `perCall` answered during one call, at most `perSession` replies
+     * outstanding on the session at once; the rest are left unanswered (docs/upstreams.md).
+     */
+    serverRequests: Type.Object(
+      {
+        perCall: Type.Integer({ minimum: 0, maximum: 1024, default: 16 }),
+        perSession: Type.Integer({ minimum: 0, maximum: 1024, default: 64 }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
   },
   { additionalProperties: false },
 );

@@ -42,6 +42,7 @@ import { runTool } from './run-tool.js';
 import { createResultChecker } from './result-check.js';
 import { SessionHost } from './sessions/session-host.js';
 import { CodeModeBroker } from './code-mode.js';
+import { catchUpUpstreamTool } from './upstream-catch-up.js';
 
 /** A lease outlives its call's timeout by this much before it counts as a dead worker's. */
 const LEASE_GRACE_MS = 60_000;
@@ -468,7 +469,10 @@ export function createWorker({
     bound?: Tool,
   ): Promise<CallOutcome> {
     const call = job.data;
-    const tool = bound ?? registry.get(call.tool);
+    const tool =
+      bound ??
+      registry.get(call.tool) ??
+      (await catchUpUpstreamTool(upstreamCatalog, config.upstreams, registry, call.tool));
     let outcome: CallOutcome;
     metrics.inFlight.inc({ queue: kind });
     const cancel = new AbortController();

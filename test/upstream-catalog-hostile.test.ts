@@ -99,14 +99,21 @@ describe('a list_changed flood with pages of megabytes', () => {
   const WINDOW_MS = 8000;
   let stack: Stack;
   let flood: FloodUpstream;
+  let wide: FloodUpstream;
 
   beforeAll(async () => {
-    flood = await startFloodUpstream({ pages: 4, pageBytes: 7_000_000, everyMs: 50 });
+    [flood, wide] = await Promise.all([
+      startFloodUpstream({ pages: 4, pageBytes: 7_000_000, everyMs: 50 }),
+      // No flood, but 4 pages of 7 MB of tools over 64 KiB each: none is kept, so only the
+      // listing's own byte budget stops the reading.
+      startFloodUpstream({ pages: 4, pageBytes: 7_000_000, everyMs: 0, toolBytes: 100_000 }),
+    ]);
     stack = await startStack({
       config: {
         policy: { http: { allowHosts: ['127.0.0.1'] } },
         upstreams: [
           { id: 'flood', url: flood.url, trust: 'auto', refreshSeconds: REFRESH_SECONDS },
+          { id: 'wide', url: wide.url, trust: 'auto' },
         ],
       },
     });
@@ -114,7 +121,21 @@ describe('a list_changed flood with pages of megabytes', () => {
 
   afterAll(async () => {
     await stack?.close();
-    await flood?.close();
+    await Promise.all([flood?.close(), wide?.close()]);
+  });
+
+  it('reads at most 8 MiB of tools/list answers per refresh, across pages', async () => {
+    // The second page is cut where the 8 MiB end; the third and fourth are never asked for.
+    expect(wide.lists).toEqual([null, '1']);
+    const report = (await (
+      await stack.call('/v1/upstreams', { key: KEYS.admin })
+    ).json()) as UpstreamReport[];
+    const up = report.find((u) => u.id === 'wide')!;
+    // Said first, ahead of the 70 definitions over 64 KiB on the first page.
+    expect(up.leftOut.problems[0]).toBe(
+      'the tools/list answers passed 8388608 bytes at page 2: it and later pages are left out',
+    );
+    expect(up.leftOut.problems).toHaveLength(20);
   });
 
   it('reads the list at most once per refreshSeconds, one page of it, at a small CPU cost', async () => {
@@ -148,8 +169,8 @@ describe('a list_changed flood with pages of megabytes', () => {
     ).json()) as UpstreamReport[];
     const up = report.find((u) => u.id === 'flood')!;
     expect(up.leftOut.problems).toEqual([
-      'the catalog passed 2097152 bytes at "p0t0034": it and later tools are left out',
       'the catalog passed 2097152 bytes: the pages after page 1 are not read',
+      'the catalog passed 2097152 bytes at "p0t0034": it and later tools are left out',
     ]);
   }, 30_000);
 });

@@ -20,22 +20,22 @@ export interface FloodUpstream {
 export interface FloodUpstreamOptions {
   pages: number;
   pageBytes: number;
-  /** How often list_changed is sent on each open event stream. */
+  /** How often list_changed is sent on each open event stream (0: never). */
   everyMs: number;
+  /** Bytes of each tool's definition (default 60,000: under the 64 KiB one may have). */
+  toolBytes?: number;
 }
-
-/** Tools of ~60 KB: under the 64 KiB a definition may have, so the catalog's byte budget binds. */
-const TOOL_BYTES = 60_000;
 
 export async function startFloodUpstream(options: FloodUpstreamOptions): Promise<FloodUpstream> {
   const lists: (string | null)[] = [];
   let notified = 0;
-  const perPage = Math.max(1, Math.round(options.pageBytes / TOOL_BYTES));
+  const toolBytes = options.toolBytes ?? 60_000;
+  const perPage = Math.max(1, Math.round(options.pageBytes / toolBytes));
   const pages = Array.from({ length: options.pages }, (_, p) =>
     JSON.stringify({
       tools: Array.from({ length: perPage }, (_, i) => ({
         name: `p${p}t${String(i).padStart(4, '0')}`,
-        description: 'x'.repeat(TOOL_BYTES - 100),
+        description: 'x'.repeat(toolBytes - 100),
         inputSchema: { type: 'object' },
       })),
       ...(p + 1 < options.pages ? { nextCursor: String(p + 1) } : {}),
@@ -44,13 +44,14 @@ export async function startFloodUpstream(options: FloodUpstreamOptions): Promise
   const sessions = new Set<string>();
   const streams = new Set<ServerResponse>();
   const timer = setInterval(() => {
+    if (options.everyMs === 0) return;
     for (const res of streams) {
       notified++;
       res.write(
         `event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/tools/list_changed' })}\n\n`,
       );
     }
-  }, options.everyMs);
+  }, options.everyMs || 60_000);
 
   const http = createServer((req, res) => {
     void (async () => {

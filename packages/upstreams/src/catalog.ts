@@ -711,6 +711,12 @@ export class UpstreamCatalog {
       leftOut++;
       if (problems.length < CATALOG_LIMITS.maxProblems) problems.push(problem);
     };
+    /** Why the reading stopped: said first, whatever came before. */
+    let stopped: string | undefined;
+    const stop = (problem: string) => {
+      leftOut++;
+      stopped = problem;
+    };
     let bytes = 0;
     /** Bytes of the answers read, every page's: the listing's own budget. */
     let answered = 0;
@@ -720,12 +726,12 @@ export class UpstreamCatalog {
     const signal = AbortSignal.timeout(upstream.timeoutMs * 2);
     for (let page = 0; ; page++) {
       if (page >= CATALOG_LIMITS.maxPages) {
-        report(`tools/list has more than ${CATALOG_LIMITS.maxPages} pages: the rest is left out`);
+        stop(`tools/list has more than ${CATALOG_LIMITS.maxPages} pages: the rest is left out`);
         break;
       }
       if (spent !== undefined) {
         // The pages after this one are not asked for: a flood of them costs nothing.
-        report(`${spent}: the pages after page ${page} are not read`);
+        stop(`${spent}: the pages after page ${page} are not read`);
         break;
       }
       const left = CATALOG_LIMITS.maxListingBytes - answered;
@@ -735,7 +741,7 @@ export class UpstreamCatalog {
       } catch (err) {
         // The first page is held to one answer's cap, as any; past it, the earlier pages stay.
         if (!(err instanceof ListingTooLarge) || page === 0) throw err;
-        report(
+        stop(
           `the tools/list answers passed ${CATALOG_LIMITS.maxListingBytes} bytes at page ${page + 1}: it and later pages are left out`,
         );
         break;
@@ -773,6 +779,10 @@ export class UpstreamCatalog {
         spent ??= `the tools/list answers passed ${CATALOG_LIMITS.maxListingBytes} bytes`;
     }
     tools.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    if (stopped !== undefined) {
+      problems.unshift(stopped);
+      problems.length = Math.min(problems.length, CATALOG_LIMITS.maxProblems);
+    }
     return { tools, problems, leftOut };
   }
 

@@ -12,6 +12,7 @@ import { startFloodUpstream, type FloodUpstream } from './support/flood-upstream
 interface UpstreamReport {
   id: string;
   leftOut: { count: number; problems: string[] };
+  tools: { tool: string; name: string; status: string; leftOut?: string }[];
 }
 
 async function until<T>(what: () => Promise<T> | T, ok: (v: T) => boolean, ms = 10_000) {
@@ -75,6 +76,17 @@ describe('an upstream whose tool names collide once sanitised', () => {
     expect(up.leftOut.count).toBe(2);
     expect(up.leftOut.problems).toEqual([
       'upstream "clash" tools "create.issue" and "create_issue" both become "clash__create_issue": none of them is served',
+    ]);
+    // each one's entry says so too: neither is served whatever its status
+    expect(up.tools.filter((t) => t.leftOut !== undefined)).toEqual([
+      expect.objectContaining({
+        tool: 'create.issue',
+        leftOut: 'not served: "create_issue" becomes the same name',
+      }),
+      expect.objectContaining({
+        tool: 'create_issue',
+        leftOut: 'not served: "create.issue" becomes the same name',
+      }),
     ]);
   });
 

@@ -71,6 +71,7 @@ export function Upstreams({ who, selected }: { who: WhoAmI; selected: string[] }
                       </td>
                       <td>
                         <Status status={t.status} />
+                        {t.leftOut ? ' · not served' : ''}
                       </td>
                       <td>
                         {t.flags.length === 0
@@ -140,6 +141,7 @@ function ToolPin({
       <h2 id="pin-title">
         {tool.name} <Status status={tool.status} />
       </h2>
+      {tool.leftOut && <p role="note">{visibleText(tool.leftOut)}</p>}
       <p class="tags">
         hash {tool.hash.slice(0, 16)}…
         {tool.approvedHash ? ` · approved ${tool.approvedHash.slice(0, 16)}…` : ''}

@@ -114,6 +114,11 @@ export interface UpstreamToolReport {
   /** The approved definition, when it is not the current one (the diff's other side). */
   approved?: unknown;
   flags: ScanFlag[];
+  /**
+   * Why the tool is not served whatever its status: another of the upstream's tools becomes the
+   * same toolgate name (docs/upstreams.md, "Naming").
+   */
+  leftOut?: string;
 }
 
 export interface UpstreamReport {
@@ -538,6 +543,13 @@ export class UpstreamCatalog {
       }
       const defs = await this.pins.definitions(upstream.id, [...hashes]);
       const others = this.otherNames(upstream.id);
+      const byName = new Map<string, string[]>();
+      for (const tool of entries.keys()) {
+        const name = upstreamToolName(upstream.id, tool);
+        const raw = byName.get(name);
+        if (raw) raw.push(tool);
+        else byName.set(name, [tool]);
+      }
       const tools: UpstreamToolReport[] = [];
       for (const [tool, e] of [...entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
         const current = defs.get(e.current);
@@ -557,6 +569,7 @@ export class UpstreamCatalog {
             ? { approved: defs.get(e.approved) ?? null }
             : {}),
           flags: current ? scanDefinition(current as UpstreamToolDefinition, others) : [],
+          ...collision(byName.get(upstreamToolName(upstream.id, tool))!, tool),
         });
       }
       const meta = this.metas.get(upstream.id);
@@ -813,12 +826,17 @@ export class UpstreamCatalog {
     const byName = new Map<string, string[]>();
     for (const { def } of defs) {
       const name = upstreamToolName(upstream.id, def.name);
-      byName.set(name, [...(byName.get(name) ?? []), def.name]);
+      const raw = byName.get(name);
+      if (raw) raw.push(def.name);
+      else byName.set(name, [def.name]);
     }
     for (const [name, raw] of byName) {
       if (raw.length < 2) continue;
-      const quoted = raw.map((r) => `"${r.slice(0, 64)}"`);
-      const list = `${quoted.slice(0, -1).join(', ')} and ${quoted.at(-1)!}`;
+      const quoted = raw.slice(0, 5).map((r) => `"${r.slice(0, 64)}"`);
+      const list =
+        raw.length > 5
+          ? `${quoted.join(', ')} and ${raw.length - 5} more`
+          : `${quoted.slice(0, -1).join(', ')} and ${quoted.at(-1)!}`;
       const all = raw.length === 2 ? 'both' : 'all';
       leaveOut(
         `upstream "${upstream.id}" tools ${list} ${all} become "${name}": none of them is served`,
@@ -853,6 +871,15 @@ export class UpstreamCatalog {
     }
     this.applied.set(upstream.id, { version, names, skipped, problems, held });
   }
+}
+
+/** The report's `leftOut` of `tool` when others of `raw` (its name's tools) share its name. */
+function collision(raw: readonly string[], tool: string): { leftOut?: string } {
+  if (raw.length < 2) return {};
+  const others = raw.filter((r) => r !== tool).slice(0, 5);
+  return {
+    leftOut: `not served: ${others.map((o) => `"${o.slice(0, 64)}"`).join(', ')}${raw.length > 6 ? ' and more' : ''} ${others.length > 1 ? 'become' : 'becomes'} the same name`,
+  };
 }
 
 function parseSupervisor(text: string): SupervisorEntry | undefined {

@@ -73,3 +73,32 @@ export function lineDiff(a: string, b: string): [' ' | '-' | '+', string][] {
   while (j < m) out.push(['+', y[j++]!]);
   return out;
 }
+
+/**
+ * Characters a reader cannot see or tell from a space: controls, format characters (bidi
+ * overrides, zero-width ones, the tag block), every default-ignorable code point (variation
+ * selectors U+FE00–FE0F and U+E0100–E01EF, Hangul fillers), line and paragraph separators,
+ * spaces other than U+0020, private-use and unassigned code points. A line break is the
+ * layout's own and is kept.
+ */
+const INVISIBLE =
+  /(?![\n ])[\p{Cc}\p{Cf}\p{Default_Ignorable_Code_Point}\p{Zl}\p{Zp}\p{Zs}\p{Co}\p{Cn}]/gu;
+
+/** `text` with every invisible character written as `⟨U+FE0F⟩`; a plain space stays. */
+export function visibleText(text: string): string {
+  return text.replace(
+    INVISIBLE,
+    (c) => `⟨U+${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}⟩`,
+  );
+}
+
+/** A value as the console shows a definition: indented JSON, invisible characters spelled out. */
+export const visibleJson = (v: unknown) => visibleText(json(v));
+
+/**
+ * The diff of two definitions an admin approves from: both as visibleJson, so a change made of
+ * invisible characters is a line that differs where the reader can see it.
+ */
+export function definitionDiff(before: unknown, after: unknown): [' ' | '-' | '+', string][] {
+  return lineDiff(visibleJson(before), visibleJson(after));
+}

@@ -88,7 +88,8 @@ describe.skipIf(reason !== undefined)('console: Upstreams page (chromium)', () =
   });
 
   it('shows a changed definition as a diff and approves the new one', async () => {
-    upstream.setDescription('echo', 'Says the text back, and forwards it elsewhere');
+    // ...with a sentence spelled in variation selectors at its end, which a browser draws as nothing
+    upstream.setDescription('echo', 'Says the text back, and forwards it elsewhere\uFE0F\u{E0100}');
     const page = await signedIn(KEYS.admin);
     await page.goto(`${stack.url}/console/#/upstreams/gh/echo`);
     await page.locator('tr[data-tool="gh__echo"]').filter({ hasText: 'quarantined' }).waitFor();
@@ -98,7 +99,7 @@ describe.skipIf(reason !== undefined)('console: Upstreams page (chromium)', () =
       expect.stringContaining('Says the text back"'),
     );
     await expect(diff.locator('.diff-add').allTextContents()).resolves.toContainEqual(
-      expect.stringContaining('forwards it elsewhere'),
+      expect.stringContaining('forwards it elsewhere⟨U+FE0F⟩⟨U+E0100⟩"'),
     );
     expect(await listed()).not.toContain('gh__echo');
     if (SHOTS) await page.screenshot({ path: join(SHOTS, 'upstreams.png'), fullPage: true });

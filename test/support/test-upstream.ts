@@ -41,6 +41,8 @@ export interface TestUpstreamOptions {
   descriptions?: Record<string, string>;
   /** Answers requests with plain JSON rather than an event stream (`enableJsonResponse`). */
   jsonResponse?: boolean;
+  /** More tools by name (any characters), each answering `ok: <name>`. */
+  extraTools?: string[];
 }
 
 const object = (properties: Record<string, unknown>, required: string[] = []) => ({
@@ -94,7 +96,7 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
           },
         ]
       : []),
-    ...extra.map((name) => ({
+    ...[...extra, ...(options.extraTools ?? [])].map((name) => ({
       name,
       description: `added later: ${name}`,
       inputSchema: object({}),
@@ -197,6 +199,8 @@ export async function startTestUpstream(options: TestUpstreamOptions = {}): Prom
         default:
           if (extra.includes(request.params.name))
             return { content: [{ type: 'text', text: 'ok' }] };
+          if (options.extraTools?.includes(request.params.name))
+            return { content: [{ type: 'text', text: `ok: ${request.params.name}` }] };
           return {
             content: [{ type: 'text', text: `no tool ${request.params.name}` }],
             isError: true,

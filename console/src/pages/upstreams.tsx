@@ -12,8 +12,8 @@ import type {
 } from '@toolgate/gateway';
 import { useState } from 'preact/hooks';
 import { ApiError, get, request } from '../api.js';
-import { ErrorNote, Json, Page, Status, usePoll } from '../components.js';
-import { lineDiff } from '../format.js';
+import { ErrorNote, Page, Status, usePoll } from '../components.js';
+import { definitionDiff, visibleJson, visibleText } from '../format.js';
 import { href } from '../router.js';
 
 export function Upstreams({ who, selected }: { who: WhoAmI; selected: string[] }) {
@@ -71,6 +71,7 @@ export function Upstreams({ who, selected }: { who: WhoAmI; selected: string[] }
                       </td>
                       <td>
                         <Status status={t.status} />
+                        {t.leftOut ? ' · not served' : ''}
                       </td>
                       <td>
                         {t.flags.length === 0
@@ -140,6 +141,7 @@ function ToolPin({
       <h2 id="pin-title">
         {tool.name} <Status status={tool.status} />
       </h2>
+      {tool.leftOut && <p role="note">{visibleText(tool.leftOut)}</p>}
       <p class="tags">
         hash {tool.hash.slice(0, 16)}…
         {tool.approvedHash ? ` · approved ${tool.approvedHash.slice(0, 16)}…` : ''}
@@ -148,7 +150,8 @@ function ToolPin({
         <ul class="flags" aria-label="Flags">
           {tool.flags.map((f, i) => (
             <li key={i}>
-              <strong>{f.code}</strong> at <code>{f.at}</code>: <code>{f.match}</code>
+              <strong>{f.code}</strong> at <code>{visibleText(f.at)}</code>
+              {f.key ? ' (property name)' : ''}: <code>{visibleText(f.match)}</code>
             </li>
           ))}
         </ul>
@@ -161,7 +164,9 @@ function ToolPin({
       ) : (
         <>
           <h3>Definition</h3>
-          <Json value={tool.current} label="Current definition" />
+          <pre class="json" aria-label="Current definition" tabIndex={0}>
+            {visibleJson(tool.current)}
+          </pre>
         </>
       )}
       {tool.status !== 'approved' && !done && (
@@ -175,8 +180,9 @@ function ToolPin({
   );
 }
 
+/** Invisible characters are spelled out (`⟨U+FE0F⟩`): a change in them shows. */
 function Diff({ before, after }: { before: unknown; after: unknown }) {
-  const lines = lineDiff(JSON.stringify(before, null, 2), JSON.stringify(after, null, 2));
+  const lines = definitionDiff(before, after);
   return (
     <pre class="json diff" aria-label="Definition diff" tabIndex={0}>
       {lines.map(([kind, text], i) => (

@@ -19,7 +19,7 @@ import type { RedisConfig } from '@toolgate/config';
 import { isStdioUpstream, upstreamToolName, type UpstreamConfig } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
-import { UpstreamConnection } from './connection.js';
+import { ListingTooLarge, UpstreamConnection } from './connection.js';
 import type { StdioServers, StdioSnapshot, StdioState } from './stdio-server.js';
 import {
   definitionHash,
@@ -43,6 +43,11 @@ export const CATALOG_LIMITS = {
   maxCatalogBytes: 2 * 1024 * 1024,
   /** `tools/list` pages read per refresh. */
   maxPages: 32,
+  /**
+   * Bytes of `tools/list` answers read per refresh, all pages together (one page is cut at
+   * this as it arrives): a hostile list costs one answer's worth, not one per page.
+   */
+  maxListingBytes: 8 * 1024 * 1024,
   /** Problems kept per upstream (the log has each). */
   maxProblems: 20,
   /**
@@ -79,6 +84,8 @@ interface CatalogMeta {
   error?: string;
   /** The catalog hash whose definitions were recorded in the pins (they are, when equal). */
   pinned?: string;
+  /** When the last refresh made early for a `list_changed` was tried (ms). */
+  notifiedAt?: number;
 }
 
 /** A tool this process does not serve until an admin approves its definition. */
@@ -107,6 +114,11 @@ export interface UpstreamToolReport {
   /** The approved definition, when it is not the current one (the diff's other side). */
   approved?: unknown;
   flags: ScanFlag[];
+  /**
+   * Why the tool is not served whatever its status: another of the upstream's tools becomes the
+   * same toolgate name (docs/upstreams.md, "Naming").
+   */
+  leftOut?: string;
 }
 
 export interface UpstreamReport {
@@ -204,7 +216,10 @@ export class UpstreamCatalog {
   private readonly pins: Pins;
   private readonly audit: AuditLog;
   private readonly metas = new Map<string, CatalogMeta>();
+  /** Upstreams that sent `list_changed` since their last read. */
   private readonly changed = new Set<string>();
+  /** Stdio upstreams whose server (re)started since their last read. */
+  private readonly started = new Set<string>();
   /** When this process last renewed an idle stdio server's catalog TTL. */
   private readonly kept = new Map<string, number>();
   /** Per stdio upstream: what this process last wrote of its server, and when. */
@@ -341,10 +356,7 @@ export class UpstreamCatalog {
     if (isStdioUpstream(upstream)) await this.syncSupervisors(upstream);
     const { catalog, lease } = this.keys.upstream(upstream.id);
     let meta = parseMeta(await this.redis.hget(catalog, 'meta'));
-    let due =
-      !meta ||
-      Date.now() - meta.checkedAt >= upstream.refreshSeconds * 1000 ||
-      this.changed.has(upstream.id);
+    let due = this.due(upstream, meta);
     if (isStdioUpstream(upstream)) {
       // Read where its server runs, and only while it runs (or never was read): a refresh must
       // not wake a server stopped for idleness. It is read again each time it starts.
@@ -366,8 +378,17 @@ export class UpstreamCatalog {
       const got = await this.redis.set(lease, this.token, 'PX', leaseMs, 'NX');
       if (got === 'OK') {
         try {
-          this.changed.delete(upstream.id);
-          meta = await this.refresh(upstream, meta);
+          // Another process may have refreshed between the read above and the lease.
+          meta = parseMeta(await this.redis.hget(catalog, 'meta'));
+          if (this.due(upstream, meta)) {
+            const early =
+              this.changed.has(upstream.id) &&
+              !this.started.has(upstream.id) &&
+              !this.stale(upstream, meta);
+            this.changed.delete(upstream.id);
+            this.started.delete(upstream.id);
+            meta = await this.refresh(upstream, meta, early);
+          }
         } finally {
           await this.redis.eval(RELEASE, 1, lease, this.token).catch(() => undefined);
         }
@@ -390,6 +411,24 @@ export class UpstreamCatalog {
     const entries =
       upstream.trust === 'pin' ? await this.pins.entries(upstream.id) : new Map<string, PinEntry>();
     this.apply(upstream, version, read.tools, entries);
+  }
+
+  /** The catalog was read longer than `refreshSeconds` ago (or never). */
+  private stale(upstream: UpstreamConfig, meta: CatalogMeta | undefined): boolean {
+    return !meta || Date.now() - meta.checkedAt >= upstream.refreshSeconds * 1000;
+  }
+
+  /**
+   * Whether to read the list now: every `refreshSeconds`, and on `list_changed` at once unless
+   * a refresh for a notification ran less than `refreshSeconds` ago; then the notifications
+   * since are one refresh when that window ends. A flood of them costs one read per window.
+   */
+  private due(upstream: UpstreamConfig, meta: CatalogMeta | undefined): boolean {
+    if (this.stale(upstream, meta) || this.started.has(upstream.id)) return true;
+    return (
+      this.changed.has(upstream.id) &&
+      Date.now() - (meta!.notifiedAt ?? 0) >= upstream.refreshSeconds * 1000
+    );
   }
 
   /**
@@ -504,6 +543,13 @@ export class UpstreamCatalog {
       }
       const defs = await this.pins.definitions(upstream.id, [...hashes]);
       const others = this.otherNames(upstream.id);
+      const byName = new Map<string, string[]>();
+      for (const tool of entries.keys()) {
+        const name = upstreamToolName(upstream.id, tool);
+        const raw = byName.get(name);
+        if (raw) raw.push(tool);
+        else byName.set(name, [tool]);
+      }
       const tools: UpstreamToolReport[] = [];
       for (const [tool, e] of [...entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
         const current = defs.get(e.current);
@@ -523,6 +569,7 @@ export class UpstreamCatalog {
             ? { approved: defs.get(e.approved) ?? null }
             : {}),
           flags: current ? scanDefinition(current as UpstreamToolDefinition, others) : [],
+          ...collision(byName.get(upstreamToolName(upstream.id, tool))!, tool),
         });
       }
       const meta = this.metas.get(upstream.id);
@@ -582,9 +629,12 @@ export class UpstreamCatalog {
   private async refresh(
     upstream: UpstreamConfig,
     previous: CatalogMeta | undefined,
+    /** Made before `refreshSeconds` were up, for a `list_changed`. */
+    early: boolean,
   ): Promise<CatalogMeta> {
     const { catalog } = this.keys.upstream(upstream.id);
     const ttlSeconds = catalogTtlSeconds(upstream);
+    const notifiedAt = early ? Date.now() : previous?.notifiedAt;
     let read: { tools: UpstreamToolDefinition[]; problems: string[]; leftOut: number };
     try {
       read = await this.read(upstream);
@@ -600,6 +650,7 @@ export class UpstreamCatalog {
         ...(previous?.leftOut !== undefined ? { leftOut: previous.leftOut } : {}),
         error: error.slice(0, 500),
         ...(previous?.pinned ? { pinned: previous.pinned } : {}),
+        ...(notifiedAt !== undefined ? { notifiedAt } : {}),
       };
       await this.redis
         .multi()
@@ -630,6 +681,7 @@ export class UpstreamCatalog {
       problems: read.problems,
       leftOut: read.leftOut,
       pinned: hash,
+      ...(notifiedAt !== undefined ? { notifiedAt } : {}),
     };
     for (const problem of read.problems)
       this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
@@ -648,12 +700,19 @@ export class UpstreamCatalog {
     let connection = this.listing.get(upstream.id);
     if (!connection) {
       const changed = () => {
+        // One look per burst: while a change waits for its window, the next ones are the same.
+        if (this.changed.has(upstream.id)) return;
         // Another process may hold the lease now: it reads the list on its next tick.
         this.changed.add(upstream.id);
         void this.tick();
       };
       const server = this.stdio?.get(upstream.id);
-      if (server) server.onStarted = changed;
+      if (server)
+        server.onStarted = () => {
+          // A server (re)started is read at once, whatever the window: it is a new server.
+          this.started.add(upstream.id);
+          void this.tick();
+        };
       connection = new UpstreamConnection(upstream, this.fetchImpl, changed, server);
       this.listing.set(upstream.id, connection);
     }
@@ -665,19 +724,48 @@ export class UpstreamCatalog {
       leftOut++;
       if (problems.length < CATALOG_LIMITS.maxProblems) problems.push(problem);
     };
+    /** Why the reading stopped: said first, whatever came before. */
+    let stopped: string | undefined;
+    const stop = (problem: string) => {
+      leftOut++;
+      stopped = problem;
+    };
     let bytes = 0;
+    /** Bytes of the answers read, every page's: the listing's own budget. */
+    let answered = 0;
+    /** Why no further page is read, once a byte budget is spent. */
+    let spent: string | undefined;
     let cursor: string | undefined;
     const signal = AbortSignal.timeout(upstream.timeoutMs * 2);
     for (let page = 0; ; page++) {
       if (page >= CATALOG_LIMITS.maxPages) {
-        report(`tools/list has more than ${CATALOG_LIMITS.maxPages} pages: the rest is left out`);
+        stop(`tools/list has more than ${CATALOG_LIMITS.maxPages} pages: the rest is left out`);
         break;
       }
-      const result = await connection.listPage(cursor, signal);
+      if (spent !== undefined) {
+        // The pages after this one are not asked for: a flood of them costs nothing.
+        stop(`${spent}: the pages after page ${page} are not read`);
+        break;
+      }
+      const left = CATALOG_LIMITS.maxListingBytes - answered;
+      let result: Awaited<ReturnType<UpstreamConnection['listPage']>>;
+      try {
+        result = await connection.listPage(cursor, signal, left);
+      } catch (err) {
+        // The first page is held to one answer's cap, as any; past it, the earlier pages stay.
+        if (!(err instanceof ListingTooLarge) || page === 0) throw err;
+        stop(
+          `the tools/list answers passed ${CATALOG_LIMITS.maxListingBytes} bytes at page ${page + 1}: it and later pages are left out`,
+        );
+        break;
+      }
+      answered += result.bytes;
       for (const tool of result.tools) {
         if (allowed && !allowed.has(tool.name)) continue;
         const def = definitionOf(tool);
         const size = Buffer.byteLength(JSON.stringify(def));
+        // A stdio answer is not counted as it arrives (its transport caps each message).
+        if (result.bytes === 0) answered += size;
         if (size > CATALOG_LIMITS.maxToolBytes) {
           report(
             `"${tool.name.slice(0, 64)}": its definition has ${size} bytes (at most ${CATALOG_LIMITS.maxToolBytes})`,
@@ -686,9 +774,12 @@ export class UpstreamCatalog {
           report(
             `more than ${CATALOG_LIMITS.maxTools} tools: "${tool.name.slice(0, 64)}" and later ones are left out`,
           );
+        } else if (spent !== undefined) {
+          leftOut++; // said once, below
         } else if (bytes + size > CATALOG_LIMITS.maxCatalogBytes) {
+          spent = `the catalog passed ${CATALOG_LIMITS.maxCatalogBytes} bytes`;
           report(
-            `the catalog passed ${CATALOG_LIMITS.maxCatalogBytes} bytes at "${tool.name.slice(0, 64)}"`,
+            `the catalog passed ${CATALOG_LIMITS.maxCatalogBytes} bytes at "${tool.name.slice(0, 64)}": it and later tools are left out`,
           );
         } else {
           tools.push(def);
@@ -697,8 +788,14 @@ export class UpstreamCatalog {
       }
       cursor = typeof result.nextCursor === 'string' ? result.nextCursor : undefined;
       if (cursor === undefined) break;
+      if (answered >= CATALOG_LIMITS.maxListingBytes)
+        spent ??= `the tools/list answers passed ${CATALOG_LIMITS.maxListingBytes} bytes`;
     }
     tools.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    if (stopped !== undefined) {
+      problems.unshift(stopped);
+      problems.length = Math.min(problems.length, CATALOG_LIMITS.maxProblems);
+    }
     return { tools, problems, leftOut };
   }
 
@@ -717,45 +814,72 @@ export class UpstreamCatalog {
     for (const name of before) this.registry.unregister(name);
     const names: string[] = [];
     const held = new Map<string, HeldTool>();
-    const from = new Map<string, string>();
     let skipped = 0;
     const problems: string[] = [];
+    const leaveOut = (problem: string, count = 1) => {
+      skipped += count;
+      if (problems.length < CATALOG_LIMITS.maxProblems) problems.push(problem);
+      this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
+    };
+    // Two of its tools that become one name are both left out, whatever their pins: which of
+    // them a call, an approval or an `approval:` entry meant cannot be told apart.
+    const byName = new Map<string, string[]>();
+    for (const { def } of defs) {
+      const name = upstreamToolName(upstream.id, def.name);
+      const raw = byName.get(name);
+      if (raw) raw.push(def.name);
+      else byName.set(name, [def.name]);
+    }
+    for (const [name, raw] of byName) {
+      if (raw.length < 2) continue;
+      const quoted = raw.slice(0, 5).map((r) => `"${r.slice(0, 64)}"`);
+      const list =
+        raw.length > 5
+          ? `${quoted.join(', ')} and ${raw.length - 5} more`
+          : `${quoted.slice(0, -1).join(', ')} and ${quoted.at(-1)!}`;
+      const all = raw.length === 2 ? 'both' : 'all';
+      leaveOut(
+        `upstream "${upstream.id}" tools ${list} ${all} become "${name}": none of them is served`,
+        raw.length,
+      );
+    }
     const started = performance.now();
     for (const { def, hash } of defs) {
       const name = upstreamToolName(upstream.id, def.name);
+      if (byName.get(name)!.length > 1) continue;
       // Under `pin` only the very definition approved is served: its hash, not the pin's
       // `current`, so a catalog and pins read a moment apart never serve an unapproved one.
       const status = upstream.trust === 'pin' ? pinStatus(pins.get(def.name), hash) : 'approved';
       if (status !== 'approved') {
-        if (!held.has(name))
-          held.set(name, { upstream: upstream.id, tool: def.name, name, status });
+        held.set(name, { upstream: upstream.id, tool: def.name, name, status });
         continue;
       }
-      const other = from.get(name);
       let problem: string | undefined;
       if (performance.now() - started > CATALOG_LIMITS.compileBudgetMs) {
         problem = `upstream "${upstream.id}": compiling its schemas took over ${CATALOG_LIMITS.compileBudgetMs} ms; "${def.name}" and later tools are left out`;
-      } else if (other !== undefined) {
-        problem = `upstream "${upstream.id}" tools "${other}" and "${def.name}" both become "${name}"`;
       } else if (this.registry.get(name)) {
         problem = `upstream "${upstream.id}" tool "${def.name}" becomes "${name}", the name of a tool toolgate already has`;
       } else {
         try {
           this.registry.register(upstreamToolSpec(upstream, def));
           names.push(name);
-          from.set(name, def.name);
         } catch (err) {
           problem = `upstream "${upstream.id}" tool "${def.name}": ${(err as Error).message}`;
         }
       }
-      if (problem) {
-        skipped++;
-        if (problems.length < CATALOG_LIMITS.maxProblems) problems.push(problem);
-        this.log.warn({ upstream: upstream.id, problem }, 'upstream tool left out');
-      }
+      if (problem) leaveOut(problem);
     }
     this.applied.set(upstream.id, { version, names, skipped, problems, held });
   }
+}
+
+/** The report's `leftOut` of `tool` when others of `raw` (its name's tools) share its name. */
+function collision(raw: readonly string[], tool: string): { leftOut?: string } {
+  if (raw.length < 2) return {};
+  const others = raw.filter((r) => r !== tool).slice(0, 5);
+  return {
+    leftOut: `not served: ${others.map((o) => `"${o.slice(0, 64)}"`).join(', ')}${raw.length > 6 ? ' and more' : ''} ${others.length > 1 ? 'become' : 'becomes'} the same name`,
+  };
 }
 
 function parseSupervisor(text: string): SupervisorEntry | undefined {

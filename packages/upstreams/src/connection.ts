@@ -74,10 +74,11 @@ export class UpstreamConnection {
   private inFlight = 0;
   private readonly waiting: (() => void)[] = [];
   /**
-   * Aborted when a listing's response passes MAX_RESPONSE_BYTES: the SDK swallows a failed
-   * event stream, so the request would otherwise wait for its timeout.
+   * The listing being read: its cap and the bytes of its answer so far. `abort` fires when the
+   * answer passes the cap: the SDK swallows a failed event stream, so the request would
+   * otherwise wait for its timeout.
    */
-  private listTooLarge: AbortController | undefined;
+  private listing: { abort: AbortController; max: number; bytes: number } | undefined;
   /** Ids of this process's requests on an HTTP session (the SDK's own are numbers). */
   private requestSeq = 0;
   private closed = false;
@@ -103,13 +104,19 @@ export class UpstreamConnection {
     return this.stdio ? this.stdio.running : this.client !== undefined;
   }
 
-  /** One page of `tools/list`; `cursor` from the previous page. */
+  /**
+   * One page of `tools/list`; `cursor` from the previous page. Its answer is cut at `maxBytes`
+   * (at most MAX_RESPONSE_BYTES) as it arrives, a ListingTooLarge; `bytes` is what was read
+   * (over HTTP; a stdio message is capped by its transport, and not counted here).
+   */
   async listPage(
     cursor: string | undefined,
     signal: AbortSignal,
-  ): Promise<{ tools: McpTool[]; nextCursor?: string }> {
+    maxBytes: number = MAX_RESPONSE_BYTES,
+  ): Promise<{ tools: McpTool[]; nextCursor?: string; bytes: number }> {
     const tooLarge = new AbortController();
-    this.listTooLarge = tooLarge;
+    const listing = { abort: tooLarge, max: Math.min(maxBytes, MAX_RESPONSE_BYTES), bytes: 0 };
+    this.listing = listing;
     const both = AbortSignal.any([signal, tooLarge.signal]);
     try {
       const client = await this.connect(both);
@@ -117,13 +124,12 @@ export class UpstreamConnection {
         { method: 'tools/list', params: cursor === undefined ? {} : { cursor } },
         { signal: both, timeout: this.upstream.timeoutMs },
       );
-      return page as { tools: McpTool[]; nextCursor?: string };
+      return { ...(page as { tools: McpTool[]; nextCursor?: string }), bytes: listing.bytes };
     } catch (err) {
-      if (tooLarge.signal.aborted)
-        throw new Error(`a tools/list answer passed ${MAX_RESPONSE_BYTES} bytes`);
+      if (tooLarge.signal.aborted) throw new ListingTooLarge(listing.max);
       throw this.failure(err, signal, 'tools/list');
     } finally {
-      if (this.listTooLarge === tooLarge) this.listTooLarge = undefined;
+      if (this.listing === listing) this.listing = undefined;
     }
   }
 
@@ -406,11 +412,18 @@ export class UpstreamConnection {
   private async tappedFetch(url: string | URL, init?: RequestInit): Promise<Response> {
     const response = await this.fetchImpl(url, init);
     if (!response.body) return response;
-    const listing = typeof init?.body === 'string' && init.body.includes('"tools/list"');
+    const listing =
+      typeof init?.body === 'string' && init.body.includes('"tools/list"')
+        ? this.listing
+        : undefined;
     const body = response.body.pipeThrough(
-      capped(MAX_RESPONSE_BYTES, () => {
-        if (listing) this.listTooLarge?.abort();
-      }),
+      capped(
+        listing?.max ?? MAX_RESPONSE_BYTES,
+        () => listing?.abort.abort(),
+        (n) => {
+          if (listing) listing.bytes += n;
+        },
+      ),
     );
     return new Response(body, {
       status: response.status,
@@ -465,6 +478,14 @@ export class UpstreamConnection {
   }
 }
 
+/** A `tools/list` answer cut at its cap (listPage's `maxBytes`) as it arrived. */
+export class ListingTooLarge extends Error {
+  constructor(readonly max: number) {
+    super(`a tools/list answer passed ${max} bytes`);
+    this.name = 'ListingTooLarge';
+  }
+}
+
 function messageOf(err: unknown): string {
   if (err instanceof ToolError) return err.message;
   const e = err as { message?: unknown; cause?: { message?: unknown } };
@@ -474,11 +495,16 @@ function messageOf(err: unknown): string {
 }
 
 /** Passes bytes through up to `max`, then fails the stream. */
-function capped(max: number, onOversize: () => void): TransformStream<Uint8Array, Uint8Array> {
+function capped(
+  max: number,
+  onOversize: () => void,
+  onBytes?: (n: number) => void,
+): TransformStream<Uint8Array, Uint8Array> {
   let bytes = 0;
   return new TransformStream({
     transform(chunk, controller) {
       bytes += chunk.byteLength;
+      onBytes?.(chunk.byteLength);
       if (bytes > max) {
         onOversize();
         controller.error(new Error(`the upstream's response is larger than ${max} bytes`));

@@ -35,9 +35,15 @@ export function definitionOf(tool: McpTool): UpstreamToolDefinition {
   };
 }
 
-/** `approval:` entries match the upstream's own tool names, or `*` for all of them. */
+/**
+ * `approval:` entries name the upstream's tools (or `*` for all of them), compared by the
+ * toolgate name each becomes: `create.issue` and `create_issue` are one tool to a model, so an
+ * entry for one holds the other too (two tools that become one name are not served at all).
+ */
 export function needsApproval(upstream: UpstreamConfig, tool: string): boolean {
-  return upstream.approval.includes('*') || upstream.approval.includes(tool);
+  if (upstream.approval.includes('*')) return true;
+  const name = upstreamToolName(upstream.id, tool);
+  return upstream.approval.some((entry) => upstreamToolName(upstream.id, entry) === name);
 }
 
 export function upstreamToolSpec(

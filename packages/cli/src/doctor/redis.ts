@@ -3,8 +3,9 @@ import { createRedis, type RedisTarget } from '@toolgate/calls';
 import { fail, ok, warn, type CheckResult } from './check.js';
 
 /**
- * The queues' scripts (packages/calls/src/lane.ts) use `SET … KEEPTTL` and `BZPOPMIN` with a
- * fractional timeout: Redis 6.0. 6.2 is what the tests and the images run.
+ * toolgate's own scripts use `BZPOPMIN`-era commands (Redis 6.0); BullMQ, which runs the queues,
+ * needs 5.0 and asks for 6.2 (its blocking fetch with a fractional timeout). 6.2 is what the
+ * tests and the images run.
  */
 const MINIMUM = '6.0.0';
 const RECOMMENDED = '6.2.0';

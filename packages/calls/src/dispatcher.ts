@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './redis.js';
-import type { Keys } from './keys.js';
+import type { Keys, QueueName } from './keys.js';
 import type { CallStore } from './store.js';
-import { Lane, endedStub, type LaneAdmit } from './lane.js';
+import { CallQueue, briefCall, endedStub, type Admit } from './call-queue.js';
+import type { QueueOptions } from 'bullmq';
 import { Upkeep } from './upkeep.js';
 import type { CallBrief, CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
 
-const KINDS: QueueKind[] = ['fast', 'sandbox'];
 /**
  * Fallback checks of a waited-for call, at 1, 3, 7, 12, 17… s: one round trip of three reads
  * each (see `ended`). Every end of a call publishes its reply (a worker's FINISH, a failed call's
@@ -18,8 +18,10 @@ const KINDS: QueueKind[] = ['fast', 'sandbox'];
 const POLL_FIRST_MS = 1000;
 const REPLY_UNSURE_MS = 5000;
 const POLL_MAX_MS = 5000;
-/** Bytes of a job key the fallback poll reads: an ended call's stub, never a job's arguments. */
+/** Bytes of an ended stub the fallback poll reads. */
 const STUB_BYTES = 2048;
+/** Session queues (one per worker hosting sessions) whose BullMQ Queue this gateway keeps open. */
+const SESSION_QUEUES_KEPT = 64;
 /** How long `lookup` waits once for the record of a call that just ended. */
 const RECORD_GRACE_MS = 25;
 
@@ -32,8 +34,10 @@ type Waiter = (outcome: CallOutcome | undefined) => void;
  * result travels in one hop; a slow poll of the job's state backs that up.
  */
 export class Dispatcher {
-  /** The queues (Lane): admission and enqueue in one script each. */
-  readonly lanes: Record<QueueKind, Lane>;
+  /** The shared queues (BullMQ), each call admitted by a script before its add. */
+  readonly queues: Record<QueueKind, CallQueue>;
+  /** Workers' session queues this gateway added to lately (oldest first). */
+  private readonly sessionQueues = new Map<string, CallQueue>();
   /** When a client's in-flight set last got its pruning and expiry (once a second is enough). */
   private readonly upkeep = new Upkeep(1000);
   private readonly waiters = new Map<string, Set<Waiter>>();
@@ -51,10 +55,12 @@ export class Dispatcher {
     subscriber: RedisClient,
     private readonly keys: Keys,
     private readonly store: CallStore,
+    /** BullMQ's telemetry (bullmq-otel), so a call's add joins its trace. */
+    private readonly telemetry?: QueueOptions['telemetry'],
   ) {
-    this.lanes = {
-      fast: new Lane(connection, keys, 'fast'),
-      sandbox: new Lane(connection, keys, 'sandbox'),
+    this.queues = {
+      fast: new CallQueue(connection, keys, 'fast', 'fast', telemetry),
+      sandbox: new CallQueue(connection, keys, 'sandbox', 'sandbox', telemetry),
     };
     this.replyChannel = keys.reply(randomUUID());
     this.replies = subscriber;
@@ -98,13 +104,12 @@ export class Dispatcher {
   async counts(
     kind: QueueKind,
   ): Promise<{ waiting: number; active: number; delayed: number; failed: number }> {
-    // A call failed outside its tool leaves only its stub: no count of them is kept.
-    return { ...(await this.lanes[kind].counts()), failed: 0 };
+    return this.queues[kind].counts();
   }
 
   /**
    * A call admitted against the client's `limit` of calls in flight (0: never refused, for
-   * approved calls) and queued at its fair place, in one round trip (Lane).
+   * approved calls) and added to its queue at its fair place (CallQueue).
    */
   async enqueue(
     job: CallJob,
@@ -115,15 +120,12 @@ export class Dispatcher {
     userLimit?: number,
     /** A session's call: the worker hosting the session, whose own queue takes it. */
     host?: string,
-  ): Promise<LaneAdmit> {
+  ): Promise<Admit> {
     await this.subscribed;
     try {
       const upkeep = this.upkeep.due(job.clientId);
-      const lane =
-        host === undefined
-          ? this.lanes[kind]
-          : new Lane(this.connection, this.keys, kind, this.keys.sessionLane(host));
-      return await lane.enqueue(job, limit, staleAfterMs, upkeep, userLimit);
+      const queue = host === undefined ? this.queues[kind] : this.sessionQueue(host);
+      return await queue.enqueue(job, limit, staleAfterMs, upkeep, userLimit);
     } catch (err) {
       // Not accepted, so no outcome will come: end the wait registered for it rather than
       // leave its timers polling Redis until the tool's timeout (every call of an outage).
@@ -229,77 +231,70 @@ export class Dispatcher {
     const record = await this.store.get(id);
     // A record says everything, except for approved calls now back in the queue.
     if (record && record.status !== 'queued') return record;
-    for (const kind of KINDS) {
-      const found = await this.lanes[kind].state(id);
-      if (!found) continue;
-      if (found.state === 'ended') {
-        const { stub } = found;
-        const base = {
-          id,
-          tool: stub.tool,
-          clientId: stub.clientId,
-          ...(stub.user === undefined ? {} : { user: stub.user }),
-          queue: kind,
-          createdAt: stub.acceptedAt,
-        };
-        if (stub.failed !== undefined) {
-          return { ...base, status: 'error', outcome: failedOutcome(id, stub.tool, stub.failed) };
-        }
-        // Ended: its record lands within milliseconds (the worker's batch); until then,
-        // running (an approved call's record says `queued` until then).
-        return (await this.recordAfterGrace(id)) ?? { ...base, status: 'running' };
-      }
-      const { job } = found;
+    const found = await briefCall(this.connection, this.keys, id);
+    if (!found) {
+      // Finished between the two reads (or approved and not yet enqueued).
+      return (await this.store.get(id)) ?? record;
+    }
+    if ('ended' in found) {
+      const stub = found.ended;
       const base = {
         id,
-        tool: job.tool,
-        clientId: job.clientId,
-        ...(job.user === undefined ? {} : { user: job.user }),
-        queue: kind,
-        createdAt: job.acceptedAt,
+        tool: stub.tool,
+        clientId: stub.clientId,
+        ...(stub.user === undefined ? {} : { user: stub.user }),
+        queue: stub.queue,
+        createdAt: stub.acceptedAt,
       };
-      if (found.state === 'waiting' && job.session) {
-        // A session's call waits or runs in its worker's own queue.
-        const held = await this.connection.zscore(
-          this.keys.laneActive(this.keys.sessionLane(job.session.host)),
-          id,
-        );
-        return { ...base, status: held === null ? 'queued' : 'running' };
+      if (stub.failed !== undefined) {
+        return { ...base, status: 'error', outcome: failedOutcome(id, stub.tool, stub.failed) };
       }
-      if (found.state === 'waiting') return { ...base, status: 'queued' };
-      // A sandbox call runs once its worker holds its client's lease. Held by a worker without
-      // one, it is on its way back to the queue (the client already runs its share: a
-      // fairness deferral), or it has just ended and given its lease back.
-      if (kind === 'fast') return { ...base, status: 'running' };
-      const leased = await this.connection.zscore(this.keys.running(job.clientId, kind), id);
-      if (leased !== null) return { ...base, status: 'running' };
-      return (await this.recordAfterGrace(id)) ?? { ...base, status: 'queued' };
+      // Ended: its record lands within milliseconds (the worker's batch); until then,
+      // running (an approved call's record says `queued` until then).
+      return (await this.recordAfterGrace(id)) ?? { ...base, status: 'running' };
     }
-    // Finished between the two reads (or approved and not yet enqueued).
-    return (await this.store.get(id)) ?? record;
+    const kind: QueueKind = found.queue === 'fast' ? 'fast' : 'sandbox';
+    const state = await this.queueNamed(found.queue).state(id);
+    if (!state) return (await this.store.get(id)) ?? record;
+    if (state.state === 'ended') return this.lookup(id);
+    const { job } = state;
+    const base = {
+      id,
+      tool: job.tool,
+      clientId: job.clientId,
+      ...(job.user === undefined ? {} : { user: job.user }),
+      queue: kind,
+      createdAt: job.acceptedAt,
+    };
+    if (state.state === 'waiting') return { ...base, status: 'queued' };
+    // A sandbox call runs once its worker holds its client's lease (a session's call, once
+    // its worker holds it). Held by a worker without one, it is on its way back to the queue
+    // (the client already runs its share: a fairness deferral), or it has just ended and given
+    // its lease back.
+    if (kind === 'fast' || job.session) return { ...base, status: 'running' };
+    const leased = await this.connection.zscore(this.keys.running(job.clientId, kind), id);
+    if (leased !== null) return { ...base, status: 'running' };
+    return (await this.recordAfterGrace(id)) ?? { ...base, status: 'queued' };
   }
 
   /**
    * The outcome of a call that has ended, else undefined: what a waiting gateway's fallback
-   * poll needs, in one round trip of three reads (its record, the head of its job key in
-   * either queue), where `lookup` takes up to nine for a call still running.
+   * poll needs, in one round trip of two reads (its record, the head of its ended stub), where
+   * `lookup` takes several for a call still running.
    */
   async ended(id: string): Promise<CallOutcome | undefined> {
-    const [[, text], [, fast], [, sandbox]] = (await this.connection
+    const [[, text], [, head]] = (await this.connection
       .pipeline()
       .get(this.keys.call(id))
-      .getrange(this.keys.laneJob('fast', id), 0, STUB_BYTES - 1)
-      .getrange(this.keys.laneJob('sandbox', id), 0, STUB_BYTES - 1)
-      .exec()) as [[unknown, string | null], [unknown, string], [unknown, string]];
+      .getrange(this.keys.ended(id), 0, STUB_BYTES - 1)
+      .exec()) as [[unknown, string | null], [unknown, string]];
     const record = text ? (JSON.parse(text) as CallRecord) : undefined;
     if (record?.outcome && record.status !== 'queued') return record.outcome;
-    for (const head of [fast, sandbox]) {
-      if (!head?.startsWith('E|')) continue;
-      const stub = endedStub(head);
-      // Cut short (a long reason): the full read says.
-      if (!stub) return (await this.lookup(id))?.outcome;
-      if (stub.failed !== undefined) return failedOutcome(id, stub.tool, stub.failed);
-    }
+    if (!head) return undefined;
+    const stub = endedStub(head);
+    // Cut short (a long reason): the full read says.
+    if (!stub) return (await this.lookup(id))?.outcome;
+    if (stub.failed !== undefined) return failedOutcome(id, stub.tool, stub.failed);
     return undefined;
   }
 
@@ -309,28 +304,29 @@ export class Dispatcher {
    * queue holds the call.
    */
   async peek(id: string, clientId: string): Promise<CallBrief | undefined> {
-    for (const kind of KINDS) {
-      const found = await this.lanes[kind].brief(id);
-      if (!found) continue;
-      const base = {
-        id,
-        tool: found.tool,
-        clientId,
-        ...(found.user === undefined ? {} : { user: found.user }),
-        createdAt: found.acceptedAt,
-      };
-      if (found.state === 'failed') {
-        const { error } = failedOutcome(id, found.tool, found.failed);
-        return { ...base, status: 'error', errorCode: error?.code ?? 'worker_error' };
+    const found = await briefCall(this.connection, this.keys, id);
+    if (!found) return undefined;
+    const { tool, user, acceptedAt } = 'ended' in found ? found.ended : found.brief;
+    const base = {
+      id,
+      tool,
+      clientId,
+      ...(user === undefined ? {} : { user }),
+      createdAt: acceptedAt,
+    };
+    if ('ended' in found) {
+      if (found.ended.failed === undefined) {
+        // Ended: its record lands within milliseconds; until then it reads as running.
+        return { ...base, status: 'running' };
       }
-      if (found.state === 'waiting') return { ...base, status: 'queued' };
-      // Ended: its record lands within milliseconds; until then it reads as running.
-      if (found.state === 'ended' || kind === 'fast') return { ...base, status: 'running' };
-      // Held by a sandbox worker: running once it holds its client's lease (see lookup).
-      const leased = await this.connection.zscore(this.keys.running(clientId, kind), id);
-      return { ...base, status: leased === null ? 'queued' : 'running' };
+      const { error } = failedOutcome(id, tool, found.ended.failed);
+      return { ...base, status: 'error', errorCode: error?.code ?? 'worker_error' };
     }
-    return undefined;
+    if (found.brief.state === 'waiting') return { ...base, status: 'queued' };
+    if (found.queue !== 'sandbox') return { ...base, status: 'running' };
+    // Held by a sandbox worker: running once it holds its client's lease (see lookup).
+    const leased = await this.connection.zscore(this.keys.running(clientId, 'sandbox'), id);
+    return { ...base, status: leased === null ? 'queued' : 'running' };
   }
 
   /** A call's final record, read once more after RECORD_GRACE_MS if it is not there yet. */
@@ -351,16 +347,45 @@ export class Dispatcher {
    * or undefined when there was none to take: held by a worker, finished, or not a queued call.
    */
   async removeWaiting(id: string): Promise<{ job: CallJob; kind: QueueKind } | undefined> {
-    for (const kind of KINDS) {
-      const job = await this.lanes[kind].remove(id);
-      if (job) return { job, kind };
+    const found = await briefCall(this.connection, this.keys, id);
+    if (!found || 'ended' in found || found.brief.state !== 'waiting') return undefined;
+    const queue = this.queueNamed(found.queue);
+    const job = await queue.remove(id);
+    return job ? { job, kind: queue.kind } : undefined;
+  }
+
+  /** A queue by its BullMQ name: a shared one, or a worker's session queue. */
+  private queueNamed(name: QueueName): CallQueue {
+    if (name === 'fast' || name === 'sandbox') return this.queues[name];
+    return this.sessionQueue(name.slice('sessions-'.length));
+  }
+
+  /** A worker's session queue, kept open for the next calls (a few dozen at most). */
+  private sessionQueue(host: string): CallQueue {
+    const name = this.keys.sessionQueue(host);
+    let queue = this.sessionQueues.get(name);
+    if (queue) {
+      this.sessionQueues.delete(name);
+    } else {
+      queue = new CallQueue(this.connection, this.keys, 'sandbox', name, this.telemetry);
+      for (const [old, q] of this.sessionQueues) {
+        if (this.sessionQueues.size < SESSION_QUEUES_KEPT) break;
+        this.sessionQueues.delete(old);
+        void q.close().catch(() => undefined);
+      }
     }
-    return undefined;
+    this.sessionQueues.set(name, queue);
+    return queue;
   }
 
   /** Closes the reply subscription. */
   async close(): Promise<void> {
     this.replies.disconnect();
+    await Promise.all(
+      [...Object.values(this.queues), ...this.sessionQueues.values()].map((q) =>
+        q.close().catch(() => undefined),
+      ),
+    );
   }
 
   private settle(id: string, outcome: CallOutcome): void {

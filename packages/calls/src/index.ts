@@ -1,5 +1,5 @@
 export { Keys, isCallId, principal } from './keys.js';
-export type { LaneName } from './keys.js';
+export type { QueueName } from './keys.js';
 export { SessionStore, SESSION_TOOLS, sessionLostOutcome } from './sessions.js';
 export type { SessionCreate, SessionInfo, SessionRecord, SessionTool } from './sessions.js';
 export { CallStore, BRIEF_MAX_BYTES, briefOf, finishedRecord } from './store.js';
@@ -71,6 +71,14 @@ export type {
   CallStatus,
   QueueKind,
 } from './types.js';
-export { Lane, LANE_ENDED_MS, LANE_FAILED_MS } from './lane.js';
-export type { LaneAdmit, LaneCall, LaneClaim, LaneState, LaneStub } from './lane.js';
+export {
+  CallQueue,
+  briefCall,
+  endedStub,
+  queueOptions,
+  queueTelemetry,
+  ENDED_STUB_MS,
+  FAILED_STUB_MS,
+} from './call-queue.js';
+export type { Admit, CallBriefFound, CallBriefState, CallState, EndedStub } from './call-queue.js';
 export { LuaScript } from './script.js';

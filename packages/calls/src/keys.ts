@@ -1,10 +1,10 @@
 import type { QueueKind } from './types.js';
 
 /**
- * What a queue's keys are named after: a queue kind, or one worker's own queue for the calls of
- * the sessions it hosts (`worker:<id>`, docs/sessions.md).
+ * A BullMQ queue's name: a queue kind, or one worker's own queue for the calls of the sessions
+ * it hosts (`sessions-<worker id>`, docs/sessions.md). BullMQ names hold no `:`.
  */
-export type LaneName = QueueKind | `worker:${string}`;
+export type QueueName = QueueKind | `sessions-${string}`;
 
 /** A call id as the gateway makes them (a v4 UUID, lower case). */
 const CALL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -57,39 +57,27 @@ export class Keys {
     return new Keys(redis.prefix, { cluster: redis.cluster !== undefined });
   }
 
-  /** A queue (Lane): waiting calls, by fair priority and arrival. */
-  laneQueue(kind: LaneName): string {
-    return `${this.prefix}:${kind}:queue`;
+  /**
+   * The prefix of the BullMQ queues (`<prefix>:<queue>:wait`, `:prioritized`, `:active`, a job
+   * hash `<prefix>:<queue>:<call id>`…): the root itself, so on a Redis Cluster every queue key
+   * carries the same hash tag as toolgate's own keys and the admission and release scripts may
+   * name both (docs/redis-keys.md).
+   */
+  get queuePrefix(): string {
+    return this.prefix;
   }
 
-  /** A queue's calls held by workers, scored by the end of their worker's lease. */
-  laneActive(kind: LaneName): string {
-    return `${this.prefix}:${kind}:active`;
+  /**
+   * A call that ended: a short-lived stub (tool, client, accept time; why it failed, if it
+   * failed outside its tool) read by lookups before the worker's batched record lands.
+   */
+  ended(id: string): string {
+    return `${this.prefix}:ended:${id}`;
   }
 
-  /** A queue's calls put back for a moment, scored by when they are due. */
-  laneDelayed(kind: LaneName): string {
-    return `${this.prefix}:${kind}:delayed`;
-  }
-
-  /** The queue places of a queue's put-back calls (hash: call id → score). */
-  laneScores(kind: LaneName): string {
-    return `${this.prefix}:${kind}:scores`;
-  }
-
-  /** A queue's arrival counter (order within one priority). */
-  laneSeq(kind: LaneName): string {
-    return `${this.prefix}:${kind}:seq`;
-  }
-
-  /** One-member sorted set a queue's idle workers block on (BZPOPMIN) until calls arrive. */
-  laneWake(kind: LaneName): string {
-    return `${this.prefix}:${kind}:wake`;
-  }
-
-  /** A call's job while it waits or runs, then a short-lived stub (Lane). */
-  laneJob(kind: QueueKind, id: string): string {
-    return `${this.prefix}:${kind}:job:${id}`;
+  /** The queue of a session's call (a worker's own queue), for finding it by id. */
+  queueOf(id: string): string {
+    return `${this.prefix}:queue-of:${id}`;
   }
 
   /** What every in-flight set's name starts with (the client id and queue follow). */
@@ -401,9 +389,9 @@ export class Keys {
     };
   }
 
-  /** The name of a worker's own queue (Lane) for the calls of the sessions it hosts. */
-  sessionLane(workerId: string): LaneName {
-    return `worker:${workerId}`;
+  /** The name of a worker's own queue for the calls of the sessions it hosts. */
+  sessionQueue(workerId: string): QueueName {
+    return `sessions-${workerId}`;
   }
 
   /**

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { principal, type Keys } from './keys.js';
 import { outcomeEvent } from './events.js';
-import { Lane } from './lane.js';
+import { CallQueue } from './call-queue.js';
 import type { RedisClient } from './redis.js';
 import { LuaScript } from './script.js';
 import type { CallJob, CallOutcome } from './types.js';
@@ -451,26 +451,28 @@ export class SessionStore {
   /**
    * What is left of a lost worker: each call in its session queue ends `session_lost` (its
    * waiting gateway hears at once), then its sessions are forgotten. Any gateway or worker may
-   * run it; the queue is drained in one script, so each call ends once. Returns the calls ended.
+   * run it; each call is removed from the queue by exactly one of them (BullMQ's remove), so
+   * each call ends once. Returns the calls ended.
    */
   async reapHost(workerId: string): Promise<number> {
-    const lane = new Lane(this.redis, this.keys, 'sandbox', this.keys.sessionLane(workerId));
-    const jobs = await lane.drain();
-    await Promise.all(
-      jobs.map((job) => {
-        const outcome = sessionLostOutcome(job);
-        return lane.finish(
-          job,
-          { json: JSON.stringify(outcome), event: JSON.stringify(outcomeEvent(outcome)) },
-          {
-            claimNext: false,
-            leaseMs: 0,
+    const queue = new CallQueue(this.redis, this.keys, 'sandbox', this.keys.sessionQueue(workerId));
+    let jobs;
+    try {
+      jobs = await queue.drain();
+      await Promise.all(
+        jobs.map((job) => {
+          const outcome = sessionLostOutcome(job);
+          return queue.release(
+            job,
+            { json: JSON.stringify(outcome), event: JSON.stringify(outcomeEvent(outcome)) },
             // Its own code kept: a gateway that reads this stub (not the reply) says the same.
-            failed: `session_lost: ${sessionLostMessage(job)}`,
-          },
-        );
-      }),
-    );
+            { failed: `session_lost: ${sessionLostMessage(job)}` },
+          );
+        }),
+      );
+    } finally {
+      await queue.close().catch(() => undefined);
+    }
     await FORGET_HOST.run(
       this.redis,
       [this.keys.hostSessions(workerId), this.keys.sessionHosts],

@@ -74,6 +74,11 @@ export function startTelemetry(options: TelemetryOptions): Telemetry {
   return active;
 }
 
+/** Whether tracing is on in this process (BullMQ's telemetry is set up only then). */
+export function tracingActive(): boolean {
+  return active !== undefined;
+}
+
 /** Flushes and stops tracing if it was started (services call this before exiting). */
 export async function shutdownTelemetry(): Promise<void> {
   await active?.shutdown().catch(() => undefined);

@@ -9,6 +9,7 @@ import {
   CallStore,
   CodeModeCapabilities,
   Dispatcher,
+  queueTelemetry,
   Keys,
   ResultCache,
   Series,
@@ -22,6 +23,7 @@ import {
   liveWorkers,
   warmSandboxes,
 } from '@toolgate/calls';
+import { tracingActive } from '@toolgate/telemetry';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolRegistry } from '@toolgate/registry';
@@ -95,7 +97,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
   // One subscriber connection carries this gateway's replies and the events of watched calls.
   const subscriber = createRedis(config.redis, 'blocking');
-  const dispatcher = new Dispatcher(redis, subscriber, keys, store);
+  // BullMQ's spans (bullmq-otel) when tracing is on: a call's add joins its trace.
+  const dispatcher = new Dispatcher(redis, subscriber, keys, store, queueTelemetry(tracingActive()));
   const events = new CallEvents(redis, subscriber, keys);
   const feed = new ApprovalFeed(redis, subscriber, keys);
   const { clients, dev } = resolveClients(config);

@@ -9,7 +9,8 @@ import {
   CallStore,
   CodeModeCapabilities,
   Heartbeat,
-  Lane,
+  CallQueue,
+  queueTelemetry,
   Keys,
   ResultCache,
   ReplicaWait,
@@ -24,19 +25,19 @@ import {
   FINAL_STATUSES,
   type CallJob,
   type CallOutcome,
-  type LaneCall,
   type QueueKind,
+  type QueueName,
   type Replication,
 } from '@toolgate/calls';
 import { CLIENT_LIMIT_DEFAULTS, isStdioUpstream, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { Tool, ToolEvents, ToolRegistry, ToolServices } from '@toolgate/registry';
 import { CredentialRules, KeyRing, SecretConfigError, SecretStore } from '@toolgate/secrets';
-import { SpanKind, withSpan } from '@toolgate/telemetry';
+import { SpanKind, tracingActive, withSpan } from '@toolgate/telemetry';
 import { createGuardedFetch } from '@toolgate/tools';
 import { StdioServers, UpstreamCalls, UpstreamCatalog } from '@toolgate/upstreams';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
-import { LaneConsumer, type LaneEnd, type LaneSlot } from './lane-consumer.js';
+import { QueueConsumer, type CallEnd, type CallSlot, type QueuedCall } from './queue-consumer.js';
 import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
 import { createResultChecker } from './result-check.js';
@@ -57,11 +58,6 @@ const RESERVE_HOLD_MIN_MS = 20;
 const RESERVE_HOLD_MAX_MS = 100;
 /** A call the reserve handed back is out of reach this long (see handBack). */
 const HAND_BACK_DELAY_MS = 100;
-/**
- * How long a call handed out again (its worker died) may wait in the queue: a bound on its
- * job key's life, far above any wait a live deployment sees.
- */
-const REQUEUED_TTL_MS = 3_600_000;
 /**
  * Slots of a worker's session queue: calls of this many sessions run at once (each session's
  * own calls run one at a time, so a slot may wait behind its session's earlier call).
@@ -116,7 +112,7 @@ export interface ToolWorker {
   close(): Promise<void>;
 }
 
-/** Takes tool calls from the queues (Lane) and runs them; stateless, any number per Redis. */
+/** Takes tool calls from the queues (BullMQ) and runs them; stateless, any number per Redis. */
 export function createWorker({
   config,
   registry,
@@ -218,27 +214,48 @@ export function createWorker({
     metrics,
     log,
   });
+  /** BullMQ's spans (bullmq-otel) when tracing is on: a call's add and run join its trace. */
+  const telemetry = queueTelemetry(tracingActive());
   /**
-   * The queues this worker takes (Lane): `concurrency` fast slots; `sandboxConcurrency` plus
-   * `sandboxReserve` sandbox slots. A call's lease in its lane lapses like a lock: 1/2 of
-   * lostCallTimeoutMs, renewed every 1/6, swept every 1/4 (docs/reliability.md).
+   * A consumer of one BullMQ queue. A call's lock lapses like a lease: 1/2 of
+   * lostCallTimeoutMs, renewed every 1/6, BullMQ's stalled check every 1/4
+   * (docs/reliability.md).
    */
-  const consumers = queues.map(
-    (kind) =>
-      new LaneConsumer({
-        lane: new Lane(redis, keys, kind),
-        blocking: createRedis(config.redis, 'blocking'),
-        slots:
-          kind === 'fast'
-            ? config.worker.concurrency
-            : config.worker.sandboxConcurrency + config.worker.sandboxReserve,
-        leaseMs: Math.round(config.worker.lostCallTimeoutMs / 2),
-        sweepEveryMs: Math.round(config.worker.lostCallTimeoutMs / 4),
-        requeuedTtlMs: REQUEUED_TTL_MS,
-        log,
-        handle: kind === 'fast' ? handleFast : handleSandbox,
-        ...(onLostCalls ? { onLost: onLostCalls } : {}),
-      }),
+  const consumer = (
+    kind: QueueKind,
+    name: QueueName,
+    slots: number,
+    handle: (call: QueuedCall, slot: CallSlot) => Promise<void>,
+  ): QueueConsumer => {
+    const connection = createRedis(config.redis, 'blocking');
+    return new QueueConsumer({
+      queue: new CallQueue(connection, keys, kind, name),
+      connection,
+      workerId: id,
+      slots,
+      lockMs: Math.round(config.worker.lostCallTimeoutMs / 2),
+      stalledEveryMs: Math.round(config.worker.lostCallTimeoutMs / 4),
+      // A sandbox call's cancel marker backs up a cancel message this worker missed.
+      ...(kind === 'sandbox' && name === kind ? { cancelMarker: (c: string) => keys.cancelled(c) } : {}),
+      ...(telemetry ? { telemetry } : {}),
+      log,
+      handle,
+      ...(onLostCalls ? { onLost: onLostCalls } : {}),
+    });
+  };
+  /**
+   * The queues this worker takes: `concurrency` fast slots; `sandboxConcurrency` plus
+   * `sandboxReserve` sandbox slots.
+   */
+  const consumers = queues.map((kind) =>
+    kind === 'fast'
+      ? consumer(kind, kind, config.worker.concurrency, handleFast)
+      : consumer(
+          kind,
+          kind,
+          config.worker.sandboxConcurrency + config.worker.sandboxReserve,
+          handleSandbox,
+        ),
   );
   /**
    * Sessions (docs/sessions.md) live on workers that run sandboxes: their calls come through
@@ -258,16 +275,9 @@ export function createWorker({
       : undefined;
   if (sessions) {
     consumers.push(
-      new LaneConsumer({
-        lane: new Lane(redis, keys, 'sandbox', keys.sessionLane(id)),
-        blocking: createRedis(config.redis, 'blocking'),
-        slots: SESSION_SLOTS,
-        leaseMs: Math.round(config.worker.lostCallTimeoutMs / 2),
-        sweepEveryMs: Math.round(config.worker.lostCallTimeoutMs / 4),
-        requeuedTtlMs: REQUEUED_TTL_MS,
-        log,
-        handle: (call, slot) => handleSession(sessions, call, slot),
-      }),
+      consumer('sandbox', keys.sessionQueue(id), SESSION_SLOTS, (call, slot) =>
+        handleSession(sessions, call, slot),
+      ),
     );
   }
   let metricsServer: Server | undefined;
@@ -315,7 +325,7 @@ export function createWorker({
   const checkResult = createResultChecker(registry, metrics, log);
 
   /** Runs a fast call in its slot. */
-  async function handleFast(call: LaneCall, slot: LaneSlot): Promise<void> {
+  async function handleFast(call: QueuedCall, slot: CallSlot): Promise<void> {
     await run({ data: call.job, attemptsStarted: call.restarts + 1 }, 'fast', slot.end);
   }
 
@@ -323,7 +333,7 @@ export function createWorker({
    * Runs a session's call in its sandbox. No running lease: the session's sandbox exists
    * already, and its calls run one at a time.
    */
-  async function handleSession(host: SessionHost, call: LaneCall, slot: LaneSlot): Promise<void> {
+  async function handleSession(host: SessionHost, call: QueuedCall, slot: CallSlot): Promise<void> {
     const tool = registry.get(call.job.tool);
     const bound = tool && call.job.session ? host.bind(tool, call.job) : undefined;
     await run({ data: call.job, attemptsStarted: call.restarts + 1 }, 'sandbox', slot.end, bound);
@@ -334,7 +344,7 @@ export function createWorker({
    * back for a moment (its client runs its share already), leaving the slot to the next call,
    * which is another client's if one is waiting.
    */
-  async function handleSandbox(call: LaneCall, slot: LaneSlot): Promise<void> {
+  async function handleSandbox(call: QueuedCall, slot: CallSlot): Promise<void> {
     const { job } = call;
     const reserve = ++sandboxTaken > config.worker.sandboxConcurrency;
     let granted: boolean;
@@ -365,7 +375,7 @@ export function createWorker({
     if (reserve) reserveHoldMs = RESERVE_HOLD_MIN_MS;
     let released = false;
     /**
-     * The slot counts as free from the moment the call ends in its lane, not once that end
+     * The slot counts as free from the moment the call ends in its queue, not once that end
      * has come back: its end answers the client, whose next call a claim may take before this
      * await resumes, and would then find every normal slot taken and go the reserve's way
      * (held, handed back, put back for 100 ms) though a slot is free.
@@ -399,7 +409,7 @@ export function createWorker({
    * idle worker wakes). Out of the waiting count for those 100 ms only, one call per reserve
    * slot.
    */
-  async function handBack(slot: LaneSlot): Promise<void> {
+  async function handBack(slot: CallSlot): Promise<void> {
     const hold = reserveHoldMs;
     reserveHoldMs = Math.min(RESERVE_HOLD_MAX_MS, hold * 2);
     await new Promise<void>((resolve) => {
@@ -415,22 +425,22 @@ export function createWorker({
   }
 
   /**
-   * Runs a call its slot holds; `laneEnd` ends it in its queue. A call that fails outside its
+   * Runs a call its slot holds; `queueEnd` ends it in its queue. A call that fails outside its
    * tool is ended by its slot (which knows whether its end was recorded).
    */
   function run(
     job: RunnableJob,
     kind: QueueKind,
-    laneEnd: LaneEnd,
+    queueEnd: CallEnd,
     bound?: Tool,
   ): Promise<CallOutcome> {
-    return traced(job, kind, laneEnd, bound);
+    return traced(job, kind, queueEnd, bound);
   }
 
   function traced(
     job: RunnableJob,
     kind: QueueKind,
-    laneEnd: LaneEnd,
+    queueEnd: CallEnd,
     bound: Tool | undefined,
   ): Promise<CallOutcome> {
     const call = job.data;
@@ -448,7 +458,7 @@ export function createWorker({
         },
       },
       async (span) => {
-        const outcome = await execute(job, kind, laneEnd, bound);
+        const outcome = await execute(job, kind, queueEnd, bound);
         span.setAttribute('toolgate.status', outcome.status);
         if (outcome.error) span.setAttribute('toolgate.error_code', outcome.error.code);
         return outcome;
@@ -460,7 +470,7 @@ export function createWorker({
   async function execute(
     job: RunnableJob,
     kind: QueueKind,
-    laneEnd: LaneEnd,
+    queueEnd: CallEnd,
     bound?: Tool,
   ): Promise<CallOutcome> {
     const call = job.data;
@@ -542,7 +552,7 @@ export function createWorker({
       const finished = { call, kind, outcome, ...(withRecord ? { end } : {}) };
       if (durable) await recordReplicated(finished);
       else if (!recorded) recorder.add(finished);
-      await laneEnd(end, !withRecord);
+      await queueEnd(end, !withRecord);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(

@@ -1,0 +1,290 @@
+import { randomUUID } from 'node:crypto';
+import { Job, SpanKind, UnrecoverableError, Worker, type QueueOptions } from 'bullmq';
+import {
+  failedOutcome,
+  outcomeEvent,
+  type CallJob,
+  type CallQueue,
+  type OutcomeEvent,
+  type RedisClient,
+} from '@toolgate/calls';
+import type { Logger } from '@toolgate/log';
+
+/** How long an idle consumer blocks for new calls before it looks again (seconds). */
+const DRAIN_DELAY_S = 1;
+/** Why BullMQ failed a call whose workers stopped twice while running it. */
+const STALLED_TWICE = 'its workers stopped twice while running it';
+
+/** A call a worker took from its queue: the call, and its history. */
+export interface QueuedCall {
+  job: CallJob;
+  /** How often a dead worker's lapsed lock handed the call out again (BullMQ's stalled count). */
+  restarts: number;
+  /** How often it was put back for fairness (or by the reserve slot). */
+  deferrals: number;
+  /**
+   * Sandbox calls: who cancelled it before it was taken (its cancel marker), or null.
+   * Undefined for fast calls (the worker goes by the cancels it heard).
+   */
+  cancelledBy?: string | null;
+}
+
+/**
+ * Ends a call: toolgate's release (its end recorded, the waiting gateway told) and BullMQ's
+ * completion, which takes the slot's next call. `publish` false: the outcome goes out with the
+ * call's record instead.
+ */
+export type CallEnd = (end: OutcomeEvent, publish: boolean) => Promise<void>;
+
+/** What a slot hands the code that runs its call: the two ways a call leaves the slot. */
+export interface CallSlot {
+  end: CallEnd;
+  /** Puts the call back in its queue for `delayMs` (its client runs its share already). */
+  defer(delayMs: number): Promise<void>;
+}
+
+export interface QueueConsumerOptions {
+  queue: CallQueue;
+  /**
+   * The connection BullMQ's worker shares (with `maxRetriesPerRequest: null`, as BullMQ wants);
+   * it makes one more for its blocking wait.
+   */
+  connection: RedisClient;
+  /** This worker's id: BullMQ's worker name and the start of each lock's token. */
+  workerId: string;
+  slots: number;
+  /** A held call's lock: renewed every third of it; a lapsed one is a dead worker's. */
+  lockMs: number;
+  /** How often BullMQ's stalled-job check runs (any worker's check serves the queue). */
+  stalledEveryMs: number;
+  /** The cancel markers' key for a call id, read when a call is taken (sandbox calls). */
+  cancelMarker?: (id: string) => string;
+  telemetry?: QueueOptions['telemetry'];
+  log: Logger;
+  /** Runs one call (or puts it back); resolves once the call has left the slot. */
+  handle(call: QueuedCall, slot: CallSlot): Promise<void>;
+  /** BullMQ's stalled check handed out calls of a dead worker. */
+  onLost?: () => void;
+}
+
+/**
+ * A worker's consumer of one BullMQ queue, by BullMQ's manual processing: `slots` slots; a
+ * slot's call ends with `moveToCompleted(…, fetchNext)`, which takes the slot's next call in the
+ * same script, and an idle consumer blocks in `getNextJob`. Like BullMQ's own `Worker.run`, it
+ * renews every held call's lock in one batched command, runs BullMQ's stalled-job check, and
+ * fails a job that comes back with a deferred failure (stalled more than `maxStalledCount`).
+ */
+export class QueueConsumer {
+  readonly worker: Worker;
+  private free: number;
+  /** Calls held here: id → lock token. */
+  private readonly held = new Map<string, string>();
+  private readonly slots = new Set<Promise<void>>();
+  private slotFreed: (() => void) | undefined;
+  private stopping = false;
+  private loopDone: Promise<void> | undefined;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private tokens = 0;
+  private readonly tokenBase = randomUUID().slice(0, 8);
+
+  constructor(private readonly o: QueueConsumerOptions) {
+    this.free = o.slots;
+    this.worker = new Worker(o.queue.name, null, {
+      connection: o.connection,
+      prefix: o.queue.queue.opts.prefix,
+      name: o.workerId,
+      lockDuration: o.lockMs,
+      stalledInterval: o.stalledEveryMs,
+      // A call stalled once is handed out again (an idempotent tool runs again, any other
+      // ends worker_lost); stalled twice, BullMQ fails it.
+      maxStalledCount: 1,
+      drainDelay: DRAIN_DELAY_S,
+      autorun: false,
+      ...(o.telemetry ? { telemetry: o.telemetry } : {}),
+    });
+    this.worker.on('error', (err) =>
+      o.log.warn({ err: err.message, queue: o.queue.name }, 'queue error'),
+    );
+    this.worker.on('stalled', (callId) => {
+      o.log.warn({ callId, queue: o.queue.name }, 'call of a dead worker moved on');
+      o.onLost?.();
+    });
+  }
+
+  /** Resolves once BullMQ's connections are up. */
+  async ready(): Promise<void> {
+    await this.worker.waitUntilReady();
+  }
+
+  start(): void {
+    const { log, lockMs } = this.o;
+    void this.worker.startStalledCheckTimer();
+    this.loopDone = this.loop();
+    this.renewTimer = setInterval(
+      () => {
+        if (this.held.size === 0) return;
+        const ids = [...this.held.keys()];
+        this.worker.extendJobLocks(ids, [...this.held.values()], lockMs).then(
+          (lost) => {
+            if (lost.length > 0) log.warn({ calls: lost, queue: this.o.queue.name }, 'locks lost');
+          },
+          (err: unknown) =>
+            log.warn({ err: (err as Error).message, queue: this.o.queue.name }, 'could not renew locks'),
+        );
+      },
+      Math.max(100, Math.round(lockMs / 3)),
+    );
+  }
+
+  /** Stops taking calls, waits for the ones held here, then closes BullMQ's worker. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.renewTimer);
+    this.slotFreed?.();
+    await this.loopDone;
+    await Promise.all(this.slots);
+    await this.worker.close();
+  }
+
+  /** Takes calls for the free slots; BullMQ blocks while the queue is empty. */
+  private async loop(): Promise<void> {
+    const { log } = this.o;
+    /** Whether the last fetch failed: one warning per outage, not one per retry. */
+    let failing = false;
+    while (!this.stopping) {
+      if (this.free === 0) {
+        await new Promise<void>((resolve) => (this.slotFreed = resolve));
+        continue;
+      }
+      const token = this.token();
+      let job: Job | undefined;
+      try {
+        job = await this.worker.getNextJob(token, { block: true });
+      } catch (err) {
+        if (!failing) {
+          log.warn(
+            { err: (err as Error).message, queue: this.o.queue.name },
+            'could not take calls; trying again',
+          );
+        }
+        failing = true;
+        await new Promise((r) => setTimeout(r, 500));
+        continue;
+      }
+      if (failing) log.info({ queue: this.o.queue.name }, 'taking calls again');
+      failing = false;
+      if (!job) continue;
+      this.free--;
+      const slot: Promise<void> = this.slot(job, token).finally(() => {
+        this.slots.delete(slot);
+        this.free++;
+        const wake = this.slotFreed;
+        this.slotFreed = undefined;
+        wake?.();
+      });
+      this.slots.add(slot);
+    }
+  }
+
+  private token(): string {
+    return `${this.o.workerId}:${this.tokenBase}:${this.tokens++}`;
+  }
+
+  /** Runs calls in one slot, each call's completion taking the next waiting one. */
+  private async slot(first: Job, token: string): Promise<void> {
+    let next: Job | undefined = first;
+    while (next) {
+      const job: Job = next;
+      next = undefined;
+      this.held.set(job.id!, token);
+      try {
+        // BullMQ's consumer span, a child of the add's (bullmq-otel): one trace per call.
+        next = this.o.telemetry
+          ? await this.worker.trace(
+              SpanKind.CONSUMER,
+              'process',
+              this.o.queue.name,
+              () => this.run(job, token),
+              job.opts.telemetry?.metadata,
+            )
+          : await this.run(job, token);
+      } finally {
+        this.held.delete(job.id!);
+      }
+    }
+  }
+
+  /** Runs one call; the next job when its end took one. */
+  private async run(job: Job, token: string): Promise<Job | undefined> {
+    const { log, queue } = this.o;
+    const data = job.data as CallJob;
+    const fetchNext = () => !this.stopping;
+    let next: Job | undefined;
+    let settled = false;
+    const fail = async (reason: string) => {
+      const outcome = failedOutcome(data.id, data.tool, reason);
+      await queue
+        .release(
+          data,
+          { json: JSON.stringify(outcome), event: JSON.stringify(outcomeEvent(outcome)) },
+          { failed: reason },
+        )
+        .catch(() => undefined);
+      next = this.nextOf(
+        await job.moveToFailed(new UnrecoverableError(reason), token, fetchNext()).catch(() => undefined),
+      );
+    };
+    if (job.deferredFailure) {
+      // BullMQ's stalled check gave up on it (stalled more than maxStalledCount).
+      log.error({ callId: data.id, queue: queue.name }, 'call failed: its workers stopped twice');
+      await fail(STALLED_TWICE);
+      return next;
+    }
+    const call: QueuedCall = {
+      job: data,
+      restarts: job.stalledCounter,
+      deferrals: Math.max(0, job.attemptsStarted - 1 - job.stalledCounter),
+    };
+    if (this.o.cancelMarker) {
+      call.cancelledBy = await this.o.connection
+        .get(this.o.cancelMarker(data.id))
+        .catch(() => null);
+    }
+    const slot: CallSlot = {
+      end: async (end, publish) => {
+        settled = true;
+        // Released first and completed right after on the same connection (one write): the
+        // waiting gateway hears as soon as possible, and the completion takes the next call.
+        const released = queue.release(
+          data,
+          { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
+          { publish },
+        );
+        const completed = job.moveToCompleted(null, token, fetchNext());
+        await released;
+        next = this.nextOf(await completed);
+      },
+      defer: async (delayMs) => {
+        settled = true;
+        await job.moveToDelayed(Date.now() + Math.max(1, Math.round(delayMs)), token);
+      },
+    };
+    try {
+      await this.o.handle(call, slot);
+    } catch (err) {
+      const reason = err instanceof Error ? err.message : String(err);
+      log.error({ callId: data.id, err: reason }, 'call failed outside the tool');
+      // Not ended: end it failed (no record is written, as for any call failed outside its
+      // tool). Ended but failed after: its end is in; a lost completion lets its lock lapse.
+      if (!settled) await fail(reason);
+    }
+    return next;
+  }
+
+  /** The next job a completion took (BullMQ's `fetchNext`), if any. */
+  private nextOf(moved: unknown): Job | undefined {
+    if (!Array.isArray(moved) || !moved[0]) return undefined;
+    const [raw, id] = moved as [Parameters<typeof Job.fromJSON>[1], string];
+    return Job.fromJSON(this.worker, raw, id);
+  }
+}

@@ -6,7 +6,13 @@
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { ExpressAdapter } from '@bull-board/express';
-import { redact, WORKER_ALIVE_MS, type Keys, type RedisClient } from '@toolgate/calls';
+import {
+  queueOptions,
+  redact,
+  WORKER_ALIVE_MS,
+  type Keys,
+  type RedisClient,
+} from '@toolgate/calls';
 import { Queue } from 'bullmq';
 import { Router, type NextFunction, type Request, type Response } from 'express';
 import type { OAuthResource } from '../auth/oauth.js';
@@ -25,9 +31,8 @@ export const QUEUE_BOARD_PATH = '/admin/queues';
 const COOKIE = 'toolgate_board';
 const COOKIE_MAX_AGE_S = 12 * 3600;
 
-/** The shared queues; each worker hosting sessions also has `sessions-<workerId>`. */
+/** The shared queues; each worker hosting sessions also has its own (`Keys.sessionQueue`). */
 const SHARED_QUEUES = ['fast', 'sandbox'] as const;
-const sessionQueue = (workerId: string) => `sessions-${workerId}`;
 /** How often the list of session queues follows the live workers (on the board's requests). */
 const SYNC_EVERY_MS = 5_000;
 
@@ -148,7 +153,12 @@ class BoardQueues {
   constructor(private readonly o: QueueBoardOptions) {}
 
   initial(): BullMQAdapter[] {
-    return SHARED_QUEUES.map((name) => this.adapter(name));
+    return SHARED_QUEUES.map((kind) =>
+      this.adapter(
+        kind,
+        kind === 'fast' ? 'calls of in-process tools' : 'calls of sandboxed tools',
+      ),
+    );
   }
 
   attach(board: ReturnType<typeof createBullBoard>): void {
@@ -183,7 +193,7 @@ class BoardQueues {
       return;
     }
     this.syncedAt = Date.now();
-    const wanted = new Set(workers.map(sessionQueue));
+    const wanted = new Map<string, string>(workers.map((id) => [this.o.keys.sessionQueue(id), id]));
     for (const name of [...this.open.keys()]) {
       if ((SHARED_QUEUES as readonly string[]).includes(name) || wanted.has(name)) continue;
       this.board?.removeQueue(name);
@@ -191,10 +201,10 @@ class BoardQueues {
       this.open.delete(name);
       await queue?.close().catch(() => undefined);
     }
-    for (const name of wanted) {
+    for (const [name, worker] of wanted) {
       if (this.open.has(name)) continue;
       try {
-        this.board?.addQueue(this.adapter(name));
+        this.board?.addQueue(this.adapter(name, `calls of the sessions on worker ${worker}`));
       } catch (err) {
         // A worker id BullMQ cannot name a queue after (a ':'): that worker has no such queue.
         this.o.log.debug({ err, name }, 'queue board: skipped a queue');
@@ -202,13 +212,13 @@ class BoardQueues {
     }
   }
 
-  private adapter(name: string): BullMQAdapter {
-    const queue = new Queue(name, { connection: this.o.redis, prefix: this.o.keys.prefix });
+  private adapter(name: string, description: string): BullMQAdapter {
+    const queue = new Queue(name, queueOptions(this.o.redis, this.o.keys));
     queue.on('error', (err) => this.o.log.debug({ err, queue: name }, 'queue board: queue error'));
     this.open.set(name, queue);
     const adapter = new BullMQAdapter(queue, {
       readOnlyMode: !this.o.actions,
-      description: describe(name),
+      description,
     });
     // The arguments as the API shows them (GET /v1/calls/{id}): secret-named fields replaced,
     // secret-shaped text masked.
@@ -219,12 +229,6 @@ class BoardQueues {
     );
     return adapter;
   }
-}
-
-function describe(name: string): string {
-  if (name === 'fast') return 'calls of in-process tools';
-  if (name === 'sandbox') return 'calls of sandboxed tools';
-  return `calls of the sessions on worker ${name.slice('sessions-'.length)}`;
 }
 
 function cookieOf(req: Request): string | undefined {

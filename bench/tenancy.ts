@@ -33,7 +33,7 @@ import { parseSandboxConfig } from '@toolgate/sandbox';
 import { Redis } from 'ioredis';
 // The queue names and prefix as the gateway builds them (one place for key names).
 import { Keys } from '../packages/calls/src/keys.js';
-import { Lane } from '../packages/calls/src/lane.js';
+import { CallQueue } from '../packages/calls/src/call-queue.js';
 // The listings phase fills a client's index as the worker does.
 import { CallIndex } from '../packages/calls/src/call-index.js';
 import { CallStore, finishedRecord } from '../packages/calls/src/store.js';
@@ -296,7 +296,7 @@ console.log(
 );
 
 const redis = new Redis(redisUrl, { maxRetriesPerRequest: null });
-const sandboxLane = new Lane(redis, keys, 'sandbox');
+const sandboxQueue = new CallQueue(redis, keys, 'sandbox');
 const bAgent = new Agent({ keepAlive: true, maxSockets: 2 });
 const healthAgent = new Agent({ keepAlive: true, maxSockets: 1 });
 
@@ -336,16 +336,15 @@ async function settle(): Promise<number> {
   }
   // Waiting and put-back calls out of the queue, and out of their clients' in-flight sets.
   let removed = 0;
-  for (const key of [keys.laneQueue('sandbox'), keys.laneDelayed('sandbox')]) {
-    for (const id of await redis.zrange(key, 0, -1)) {
-      const job = await sandboxLane.remove(id);
-      if (!job) continue;
-      removed++;
-      await redis.zrem(keys.inFlight(job.clientId, 'sandbox'), id);
-    }
+  for (const waiting of await sandboxQueue.queue.getJobs(['prioritized', 'wait', 'delayed'])) {
+    if (!waiting?.id) continue;
+    const job = await sandboxQueue.remove(waiting.id);
+    if (!job) continue;
+    removed++;
+    await redis.zrem(keys.inFlight(job.clientId, 'sandbox'), waiting.id);
   }
   for (let i = 0; i < 300; i++) {
-    const { active } = await sandboxLane.counts();
+    const { active } = await sandboxQueue.counts();
     if (active === 0) break;
     await sleep(100);
   }

@@ -25,6 +25,7 @@ pnpm --filter @toolgate/console build
 pnpm --filter @toolgate/examples typecheck
 log "lint"
 pnpm exec eslint .
+pnpm run lint:cycles
 pnpm exec prettier --check . >/dev/null || { pnpm exec prettier --check . ; exit 1; }
 log "tests"
 pnpm exec vitest run "$@"

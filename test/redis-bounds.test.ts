@@ -305,10 +305,12 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
     const record = await shared.get(`${stack.config.redis.prefix}:call:${body.id}`);
     expect(Buffer.byteLength(record!)).toBeLessThan(MAX_RESULT + 1024);
 
-    // The fast queue keeps a short stub of the ended call, no copy of its output.
+    // The queue keeps a short stub of the ended call, no copy of its output (its BullMQ job
+    // is gone).
     const keys = new Keys(stack.config.redis.prefix);
-    const stub = await shared.get(keys.laneJob('fast', body.id));
-    expect(stub).toMatch(/^E\|/);
+    const stub = await shared.get(keys.ended(body.id));
+    expect(stub).toMatch(/^\{"ended":true/);
+    expect(await shared.exists(`${keys.queuePrefix}:fast:${body.id}`)).toBe(0);
     expect(stub).not.toContain('xxxxxxxx');
     expect(Buffer.byteLength(stub!)).toBeLessThan(1024);
   });

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
-import { startTelemetry } from '@toolgate/telemetry';
+import { SpanKind, startTelemetry } from '@toolgate/telemetry';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startService, type Service } from './support/process.js';
 import type { Stack } from './support/stack.js';
@@ -44,6 +44,20 @@ describe('tracing', () => {
       'toolgate.status': 'ok',
       'toolgate.queue': 'fast',
     });
+    // BullMQ's own spans (bullmq-otel) join the same trace: the job's add (producer) under
+    // the gateway's span, its processing (consumer) under the add.
+    const inTrace = spans.filter((s) => s.spanContext().traceId === traceId);
+    const add = inTrace.find((s) => s.kind === SpanKind.PRODUCER && s.name.includes('fast'));
+    const processed = inTrace.find((s) => s.kind === SpanKind.CONSUMER && s.name.includes('fast'));
+    expect(add, `BullMQ's producer span in the trace: ${inTrace.map((s) => s.name).join(', ')}`).toBeDefined();
+    expect(processed, "BullMQ's consumer span in the trace").toBeDefined();
+    expect(add!.attributes['bullmq.job.id']).toBe(id);
+    expect(processed!.parentSpanContext?.spanId).toBe(add!.spanContext().spanId);
+    // One trace per call: no other call's spans in it, and no BullMQ span of this call outside it.
+    const elsewhere = spans.filter(
+      (s) => s.attributes['bullmq.job.id'] === id && s.spanContext().traceId !== traceId,
+    );
+    expect(elsewhere.map((s) => s.name)).toEqual([]);
   });
 });
 

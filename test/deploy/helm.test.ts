@@ -710,10 +710,9 @@ describe('helm chart deploy/helm/toolgate', () => {
     expect(redis.cluster?.nodes).toEqual(['c-0:6379', 'c-1:6379']);
     expect(redis.tls).toMatchObject({ servername: 'redis.example' });
     // The queue keys docs/kubernetes.md names for Cluster mode: the prefix is hash-tagged.
-    expect(Keys.for(redis).laneQueue('sandbox')).toBe('{toolgate}:sandbox:queue');
-    expect(Keys.for(loadedConfig(defaults, DEPLOYMENTS[0]!).redis).laneQueue('sandbox')).toBe(
-      'toolgate:sandbox:queue',
-    );
+    // BullMQ's keys carry the same prefix: `{toolgate}:sandbox:prioritized` stays on one slot.
+    expect(Keys.for(redis).queuePrefix).toBe('{toolgate}');
+    expect(Keys.for(loadedConfig(defaults, DEPLOYMENTS[0]!).redis).queuePrefix).toBe('toolgate');
 
     expect(
       renderFails(
@@ -783,8 +782,8 @@ describe('the ScaledObject query against a real gateway', () => {
       });
       expect(res.status).toBe(202);
     }
-    // Where the queue keeps them: a sorted set (by fair priority), not a list.
-    const queue = Keys.for(stack.config.redis).laneQueue('sandbox');
+    // Where BullMQ keeps them: its prioritized set (by fair priority), not the wait list.
+    const queue = `${Keys.for(stack.config.redis).queuePrefix}:sandbox:prioritized`;
     expect(await redis.type(queue)).toBe('zset');
     expect(await redis.zcard(queue)).toBe(5);
 

@@ -394,7 +394,7 @@ describe('Redis Sentinel', () => {
 
 /**
  * For a failure message: each call that did not settle, as its client and the gateway saw it,
- * and its fast-queue job on the master now (waiting, its lease, restarts or ended).
+ * and its fast-queue job on the master now (waiting, its lock, restarts or ended).
  */
 async function describeUnsettled(
   calls: Answer[],
@@ -410,9 +410,11 @@ async function describeUnsettled(
   try {
     return await Promise.all(
       calls.slice(0, 10).map(async (a) => {
-        const job = await redis.get(keys.laneJob('fast', a.id!));
-        const waiting = await redis.zscore(keys.laneQueue('fast'), a.id!);
-        const lease = await redis.zscore(keys.laneActive('fast'), a.id!);
+        const jobKey = `${keys.queuePrefix}:fast:${a.id!}`;
+        const [stc, ats] = await redis.hmget(jobKey, 'stc', 'ats');
+        const stub = await redis.get(keys.ended(a.id!));
+        const waiting = await redis.zscore(`${keys.queuePrefix}:fast:prioritized`, a.id!);
+        const lock = await redis.pttl(`${jobKey}:lock`);
         return {
           tool: a.tool,
           answered: `${a.status}${a.code ? ` ${a.code}` : ''}`,
@@ -420,10 +422,10 @@ async function describeUnsettled(
           endedMs: a.endedAt - killedAt,
           lastRead: lastRead.get(a.id!),
           job: {
-            // J<restarts>.<deferrals>|… while it waits or runs, E|… once it ended (Lane).
-            state: job?.slice(0, job.indexOf('|')) ?? 'gone',
+            // BullMQ's job: stalled count and starts while it waits or runs; the stub once ended.
+            state: stub ? 'ended' : ats === null ? 'gone' : `stalled ${stc ?? 0}, started ${ats}`,
             waiting: waiting !== null,
-            leaseLeftMs: lease === null ? undefined : Number(lease) - Date.now(),
+            lockLeftMs: lock > 0 ? lock : undefined,
           },
           gatewayLog: linesWith(services.gateway, a.id!),
           workerLog: linesWith(services.worker, a.id!),

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { RedisClient } from './redis.js';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Admission, MAX_PRIORITY, fairPriority } from './admission.js';
-import { Lane } from './lane.js';
+import { CallQueue } from './call-queue.js';
 import { Keys } from './keys.js';
 import { RunLeases } from './leases.js';
 import { createRedis } from './redis.js';
@@ -13,17 +13,23 @@ beforeAll(() => {
   redis = createRedis(inject('redisUrl'), 'command');
   keys = new Keys(`t${randomUUID().slice(0, 8)}`);
 });
-afterAll(() => redis.disconnect());
+/** Every queue a test opened, closed at the end. */
+const opened: CallQueue[] = [];
+afterAll(async () => {
+  await Promise.all(opened.map((q) => q.close()));
+  redis.disconnect();
+});
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Admission happens in the queue's ENQUEUE script (Lane): a call admitted against `limit` (0:
+ * Admission happens in the queue's ADMIT script before the add (CallQueue): a call admitted against `limit` (0:
  * never refused, an approved call), with the in-flight set's upkeep each time.
  */
 function admitter(horizonMs: number) {
   const admission = new Admission(redis, keys, horizonMs);
-  const lanes = { fast: new Lane(redis, keys, 'fast'), sandbox: new Lane(redis, keys, 'sandbox') };
+  const lanes = { fast: new CallQueue(redis, keys, 'fast'), sandbox: new CallQueue(redis, keys, 'sandbox') };
+  opened.push(lanes.fast, lanes.sandbox);
   const job = (clientId: string, id: string) => ({
     id,
     tool: 'calculator',

@@ -34,6 +34,8 @@ const BRIEF_BYTES = 2048;
 const REASON_CHARS = 500;
 /** Users one upkeep looks at to drop those without calls in flight (a cancel leaves them). */
 const USERS_UPKEEP = 100;
+/** How long a removed call's mark lasts (see `remove`): beyond any race between two removers. */
+const REMOVED_MARK_MS = 60_000;
 /** Entries BullMQ keeps in a queue's event stream: nothing of toolgate reads it. */
 const EVENTS_MAX_LEN = 10;
 
@@ -384,8 +386,15 @@ export class CallQueue {
   async remove(id: string): Promise<CallJob | undefined> {
     const job = await Job.fromId<CallJob>(this.queue, id);
     if (!job || job.finishedOn !== undefined) return undefined;
-    return (await this.queue.remove(id, { removeChildren: false })) === 1 ? job.data : undefined;
+    // BullMQ's remove answers 1 for a job already gone: the first remover takes the call.
+    const mark = this.keys.removed(id);
+    if ((await this.redis.set(mark, '1', 'PX', REMOVED_MARK_MS, 'NX')) !== 'OK') return undefined;
+    if ((await this.queue.remove(id, { removeChildren: false })) === 1) return job.data;
+    // Held by a worker (locked): not removed, and a later remover may try again.
+    await this.redis.del(mark);
+    return undefined;
   }
+
 
   /**
    * Takes every call out of a lost worker's session queue (waiting, and held ones whose lock
@@ -396,9 +405,8 @@ export class CallQueue {
     const jobs = await this.queue.getJobs(['prioritized', 'wait', 'delayed', 'active']);
     const taken: CallJob[] = [];
     for (const job of jobs) {
-      if (job?.id && (await this.queue.remove(job.id, { removeChildren: false })) === 1) {
-        taken.push(job.data as CallJob);
-      }
+      const call = job?.id ? await this.remove(job.id) : undefined;
+      if (call) taken.push(call);
     }
     const left = await this.queue.getJobCountByTypes('prioritized', 'wait', 'delayed', 'active');
     if (left === 0) await this.queue.obliterate({ force: true }).catch(() => undefined);

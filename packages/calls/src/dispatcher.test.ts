@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { Dispatcher } from './dispatcher.js';
 import { Keys } from './keys.js';
-import { Lane } from './lane.js';
+import { Worker } from 'bullmq';
 import { createRedis, type RedisClient } from './redis.js';
 import { CallStore } from './store.js';
 
@@ -31,10 +31,16 @@ describe('Dispatcher.lookup', () => {
     expect((await dispatcher.lookup(id))?.status).toBe('queued');
     // A worker takes it and holds it, as toolgate's worker does for the moment between the
     // claim and the lease check that sends a client's extra call back.
-    const { calls } = await new Lane(redis, keys, 'sandbox').claim(1, 60_000);
-    expect(calls.map((c) => c.job.id)).toEqual([id]);
+    const worker = new Worker('sandbox', null, {
+      connection: subscriber.duplicate(),
+      prefix: keys.queuePrefix,
+      autorun: false,
+    });
+    const taken = await worker.getNextJob('test-token');
+    expect(taken?.id).toBe(id);
     expect((await dispatcher.lookup(id))?.status).toBe('queued');
     await redis.zadd(keys.running('alice', 'sandbox'), Date.now() + 60_000, id);
     expect((await dispatcher.lookup(id))?.status).toBe('running');
+    await worker.close();
   });
 });

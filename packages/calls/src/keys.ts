@@ -75,6 +75,14 @@ export class Keys {
     return `${this.prefix}:ended:${id}`;
   }
 
+  /**
+   * A call a cancel or a lost host's reaper took out of its queue (short-lived): BullMQ's remove
+   * answers 1 for a job already gone, so this decides which of two removers ends the call.
+   */
+  removed(id: string): string {
+    return `${this.prefix}:removed:${id}`;
+  }
+
   /** The queue of a session's call (a worker's own queue), for finding it by id. */
   queueOf(id: string): string {
     return `${this.prefix}:queue-of:${id}`;

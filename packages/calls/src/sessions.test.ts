@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { CallStore } from './store.js';
 import { Dispatcher } from './dispatcher.js';
 import { Keys } from './keys.js';
-import { Lane } from './lane.js';
+import { Worker } from 'bullmq';
+import { CallQueue } from './call-queue.js';
 import { createRedis, type RedisClient } from './redis.js';
 import { SessionStore } from './sessions.js';
 import type { CallJob } from './types.js';
@@ -89,7 +90,7 @@ describe('SessionStore', () => {
   it('a lost host: its queued calls end session_lost once, its sessions are marked lost', async () => {
     const made = await create('lost-client', 'dead-worker');
     if (!made.created) throw new Error('not created');
-    const lane = new Lane(redis, keys, 'sandbox', keys.sessionLane('dead-worker'));
+    const lane = new CallQueue(redis, keys, 'sandbox', keys.sessionQueue('dead-worker'));
     const reply = keys.reply('gw');
     const job: CallJob = {
       id: randomUUID(),
@@ -130,11 +131,12 @@ describe('SessionStore', () => {
     expect(await store.get(made.id)).toMatchObject({ lost: true });
     expect(await store.list('lost-client')).toEqual([]);
     expect(await redis.zcard(keys.inFlight('lost-client', 'sandbox'))).toBe(0);
+    await lane.close();
   });
 
   it('a session queue serves its calls in the order they came, whatever else the client runs', async () => {
-    const lane = new Lane(redis, keys, 'sandbox', keys.sessionLane('ordered'));
-    const shared = new Lane(redis, keys, 'sandbox');
+    const lane = new CallQueue(redis, keys, 'sandbox', keys.sessionQueue('ordered'));
+    const shared = new CallQueue(redis, keys, 'sandbox');
     const job = (n: number): CallJob => ({
       id: randomUUID(),
       tool: 'run_python',
@@ -147,10 +149,20 @@ describe('SessionStore', () => {
     const others = [100, 101, 102].map(job);
     for (const j of others) await shared.enqueue(j, 100, 60_000, false);
     await lane.enqueue(job(0), 100, 60_000, false);
-    for (const c of (await shared.claim(10, 60_000)).calls)
-      await shared.finish(c.job, { json: '{}', event: '{}' }, { claimNext: false, leaseMs: 1 });
+    for (const j of others) await shared.release(j, { json: '{}', event: '{}' });
     for (const n of [1, 2, 3]) await lane.enqueue(job(n), 100, 60_000, false);
-    const claimed = (await lane.claim(10, 60_000)).calls.map((c) => c.job.args.n);
+    const worker = new Worker(lane.name, null, {
+      connection: subscriber.duplicate(),
+      prefix: keys.queuePrefix,
+      autorun: false,
+    });
+    const claimed: unknown[] = [];
+    for (let i = 0; i < 4; i++) {
+      const taken = await worker.getNextJob(`t${i}`, { block: false });
+      claimed.push((taken?.data as CallJob | undefined)?.args.n);
+    }
     expect(claimed).toEqual([0, 1, 2, 3]);
+    await worker.close();
+    await Promise.all([lane.close(), shared.close()]);
   });
 });

@@ -17,6 +17,8 @@ import {
 import type { UpstreamConfig } from '@toolgate/config';
 import { ToolError } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
+import { raceAbort } from './abort.js';
+import { unavailable } from './errors.js';
 import type { StdioServer } from './stdio-server.js';
 import {
   HttpStatusError,
@@ -437,14 +439,6 @@ export class UpstreamConnection {
   }
 }
 
-export function unavailable(upstream: UpstreamConfig, why: string, cause?: unknown): ToolError {
-  return new ToolError(
-    'upstream_unavailable',
-    `upstream "${upstream.id}" is unavailable: ${why}`,
-    cause === undefined ? {} : { cause },
-  );
-}
-
 function messageOf(err: unknown): string {
   if (err instanceof ToolError) return err.message;
   const e = err as { message?: unknown; cause?: { message?: unknown } };
@@ -488,22 +482,4 @@ function callResultOf(upstream: UpstreamConfig, tool: string, result: unknown): 
     ...r,
     content: (r.content as CallToolResult['content'] | undefined) ?? [],
   } as CallToolResult;
-}
-
-export function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason as Error);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason as Error);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e as Error);
-      },
-    );
-  });
 }

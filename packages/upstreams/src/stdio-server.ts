@@ -12,7 +12,8 @@ import { Client, ProtocolError } from '@modelcontextprotocol/client';
 import { ToolError } from '@toolgate/registry';
 import { isStdioUpstream, stdioArgv, type UpstreamConfig } from '@toolgate/config';
 import type { OpenRequest, ProcessExit, SandboxProcess } from '@toolgate/sandbox';
-import { raceAbort, unavailable } from './connection.js';
+import { raceAbort } from './abort.js';
+import { unavailable } from './errors.js';
 import {
   dialShared,
   FollowerSession,

@@ -20,7 +20,7 @@ import {
 import { stdioArgv, type UpstreamConfig } from '@toolgate/config';
 import type { ProcessExit, SandboxProcess } from '@toolgate/sandbox';
 import { ToolError } from '@toolgate/registry';
-import { unavailable } from './connection.js';
+import { unavailable } from './errors.js';
 import { SandboxStdioTransport, STDIO_SHARED_UNAVAILABLE } from './stdio-transport.js';
 
 /** The owner's state, sent to each follower when it connects and whenever it changes. */

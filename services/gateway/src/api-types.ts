@@ -4,9 +4,9 @@
  * names its route; docs/http-api.md has the prose.
  */
 import type { AuditEntry, CallStatus } from '@toolgate/calls';
+import type { Tool } from '@toolgate/registry';
 
 export type { AuditEntry, CallStatus };
-export type { NativeTool } from './routes/tools.js';
 /** `GET /v1/upstreams`: each upstream and its tools' pins (docs/upstreams.md). */
 export type { UpstreamReport, UpstreamToolReport, ScanFlag } from '@toolgate/upstreams';
 
@@ -23,6 +23,21 @@ export interface UpstreamApproval {
 /** Any error answer: `{"error":{"code","message","details?"}}`. */
 export interface ErrorAnswer {
   error: { code: string; message: string; details?: unknown };
+}
+
+/** `GET /tools`: everything a client needs to know about a tool. */
+export interface NativeTool {
+  name: string;
+  description: string;
+  category: string;
+  parameters: Record<string, unknown>;
+  risk: Tool['risk'];
+  requiresApproval: boolean;
+  sandboxed: boolean;
+  /** Whether the tool has a strict form for OpenAI strict mode (docs/dialects.md). */
+  strict: boolean;
+  timeoutMs: number;
+  cacheTtlSeconds: number;
 }
 
 /** `GET /v1/me`: who the key is, and what the console may show it. */

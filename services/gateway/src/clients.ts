@@ -2,11 +2,23 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { ClientConfig, Config } from '@toolgate/config';
 import { CLIENT_LIMIT_DEFAULTS, sha256 } from '@toolgate/config';
 import { ToolScope, type Tool } from '@toolgate/registry';
-import type { TokenGrant } from './auth/oauth.js';
+import type { ApiError } from './errors.js';
 
 /** Which tools a caller may see and call. */
 export interface ToolFilter {
   allows(tool: Pick<Tool, 'name' | 'category'>): boolean;
+}
+
+/**
+ * What an OAuth token may call (auth/oauth.ts's TokenGrant): its client's tools ∩ the tools of
+ * its scopes, and the step-up answer for a tool only a scope is missing for.
+ */
+export interface Grant extends ToolFilter {
+  readonly scopes: readonly string[];
+  /** The scopes held that this server configures. */
+  configured(): string[];
+  /** The 403 to answer when only a scope is missing for `tool`; undefined otherwise. */
+  stepUp(tool: Pick<Tool, 'name' | 'category'>): ApiError | undefined;
 }
 
 export interface Client {
@@ -16,7 +28,7 @@ export interface Client {
   /** The user a client signed in with an OAuth token acts for (the token's user claim). */
   user?: string;
   /** Set when the client signed in with an OAuth token: its scopes (docs/auth.md). */
-  grant?: TokenGrant;
+  grant?: Grant;
   rateLimitPerMinute: number;
   /** Fair share of the workers (docs/scheduling.md). */
   limits: { queued: number; sandboxInFlight: number; pendingApprovals: number; sessions: number };

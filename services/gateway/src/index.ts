@@ -11,5 +11,4 @@ export type {
   OpenAIChatTool,
   OpenAIResponsesTool,
 } from './dialects/index.js';
-export type { NativeTool } from './routes/tools.js';
 export type * from './api-types.js';

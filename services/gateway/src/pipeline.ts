@@ -37,7 +37,7 @@ import { injectContext, withSpan } from '@toolgate/telemetry';
 import type { RedisClient, Replication, ReplicaWait } from '@toolgate/calls';
 import type { ApprovalFeed } from './approval-feed.js';
 import { outOfScope } from './auth/oauth.js';
-import { startsCodeMode } from './routes/code-mode.js';
+import { startsCodeMode } from './code-mode-tools.js';
 import type { Client } from './clients.js';
 import { pendingApproval } from './views.js';
 import { ApiError } from './errors.js';

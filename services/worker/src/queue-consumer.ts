@@ -1,5 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { Job, SpanKind, UnrecoverableError, Worker, type QueueOptions } from 'bullmq';
+import {
+  Job,
+  SpanKind,
+  TelemetryAttributes,
+  UnrecoverableError,
+  Worker,
+  trace,
+  type QueueOptions,
+} from 'bullmq';
 import {
   failedOutcome,
   outcomeEvent,
@@ -100,7 +108,8 @@ export class QueueConsumer {
       maxStalledCount: 1,
       drainDelay: DRAIN_DELAY_S,
       autorun: false,
-      ...(o.telemetry ? { telemetry: o.telemetry } : {}),
+      // No telemetry on the worker itself: its idle fetches and stalled checks would be a span
+      // each every second. Each call's run is one consumer span (below).
     });
     this.worker.on('error', (err) =>
       o.log.warn({ err: err.message, queue: o.queue.name }, 'queue error'),
@@ -198,16 +207,24 @@ export class QueueConsumer {
       next = undefined;
       this.held.set(job.id!, token);
       try {
-        // BullMQ's consumer span, a child of the add's (bullmq-otel): one trace per call.
-        next = this.o.telemetry
-          ? await this.worker.trace(
-              SpanKind.CONSUMER,
-              'process',
-              this.o.queue.name,
-              () => this.run(job, token),
-              job.opts.telemetry?.metadata,
-            )
-          : await this.run(job, token);
+        // BullMQ's consumer span (bullmq-otel, BullMQ's own `trace`), a child of the add's:
+        // one trace per call.
+        next = await trace(
+          this.o.telemetry,
+          SpanKind.CONSUMER,
+          this.o.queue.name,
+          'process',
+          this.o.queue.name,
+          (span) => {
+            span?.setAttributes({
+              [TelemetryAttributes.JobId]: job.id!,
+              [TelemetryAttributes.JobName]: job.name,
+              [TelemetryAttributes.WorkerName]: this.o.workerId,
+            });
+            return this.run(job, token);
+          },
+          job.opts.telemetry?.metadata,
+        );
       } finally {
         this.held.delete(job.id!);
       }
@@ -253,16 +270,14 @@ export class QueueConsumer {
     const slot: CallSlot = {
       end: async (end, publish) => {
         settled = true;
-        // Released first and completed right after on the same connection (one write): the
-        // waiting gateway hears as soon as possible, and the completion takes the next call.
-        const released = queue.release(
+        // Released before the job completes: the waiting gateway hears first, and a lookup in
+        // between finds the ended stub (the job is gone once completed).
+        await queue.release(
           data,
           { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
           { publish },
         );
-        const completed = job.moveToCompleted(null, token, fetchNext());
-        await released;
-        next = this.nextOf(await completed);
+        next = this.nextOf(await job.moveToCompleted(null, token, fetchNext()));
       },
       defer: async (delayMs) => {
         settled = true;

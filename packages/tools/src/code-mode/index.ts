@@ -9,5 +9,4 @@ export { runCodeWithTools, describeFor, MAX_DESCRIPTION_CHARS } from './tool.js'
 export { runWithTools } from './script.js';
 export { pythonModule, pythonName, BOOTSTRAP } from './python-module.js';
 export { ScriptChannel, MAX_REQUEST_BYTES, MAX_CONNECTIONS } from './channel-server.js';
-export type { ScriptTool } from './python-module.js';
-export type { CodeModeServices, CodeModeSession, NestedOutcome } from './services.js';
+export type { CodeModeServices, CodeModeSession, NestedOutcome, ScriptTool } from './services.js';

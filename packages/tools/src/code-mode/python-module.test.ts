@@ -2,7 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { Type } from '@sinclair/typebox';
 import { ToolRegistry, type Tool } from '@toolgate/registry';
 import { describe, expect, it } from 'vitest';
-import { BOOTSTRAP, pythonModule, pythonName, type ScriptTool } from './python-module.js';
+import { BOOTSTRAP, pythonModule, pythonName } from './python-module.js';
+import type { ScriptTool } from './services.js';
 import { MAX_DESCRIPTION_CHARS, describeFor } from './tool.js';
 
 /** Runs Python on the host: the module must be valid Python whatever the tools look like. */

@@ -5,13 +5,7 @@
  */
 import { CHANNEL_SOCKET } from '@toolgate/sandbox';
 import { MAX_REQUEST_BYTES } from './channel-server.js';
-
-/** What the module is generated from: one tool the client may call. */
-export interface ScriptTool {
-  name: string;
-  description: string;
-  parameters: Record<string, unknown>;
-}
+import type { ScriptTool } from './services.js';
 
 const PY_KEYWORDS = new Set(
   (

@@ -1,6 +1,6 @@
 /** Runs one code-mode script: a session, the generated module, the sandbox with its channel. */
 import { ToolError, type ToolContext } from '@toolgate/registry';
-import { runInWorkspace, type RunToolResult } from '../sandboxed/run-code.js';
+import { runInWorkspace, type RunToolResult } from '../sandboxed/run-in-workspace.js';
 import { ScriptChannel } from './channel-server.js';
 import { BOOTSTRAP, pythonModule } from './python-module.js';
 

@@ -4,12 +4,17 @@
  * capability. The worker implements it (services/worker/src/code-mode.ts); the sandbox and the
  * script never see the capability.
  */
-import type { ScriptTool } from './python-module.js';
-
 declare module '@toolgate/registry' {
   interface ToolServices {
     codeMode?: CodeModeServices;
   }
+}
+
+/** What the script's `toolgate` module is generated from: one tool the client may call. */
+export interface ScriptTool {
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
 }
 
 /** How a nested call ended, as the script sees it. */

@@ -13,7 +13,8 @@ export const sandboxedTools: AnyToolSpec[] = [
   fileDelete,
 ];
 
-export { runPython, runShell, runInWorkspace } from './run-code.js';
+export { runPython, runShell } from './run-code.js';
+export { runInWorkspace } from './run-in-workspace.js';
 export { ATTACHMENT_LIMITS, attachmentsOf, withoutAttachmentData } from './attachments.js';
 export type { Attachment, OmittedAttachment } from './attachments.js';
 export {
@@ -28,7 +29,7 @@ export {
 export { sandboxServices, toToolError } from './services.js';
 export { FILE_OPS } from './file-ops.js';
 
-export type { RunToolResult } from './run-code.js';
+export type { RunToolResult } from './run-in-workspace.js';
 export type {
   FileReadResult,
   FileWriteResult,

@@ -4,27 +4,10 @@
  * reads stdout/stderr and tries again); only a failure of the sandbox itself is a ToolError.
  */
 import { checkShellCommand, shellPolicyError } from '../policy/index.js';
-import { Type, defineTool, spaceOf, type ToolContext } from '@toolgate/registry';
-import type { RunRequest, RunResult } from '@toolgate/sandbox';
+import { Type, defineTool } from '@toolgate/registry';
 import { runWithTools } from '../code-mode/script.js';
-import { sandboxServices, toToolError } from './services.js';
-import {
-  AttachmentSchema,
-  OmittedAttachmentSchema,
-  type Attachment,
-  type OmittedAttachment,
-} from './attachments.js';
-
-export interface RunToolResult {
-  stdout: string;
-  stderr: string;
-  exitCode: number;
-  timedOut: boolean;
-  truncated: boolean;
-  /** Rich outputs of a Python session's call (attachments.ts). */
-  attachments?: Attachment[];
-  attachmentsOmitted?: OmittedAttachment[];
-}
+import { AttachmentSchema, OmittedAttachmentSchema } from './attachments.js';
+import { runInWorkspace } from './run-in-workspace.js';
 
 const MAX_TIMEOUT_SECONDS = 300;
 
@@ -55,60 +38,6 @@ const timeoutSeconds = Type.Optional(
     description: 'Wall-clock limit in seconds (default 30). The program is killed when it passes.',
   }),
 );
-
-/** Shared by both tools: run argv in the image, fold the sandbox's verdicts into stderr. */
-export async function runInWorkspace(
-  ctx: ToolContext,
-  image: string,
-  argv: string[],
-  stdin: string | undefined,
-  timeoutSecs: number | undefined,
-  extra: Pick<RunRequest, 'channel'> = {},
-): Promise<RunToolResult> {
-  const { sandbox, workspaces } = sandboxServices(ctx);
-  let result: RunResult;
-  try {
-    const workspace = await workspaces.ensure(spaceOf(ctx));
-    result = await sandbox.run({
-      image,
-      argv,
-      stdin,
-      workspace,
-      timeoutMs: timeoutSecs === undefined ? undefined : timeoutSecs * 1000,
-      signal: ctx.signal,
-      onOutput: (stream, text) => ctx.events?.output(stream, text),
-      callId: ctx.callId,
-      clientId: ctx.clientId,
-      ...extra,
-    });
-  } catch (err) {
-    throw toToolError(err);
-  }
-  return {
-    stdout: result.stdout,
-    stderr:
-      result.stderr +
-      verdict(
-        result,
-        sandbox.config.limits.memoryMb,
-        timeoutSecs ?? sandbox.config.limits.timeoutMs / 1000,
-      ),
-    exitCode: result.exitCode,
-    timedOut: result.timedOut,
-    truncated: result.truncated,
-  };
-}
-
-/** A line the model can read when the sandbox, not the program, ended the run. */
-function verdict(r: RunResult, memoryMb: number, seconds: number): string {
-  const lines: string[] = [];
-  if (r.timedOut) lines.push(`[sandbox] killed after ${seconds} s: wall-clock timeout`);
-  if (r.oomKilled) lines.push(`[sandbox] killed: memory limit of ${memoryMb} MiB exceeded`);
-  if (r.outputLimited) lines.push('[sandbox] killed: kept writing far past the output limit');
-  else if (r.truncated) lines.push('[sandbox] output truncated at the output limit');
-  if (lines.length === 0) return '';
-  return (r.stderr && !r.stderr.endsWith('\n') ? '\n' : '') + lines.join('\n') + '\n';
-}
 
 export const runPython = defineTool({
   name: 'run_python',

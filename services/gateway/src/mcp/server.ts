@@ -15,10 +15,9 @@ import {
   type LoggingLevel,
   type McpRequestContext,
 } from '@modelcontextprotocol/server';
-import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
 import type { CallPipeline, CallResponse } from '../pipeline.js';
-import type { Prepaid } from '../policy/limits.js';
+import type { McpCaller } from './caller.js';
 import { isLoggingLevel, type LogLevels } from './log-level.js';
 import {
   URL_ELICITATION_REQUIRED,
@@ -50,27 +49,9 @@ export interface McpServerDeps {
   elicitation: UrlElicitationSupport;
 }
 
-/** Who is asking, handed from the express route to the factory through `authInfo.extra`. */
-export interface McpCaller {
-  client: Client;
-  prepaid?: Prepaid;
-  conversationId?: string;
-  /** A 2025-era request's `MCP-Protocol-Version` header. */
-  protocolVersion?: string;
-  /** Where the console is served (`<origin>`, the console at `/console/`): elicitation links. */
-  consoleBase: string;
-}
-
 const INSTRUCTIONS =
   'toolgate: tools shared by many assistants. Failed calls come back as readable errors ' +
   '(isError) you can act on; some calls wait for an administrator’s approval before they run.';
-
-export function callerOf(ctx: McpRequestContext): McpCaller {
-  const caller = ctx.authInfo?.extra?.['toolgate/caller'] as McpCaller | undefined;
-  // The route always sets it; a request reaching the factory without it is a wiring bug.
-  if (!caller) throw new Error('MCP request without an authenticated caller');
-  return caller;
-}
 
 /** The protocol era a request speaks: 2025-era (`initialize`, sessions) or 2026-07-28. */
 export type Era = McpRequestContext['era'];

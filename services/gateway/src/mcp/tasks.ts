@@ -23,7 +23,7 @@ import {
 } from '@modelcontextprotocol/server';
 import { ApiError } from '../errors.js';
 import type { CallPipeline, CallResponse } from '../pipeline.js';
-import type { McpCaller } from './server.js';
+import type { McpCaller } from './caller.js';
 import { refusal, toResult } from './tools.js';
 
 export const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';

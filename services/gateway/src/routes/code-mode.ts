@@ -21,20 +21,7 @@ import type { AuthFailures } from '../policy/auth-failures.js';
 import { ApiError } from '../errors.js';
 import { objectBody } from '../http.js';
 import type { CallPipeline } from '../pipeline.js';
-
-/** Tools a nested call cannot run: code mode is one level deep. */
-export const CODE_MODE_TOOL = 'run_code_with_tools';
-
-/** Whether this call would start code mode (run_code_with_tools, or run_python with tools). */
-export function startsCodeMode(tool: string, args: unknown): boolean {
-  if (tool === CODE_MODE_TOOL) return true;
-  return (
-    tool === 'run_python' &&
-    typeof args === 'object' &&
-    args !== null &&
-    (args as { tools?: unknown }).tools === true
-  );
-}
+import { CODE_MODE_TOOL, startsCodeMode } from '../code-mode-tools.js';
 
 export interface CodeModeRouteOptions {
   capabilities: CodeModeCapabilities;

@@ -19,7 +19,8 @@ import { LogLevels } from '../mcp/log-level.js';
 import type { OriginPolicy } from '../mcp/origin.js';
 import { UrlElicitationSupport } from '../mcp/elicitation.js';
 import { McpRequests } from '../mcp/requests.js';
-import { callerOf, createMcpServer, type McpCaller } from '../mcp/server.js';
+import { callerOf, type McpCaller } from '../mcp/caller.js';
+import { createMcpServer } from '../mcp/server.js';
 import { McpTasks } from '../mcp/tasks.js';
 import type { CallPipeline } from '../pipeline.js';
 

@@ -3,23 +3,9 @@ import { Router, type Request, type Response } from 'express';
 import { DIALECTS, type ListingRequest } from '../dialects/index.js';
 import { ApiError } from '../errors.js';
 import { clientOf } from '../http.js';
+import type { NativeTool } from '../api-types.js';
 
 const MAX_LIMIT = 1000;
-
-/** GET /tools: everything a client needs to know about a tool. */
-export interface NativeTool {
-  name: string;
-  description: string;
-  category: string;
-  parameters: Record<string, unknown>;
-  risk: Tool['risk'];
-  requiresApproval: boolean;
-  sandboxed: boolean;
-  /** Whether the tool has a strict form for OpenAI strict mode (docs/dialects.md). */
-  strict: boolean;
-  timeoutMs: number;
-  cacheTtlSeconds: number;
-}
 
 /** `requiresApproval` may be widened by policy (config), so the caller passes the final word. */
 export function toNative(tool: Tool, requiresApproval = tool.requiresApproval): NativeTool {

@@ -27,7 +27,7 @@ await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 const port = (server.address() as { port: number }).port;
 
 const credentials: CallCredentials = {
-  covers: (host) => host === 'api.test',
+  covers: ({ host }) => host === 'api.test',
   headersFor: () => Promise.resolve([['authorization', 'Bearer bench-secret-value']]),
 };
 const proxy = await startEgressProxy({

@@ -1,8 +1,8 @@
 /**
  * The secret store and credential injection for http_get/http_post (docs/credentials.md),
  * through a real gateway and worker on a real Redis: the admin API seals values that no route
- * returns, and a rule's header reaches the host it names — and only that host — while the
- * value stays out of the result, the call record, the audit log and the worker's log.
+ * returns, and a rule's header reaches the origin it names — that host, scheme and port only —
+ * while the value stays out of the result, the call record, the audit log and the worker's log.
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -74,19 +74,35 @@ beforeAll(async () => {
           key: KEYS.carol,
           tools: ['*'],
           credentials: [
-            // Replaces the shared rule's Authorization for carol.
-            { host: 'localhost', header: 'authorization', value: 'Token ${secret:never_set}' },
+            // Replaces the shared rule's Authorization for carol (the same origin, as fields).
+            {
+              host: 'localhost',
+              scheme: 'http',
+              port: ruled.port,
+              header: 'authorization',
+              value: 'Token ${secret:never_set}',
+            },
           ],
         },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true },
       ],
       credentials: [
-        { host: 'localhost', header: 'Authorization', value: 'Bearer ${secret:svc_token}' },
+        {
+          host: `http://localhost:${ruled.port}`,
+          header: 'Authorization',
+          value: 'Bearer ${secret:svc_token}',
+        },
+        // The host's HTTPS API (https, 443): never sent to its plain http ports.
+        { host: 'localhost', header: 'X-Api-Key', value: '${secret:svc_token}' },
       ],
       secrets: { key: randomBytes(32).toString('base64') },
       policy: {
         http: {
-          allowHosts: [`localhost:${ruled.port}`, `127.0.0.1:${plain.port}`],
+          allowHosts: [
+            `localhost:${ruled.port}`,
+            `127.0.0.1:${plain.port}`,
+            `localhost:${plain.port}`,
+          ],
         },
       },
     },
@@ -270,6 +286,23 @@ describe('credential injection into http_get and http_post', () => {
     expect(JSON.parse(redirected.text).result.redirects).toBe(1);
     expect(ruled.seen.at(-1)?.authorization).toBe(`Bearer ${VALUE}`);
     expect(plain.seen.at(-1)?.authorization).toBeUndefined();
+  });
+
+  it("a rule binds its scheme and port: the host's HTTPS rule and another port's give nothing here", async () => {
+    const before = ruled.seen.length;
+    expect((await execute('http_get', { url: `http://localhost:${ruled.port}/data` })).status).toBe(
+      200,
+    );
+    expect(ruled.seen.length).toBe(before + 1);
+    expect(ruled.seen.at(-1)?.authorization).toBe(`Bearer ${VALUE}`);
+    // `host: localhost` means https://localhost:443: plain http to a port of it gets nothing.
+    expect(ruled.seen.at(-1)?.['x-api-key']).toBeUndefined();
+
+    // The same name on another port: no rule names it, nothing is sent.
+    const other = await execute('http_get', { url: `http://localhost:${plain.port}/other` });
+    expect(other.status).toBe(200);
+    expect(plain.seen.at(-1)?.authorization).toBeUndefined();
+    expect(plain.seen.at(-1)?.['x-api-key']).toBeUndefined();
   });
 
   it('a rule naming a secret that is not set fails with credential_missing and how to set it', async () => {

@@ -117,6 +117,8 @@ beforeAll(async () => {
           issuer: as.issuer,
           audience,
           scopes: { 'tools:math': ['category:math'], 'tools:time': ['current_time'] },
+          // Its client-credentials tokens are introspected with no `sub`: they act as dave.
+          tokensWithoutUser: ['dave'],
           introspection: {
             clientId: INTROSPECTOR.client_id,
             clientSecret: INTROSPECTOR.client_secret,
@@ -134,20 +136,21 @@ afterAll(async () => {
 });
 
 describe('protected-resource metadata (RFC 9728)', () => {
-  it('names the resource, the authorization server and the scopes, at the root and under /mcp', async () => {
-    for (const path of [
-      '/.well-known/oauth-protected-resource/mcp',
-      '/.well-known/oauth-protected-resource',
-    ]) {
-      const res = await fetch(stack.url + path);
-      expect(res.status).toBe(200);
-      expect(await res.json()).toMatchObject({
-        resource: audience,
-        authorization_servers: [as.issuer],
-        scopes_supported: ['tools:math', 'tools:time'],
-        bearer_methods_supported: ['header'],
-      });
-    }
+  it('names the resource, the authorization server and the scopes, where RFC 9728 §3 puts them', async () => {
+    const res = await fetch(`${stack.url}/.well-known/oauth-protected-resource/mcp`);
+    expect(res.status).toBe(200);
+    // §3.3: `resource` is the identifier the well-known URL was made from (…/mcp → <origin>/mcp).
+    expect(await res.json()).toEqual({
+      resource: audience,
+      authorization_servers: [as.issuer],
+      scopes_supported: ['tools:math', 'tools:time'],
+      bearer_methods_supported: ['header'],
+      resource_name: 'toolgate',
+    });
+    // The root document would be the origin's: toolgate's tokens are for /mcp, not for it.
+    const root = await fetch(`${stack.url}/.well-known/oauth-protected-resource`);
+    expect(root.status).not.toBe(200);
+    expect(JSON.stringify(await root.json())).not.toContain('"resource"');
   });
 
   it('answers a request without credentials 401 with the metadata URL, on /mcp and the HTTP routes', async () => {
@@ -249,6 +252,16 @@ describe('refused tokens', () => {
     ['expired', () => signed({ exp: Math.floor(Date.now() / 1000) - 120 }), /expired/],
     ['not yet valid', () => signed({ nbf: Math.floor(Date.now() / 1000) + 600 }), /not valid yet/],
     [
+      'issued in the future (iat past the skew)',
+      () => signed({ iat: Math.floor(Date.now() / 1000) + 120 }),
+      /issued in the future/,
+    ],
+    [
+      'whose client_id is not a string (never azp instead)',
+      () => signed({ client_id: 12345, azp: 'carol' }),
+      /client claim \(client_id\) is not a non-empty string/,
+    ],
+    [
       'for another audience',
       () => signed({ aud: 'https://elsewhere.example/mcp' }),
       /not for this resource/,
@@ -321,6 +334,11 @@ describe('refused tokens', () => {
   it('the same token with its real claims is accepted (the cases differ in one thing each)', async () => {
     const res = await calculate(await signed({}), '10.0.2.99');
     expect(res.status).toBe(200);
+    // Inside the skew (30 s) an early iat passes; without client_id, azp names the client.
+    const early = await signed({ iat: Math.floor(Date.now() / 1000) + 10 });
+    expect((await calculate(early, '10.0.2.99')).status).toBe(200);
+    const byAzp = await signed({ client_id: undefined, azp: 'carol' });
+    expect((await calculate(byAzp, '10.0.2.99')).status).toBe(200);
   });
 
   it('bad tokens count toward policy.authFailures of their source address', async () => {

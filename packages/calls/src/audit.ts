@@ -10,9 +10,11 @@ export interface AuditEntry {
    * call: a call ended; refused: the gateway turned it away; approval: an admin decided;
    * upstream: an upstream tool's definition was first seen, changed, quarantined, approved or
    * removed (`client` is `upstream:<id>`, `hash` the definition's); secret: an admin set or
-   * deleted a secret (`secret` its name, never its value; `tool` is empty).
+   * deleted a secret (`secret` its name, never its value; `tool` is empty); session: an admin
+   * ended a session (`tool` its tool); workspace: an admin reset a workspace (`tool` is empty).
    */
-  event: 'call' | 'refused' | 'approval' | 'cancel' | 'upstream' | 'secret';
+  event:
+    'call' | 'refused' | 'approval' | 'cancel' | 'upstream' | 'secret' | 'session' | 'workspace';
   client: string;
   /**
    * The user the client acted for (an OAuth token's user claim), when known; for secret events
@@ -27,7 +29,10 @@ export interface AuditEntry {
   durationMs?: number;
   /** Redacted; when the entry was over the size cap, a cut JSON text of the redacted args. */
   args?: unknown;
-  /** For approvals: the admin client that decided. */
+  /**
+   * Who decided (approvals, cancels, secrets, upstream approvals, session ends, workspace
+   * resets): the client, and `:<user>` when it acted through a user's token.
+   */
   by?: string;
   reason?: string;
   /** For secret events: the secret's name. */
@@ -229,7 +234,9 @@ function truncate(entry: AuditEntry, max: number): string {
     status: cut(entry.status, 64)!,
     ...(entry.callId === undefined ? {} : { callId: cut(entry.callId, 64)! }),
     ...(entry.durationMs === undefined ? {} : { durationMs: entry.durationMs }),
-    ...(entry.by === undefined ? {} : { by: cut(entry.by, 64)! }),
+    // A client id (64) and a user (256): the person who decided is never cut away.
+    ...(entry.by === undefined ? {} : { by: cut(entry.by, 330)! }),
+    ...(entry.user === undefined ? {} : { user: cut(entry.user, 256)! }),
     ...(entry.hash === undefined ? {} : { hash: cut(entry.hash, 64)! }),
     ...(entry.reason === undefined ? {} : { reason: cut(entry.reason, 256)! }),
     truncated: true,

@@ -341,9 +341,12 @@ export class Keys {
     return `${this.base}:loop`;
   }
 
-  /** A client's MCP logging level (`logging/setLevel` of 2025-era clients, who have no session). */
-  mcpLogLevel(clientId: string): string {
-    return `${this.base}:mcp-loglevel:${clientId}`;
+  /**
+   * The MCP logging level of a principal (`principal()`: a client, or one user of it) set by
+   * `logging/setLevel` of a 2025-era client, who has no session.
+   */
+  mcpLogLevel(principal: string): string {
+    return `${this.base}:mcp-loglevel:${principal}`;
   }
 
   /**

@@ -110,6 +110,28 @@ clients:
     ).toEqual([rule]);
   });
 
+  it('takes a rule bound to a scheme and port, as fields or as an origin, and refuses both at once', () => {
+    const env = { TOOLGATE_SECRETS_KEY: 'a'.repeat(64) };
+    const rule = { header: 'X-Key', value: '${secret:k}' };
+    const rules = [
+      { ...rule, host: 'api.test' },
+      { ...rule, host: 'lan.test', scheme: 'http', port: 8081 },
+      { ...rule, host: 'https://alt.test:8443' },
+    ];
+    expect(parseConfig({ credentials: rules }, env).credentials).toEqual(rules);
+    expect(() =>
+      parseConfig({ credentials: [{ ...rule, host: 'a.test', scheme: 'ftp' }] }, env),
+    ).toThrow(/invalid configuration: \/credentials\/0\/scheme: must be equal to one of/);
+    expect(() => parseConfig({ credentials: [{ ...rule, host: 'a.test', port: 0 }] }, env)).toThrow(
+      /invalid configuration: \/credentials\/0\/port: must be >= 1/,
+    );
+    expect(() =>
+      parseConfig({ credentials: [{ ...rule, host: 'http://a.test:81', port: 82 }] }, env),
+    ).toThrow(
+      'invalid configuration: /credentials/0/port: the host "http://a.test:81" already states the scheme and port; leave out port',
+    );
+  });
+
   it('lets env vars override the important fields', () => {
     const config = loadConfig({
       REDIS_URL: 'redis://r:6380',
@@ -281,6 +303,88 @@ clients:
     expect(() =>
       parseConfig({ clients: [{ id: 'a', key: 'a-very-long-secret-key', isolation: 'person' }] }),
     ).toThrow(/\/clients\/0\/isolation/);
+  });
+
+  it('refuses upstream ids whose tool names a pattern would read as another tool', () => {
+    const key = 'a-very-long-secret-key';
+    const up = (id: string) => ({ id, url: 'https://mcp.example/mcp' });
+    const fails = (doc: Record<string, unknown>, field: string, text: RegExp) => {
+      let error: unknown;
+      try {
+        parseConfig(doc);
+      } catch (err) {
+        error = err;
+      }
+      expect(error).toBeInstanceOf(ConfigError);
+      expect((error as ConfigError).field).toBe(field);
+      expect((error as ConfigError).message).toMatch(text);
+      expect(checkConfig(doc).problems).toEqual([
+        { path: field, message: expect.stringMatching(text) as unknown },
+      ]);
+    };
+    // `gh__*` is upstream gh's; an upstream gh__admin's tools would be granted by it too.
+    fails({ upstreams: [up('gh'), up('gh__admin')] }, '/upstreams/1/id', /holds "__"/);
+    fails({ upstreams: [up('gh_')] }, '/upstreams/0/id', /ends in "_"/);
+    fails({ upstreams: [up('gh._')] }, '/upstreams/0/id', /as "gh__" in tool names/);
+    fails(
+      { upstreams: [up('a.b'), up('a_b')] },
+      '/upstreams/1/id',
+      /both name their tools "a_b__…"/,
+    );
+    // `file_*` (file_read, file_write) would grant upstream file's file__delete_everything.
+    fails(
+      { clients: [{ id: 'a', key, tools: ['file_*'] }], upstreams: [up('file')] },
+      '/upstreams/0/id',
+      /the pattern "file_\*" \(\/clients\/0\/tools\/0\) would also grant all of its tools \(file__…\)/,
+    );
+    fails(
+      {
+        clients: [{ id: 'a', tools: ['*'] }],
+        auth: {
+          oauth: {
+            issuer: 'https://as.example',
+            audience: 'https://tg.example/mcp',
+            scopes: { 'gh/all': ['g*'] },
+          },
+        },
+        upstreams: [up('gh')],
+      },
+      '/upstreams/0/id',
+      /"g\*" \(\/auth\/oauth\/scopes\/gh~1all\/0\)/,
+    );
+    // A pattern that names the upstream, or a part of its tools, is what it says.
+    const ok = parseConfig({
+      clients: [{ id: 'a', key, tools: ['file__*', 'gh__create_*', 'category:file', 'file_read'] }],
+      upstreams: [up('file'), up('gh'), up('github')],
+    });
+    expect(ok.upstreams.map((u) => u.id)).toEqual(['file', 'gh', 'github']);
+  });
+
+  it('reads adminScope and tokensWithoutUser, which must name clients', () => {
+    const oauth = { issuer: 'https://as.example', audience: 'https://tg.example/mcp' };
+    const config = parseConfig({ clients: [{ id: 'ci' }], auth: { oauth } });
+    expect(config.auth.oauth).toMatchObject({
+      adminScope: 'toolgate:admin',
+      tokensWithoutUser: [],
+    });
+    expect(
+      parseConfig({
+        clients: [{ id: 'ci' }],
+        auth: { oauth: { ...oauth, adminScope: 'ops', tokensWithoutUser: ['ci'] } },
+      }).auth.oauth,
+    ).toMatchObject({ adminScope: 'ops', tokensWithoutUser: ['ci'] });
+    expect(() =>
+      parseConfig({
+        clients: [{ id: 'ci' }],
+        auth: { oauth: { ...oauth, tokensWithoutUser: ['cj'] } },
+      }),
+    ).toThrow('/auth/oauth/tokensWithoutUser/0: no client "cj"');
+    expect(() =>
+      parseConfig({
+        clients: [{ id: 'ci' }],
+        auth: { oauth: { ...oauth, adminScope: 'two words' } },
+      }),
+    ).toThrow(/\/auth\/oauth\/adminScope/);
   });
 
   it('reports an unreadable or unparsable file', () => {

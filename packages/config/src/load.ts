@@ -165,11 +165,28 @@ export function checkConfig(
 
 /** What a stdio upstream is checked against: the sandbox's images and network, the clients. */
 function upstreamContext(doc: Config) {
+  const scopes = Object.entries(doc.auth?.oauth?.scopes ?? {});
   return {
     images: Object.keys(doc.sandbox.images),
     clients: doc.clients.map((c) => c.id),
     allowNetwork: doc.sandbox.allowNetwork,
+    patterns: [
+      ...doc.clients.flatMap((c, i) =>
+        c.tools.map((pattern, j) => ({ path: `/clients/${i}/tools/${j}`, pattern })),
+      ),
+      ...scopes.flatMap(([scope, patterns]) =>
+        patterns.map((pattern, j) => ({
+          path: `/auth/oauth/scopes/${pointer(scope)}/${j}`,
+          pattern,
+        })),
+      ),
+    ],
   };
+}
+
+/** A key as one JSON-pointer segment (RFC 6901). */
+function pointer(key: string): string {
+  return key.replace(/~/g, '~0').replace(/\//g, '~1');
 }
 
 export function sha256(text: string): string {
@@ -322,6 +339,11 @@ function authProblems(config: Config): ConfigProblem[] {
       message:
         "needs at least one client in clients: a token's client claim must name a configured client id",
     });
+  const clientIds = new Set(config.clients.map((c) => c.id));
+  (oauth.tokensWithoutUser ?? []).forEach((id, i) => {
+    if (!clientIds.has(id))
+      problems.push({ path: `/auth/oauth/tokensWithoutUser/${i}`, message: `no client "${id}"` });
+  });
   const urls = [
     ['issuer', oauth.issuer],
     oauth.resource === undefined ? ['audience', oauth.audience] : ['resource', oauth.resource],

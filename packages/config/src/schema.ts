@@ -19,12 +19,20 @@ export const CLIENT_LIMIT_DEFAULTS = {
 const HostPort = Type.String({ pattern: '^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$' });
 
 /**
- * A credential rule (docs/credentials.md): requests to `host` get `header: value`, where
- * `${secret:NAME}` in the value is a secret from the store, filled in by the worker at use.
+ * A credential rule (docs/credentials.md): requests to `host` — over `scheme` to `port`, https
+ * and 443 unless said otherwise, or an origin `https://host:port` in `host` — get
+ * `header: value`, where `${secret:NAME}` in the value is a secret from the store, filled in by
+ * the worker at use.
  */
 const CredentialRuleSchema = Type.Object(
   {
-    host: Type.String({ minLength: 1, maxLength: 255 }),
+    host: Type.String({ minLength: 1, maxLength: 300 }),
+    // No schema default: a bare host is https, and the port defaults to the scheme's (443, 80);
+    // an origin in `host` states both (CredentialRules).
+    scheme: Type.Optional(
+      Type.Unsafe<'http' | 'https'>({ type: 'string', enum: ['http', 'https'] }),
+    ),
+    port: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),
     header: Type.String({ pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$" }),
     value: Type.String({ minLength: 1, maxLength: 4096 }),
   },
@@ -151,8 +159,22 @@ const AuthSchema = Type.Object(
           jwksUri: Type.Optional(Type.String({ pattern: '^https?://' })),
           /** The claim naming the client (a `clients[].id`); absent: `client_id`, then `azp`. */
           clientClaim: Type.Optional(Type.String({ minLength: 1 })),
-          /** The claim naming the user acting through the client. */
+          /** The claim naming the user acting through the client (a non-empty string). */
           userClaim: Type.String({ minLength: 1, default: 'sub' }),
+          /**
+           * Clients whose tokens may name no user (client credentials with a `userClaim` the
+           * server leaves out): such a token acts as the client itself, as its API key does.
+           * Any other token without a user is refused (docs/auth.md, users).
+           */
+          tokensWithoutUser: Type.Array(Type.String({ minLength: 1 }), {
+            uniqueItems: true,
+            default: [],
+          }),
+          /**
+           * The scope a token needs, besides an `admin: true` client, to act as an admin; a
+           * token of an admin client without it is an ordinary client's (docs/auth.md).
+           */
+          adminScope: Type.String({ pattern: '^[!#-\\[\\]-~]+$', default: 'toolgate:admin' }),
           /** OAuth scope → tool patterns (as `clients[].tools`) a token with that scope may call. */
           scopes: Type.Record(
             Type.String({ pattern: '^[!#-\\[\\]-~]+$' }), // an RFC 6749 scope-token

@@ -60,6 +60,18 @@ export const UpstreamSchema = Type.Object(
     timeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, default: 30_000 }),
     /** Calls in flight to this upstream, per worker. */
     concurrency: Type.Integer({ minimum: 1, maximum: 1024, default: 16 }),
+    /**
+     * Requests the upstream sends toolgate (roots/list, sampling, elicitation, ping), per
+     * worker: at most `perCall` answered during one call, at most `perSession` replies
+     * outstanding on the session at once; the rest are left unanswered (docs/upstreams.md).
+     */
+    serverRequests: Type.Object(
+      {
+        perCall: Type.Integer({ minimum: 0, maximum: 1024, default: 16 }),
+        perSession: Type.Integer({ minimum: 0, maximum: 1024, default: 64 }),
+      },
+      { additionalProperties: false, default: {} },
+    ),
   },
   { additionalProperties: false },
 );
@@ -92,10 +104,17 @@ export function stdioArgv(u: Pick<UpstreamConfig, 'command' | 'npm' | 'args'>): 
  */
 export function upstreamProblems(
   upstreams: readonly UpstreamConfig[],
-  context: { images?: readonly string[]; clients?: readonly string[]; allowNetwork?: boolean } = {},
+  context: {
+    images?: readonly string[];
+    clients?: readonly string[];
+    allowNetwork?: boolean;
+    /** The tool patterns of the config (clients[].tools, auth.oauth.scopes) and where each is. */
+    patterns?: readonly { path: string; pattern: string }[];
+  } = {},
 ): { path: string; message: string }[] {
   const problems: { path: string; message: string }[] = [];
   const ids = new Set<string>();
+  const prefixes = new Map<string, string>();
   const names = new Map<string, string>();
   upstreams.forEach((u, i) => {
     const at = `/upstreams/${i}`;
@@ -134,6 +153,7 @@ export function upstreamProblems(
     if (ids.has(u.id))
       problems.push({ path: `${at}/id`, message: `duplicate upstream id "${u.id}"` });
     ids.add(u.id);
+    problems.push(...namingProblems(u.id, `${at}/id`, prefixes, context.patterns ?? []));
     for (const tool of u.tools ?? []) {
       const name = upstreamToolName(u.id, tool);
       const other = names.get(name);
@@ -145,5 +165,49 @@ export function upstreamProblems(
       } else names.set(name, `"${u.id}" tool "${tool}"`);
     }
   });
+  return problems;
+}
+
+/**
+ * An upstream's tools are named `<id>__<tool>`, and a tool pattern `<word>*` matches every name
+ * that starts with `<word>` as plain text. So an id is refused where the names would not say
+ * whose tool is whose: an id holding `__` or ending in `_` (`gh__admin`'s tools would match
+ * `gh__*`, meant for upstream `gh`), two ids that name their tools alike (`a.b`, `a_b`), and an
+ * id whose tools a configured pattern reaches without naming the upstream (`file_*`, meant for
+ * `file_read` and `file_write`, would grant upstream `file`'s `file__delete_everything`).
+ */
+function namingProblems(
+  id: string,
+  path: string,
+  prefixes: Map<string, string>,
+  patterns: readonly { path: string; pattern: string }[],
+): { path: string; message: string }[] {
+  const problems: { path: string; message: string }[] = [];
+  const word = id.replace(NAME_CHARS, '_');
+  if (word.includes(UPSTREAM_SEPARATOR) || word.endsWith('_')) {
+    problems.push({
+      path,
+      message: `upstream id "${id}" holds "${UPSTREAM_SEPARATOR}" or ends in "_"${word === id ? '' : ` (as "${word}" in tool names)`}: its tools' names (${word}${UPSTREAM_SEPARATOR}…) would read as another upstream's, and patterns for that one would grant them`,
+    });
+    return problems;
+  }
+  const prefix = upstreamToolName(id, '');
+  const other = prefixes.get(prefix);
+  if (other !== undefined) {
+    problems.push({
+      path,
+      message: `upstreams "${other}" and "${id}" both name their tools "${prefix}…"`,
+    });
+  } else prefixes.set(prefix, id);
+  for (const { path: at, pattern } of patterns) {
+    if (!pattern.endsWith('*') || pattern.length < 2 || pattern.startsWith('category:')) continue;
+    const start = pattern.slice(0, -1);
+    if (prefix.startsWith(start) && start !== prefix) {
+      problems.push({
+        path,
+        message: `upstream "${id}": the pattern "${pattern}" (${at}) would also grant all of its tools (${prefix}…), though it does not name the upstream; rename the upstream, or grant its tools with "${prefix}*"`,
+      });
+    }
+  }
   return problems;
 }

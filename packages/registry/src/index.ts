@@ -16,6 +16,7 @@ export type {
   Tool,
   ToolContext,
   CallCredentials,
+  RequestOrigin,
   ToolEvents,
   ToolServices,
   ToolSpec,

@@ -2,7 +2,9 @@ import type { Tool } from './tool.js';
 
 /**
  * A client's tool scope: tool names, `category:<name>`, `<prefix>*` (every tool whose name
- * starts so: `github__*`, an upstream's tools), or `*`. Compiled once per client.
+ * starts so, as plain text: `github__*`, an upstream's tools), or `*`. Compiled once per
+ * client. A prefix knows nothing of upstreams: the config refuses upstream ids a prefix would
+ * reach without naming them (`file_*` beside upstream `file`; docs/upstreams.md, naming).
  */
 export class ToolScope {
   private readonly all: boolean;

@@ -22,18 +22,28 @@ export interface ToolEvents {
 }
 
 /**
+ * Where a request goes, as a credential rule binds it: the scheme, the host as a URL writes it
+ * (lower case, IPv6 in brackets) and the port, always explicit (443, not "").
+ */
+export interface RequestOrigin {
+  scheme: 'http' | 'https';
+  host: string;
+  port: number;
+}
+
+/**
  * The operator's credential rules as one call sees them (docs/credentials.md): headers with
- * secret values for the hosts that have a rule. Values are read and decrypted at use, in the
+ * secret values for the origins that have a rule. Values are read and decrypted at use, in the
  * worker, and what a call used is redacted from its outcome.
  */
 export interface CallCredentials {
-  /** Whether a rule names `host` (nothing is read). */
-  covers(host: string): boolean;
+  /** Whether a rule names `origin` (nothing is read). */
+  covers(origin: RequestOrigin): boolean;
   /**
-   * The headers the rules add for a request to `host` ([] when none). A ToolError
+   * The headers the rules add for a request to `origin` ([] when none). A ToolError
    * `credential_missing` when a rule names a secret that is not set.
    */
-  headersFor(host: string): Promise<[string, string][]>;
+  headersFor(origin: RequestOrigin): Promise<[string, string][]>;
 }
 
 export interface ToolContext {

@@ -55,7 +55,7 @@ export interface RunRequest {
   clientId?: string;
   /**
    * The call's credential rules (docs/credentials.md): the egress proxy adds their headers to
-   * this sandbox's requests to the hosts they name. Only its `covers`/`headersFor` are used.
+   * this sandbox's requests to the origins they name. Only its `covers`/`headersFor` are used.
    */
   credentials?: EgressCredentials;
 }
@@ -256,8 +256,15 @@ export type StartEgressProxy = (
 
 /** A call's credential rules as the egress proxy uses them (the registry's CallCredentials). */
 export interface EgressCredentials {
-  covers(host: string): boolean;
-  headersFor(host: string): Promise<[string, string][]>;
+  covers(origin: EgressOrigin): boolean;
+  headersFor(origin: EgressOrigin): Promise<[string, string][]>;
+}
+
+/** A request's scheme, host and port, as a credential rule binds them (the registry's RequestOrigin). */
+export interface EgressOrigin {
+  scheme: 'http' | 'https';
+  host: string;
+  port: number;
 }
 
 export interface EgressProxyHandle {

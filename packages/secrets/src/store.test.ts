@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Keys, createRedis, type RedisClient } from '@toolgate/calls';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { CredentialRules } from './credentials.js';
+import { CredentialRules, type CredentialRule } from './credentials.js';
 import { SecretConfigError, SecretError } from './errors.js';
 import { KeyRing } from './keyring.js';
 import { SecretStore } from './store.js';
@@ -97,6 +97,10 @@ describe('SecretStore', () => {
   });
 });
 
+/** A request's origin as the http tools and the egress proxy hand it over. */
+const https = (host: string, port = 443) => ({ scheme: 'https' as const, host, port });
+const http = (host: string, port = 80) => ({ scheme: 'http' as const, host, port });
+
 describe('CredentialRules', () => {
   it('matches hosts exactly or below a *. name, a client rule replacing a shared one', () => {
     const rules = new CredentialRules(
@@ -113,13 +117,51 @@ describe('CredentialRules', () => {
         },
       ],
     );
-    expect(rules.match('b', 'api.github.com').map((r) => r.parts)).toEqual([['Bearer ', 'gh', '']]);
-    expect(rules.match('a', 'api.github.com').map((r) => r.parts)).toEqual([
+    expect(rules.match('b', https('api.github.com')).map((r) => r.parts)).toEqual([
+      ['Bearer ', 'gh', ''],
+    ]);
+    expect(rules.match('a', https('api.github.com')).map((r) => r.parts)).toEqual([
       ['token ', 'mine', ''],
     ]);
-    expect(rules.match('b', 'x.corp.example')).toHaveLength(1);
-    expect(rules.match('b', 'corp.example')).toHaveLength(0);
-    expect(rules.match('b', 'github.com')).toHaveLength(0);
+    expect(rules.match('b', https('x.corp.example'))).toHaveLength(1);
+    expect(rules.match('b', https('corp.example'))).toHaveLength(0);
+    expect(rules.match('b', https('github.com'))).toHaveLength(0);
+  });
+
+  it('binds a rule to its scheme and port: https and 443 unless it says otherwise', () => {
+    const rule = (where: Pick<CredentialRule, 'host' | 'scheme' | 'port'>): CredentialRule => ({
+      header: 'X-Key',
+      value: '${secret:k}',
+      ...where,
+    });
+    const rules = new CredentialRules(
+      [
+        rule({ host: 'api.test' }),
+        rule({ host: 'plain.test', scheme: 'http' }),
+        rule({ host: 'alt.test', port: 8443 }),
+        rule({ host: 'http://lan.test:8081/' }),
+        rule({ host: 'HTTPS://*.corp.test' }),
+        rule({ host: 'https://[::1]:9443' }),
+      ],
+      [],
+    );
+    const hits = (origin: { scheme: 'http' | 'https'; host: string; port: number }) =>
+      rules.match('c', origin).length;
+    // A bare host is https on 443 only: its secret never goes in clear, nor to another port.
+    expect(hits(https('api.test'))).toBe(1);
+    expect(hits(http('api.test', 8081))).toBe(0);
+    expect(hits(http('api.test', 443))).toBe(0);
+    expect(hits(https('api.test', 8443))).toBe(0);
+    // scheme alone takes that scheme's port.
+    expect(hits(http('plain.test'))).toBe(1);
+    expect(hits(https('plain.test'))).toBe(0);
+    expect(hits(https('alt.test', 8443))).toBe(1);
+    expect(hits(https('alt.test'))).toBe(0);
+    expect(hits(http('lan.test', 8081))).toBe(1);
+    expect(hits(http('lan.test'))).toBe(0);
+    expect(hits(https('x.corp.test'))).toBe(1);
+    expect(hits(http('x.corp.test'))).toBe(0);
+    expect(hits(https('[::1]', 9443))).toBe(1);
   });
 
   it("a call's headers use its user's secret, else the client's; missing says how to set it", async () => {
@@ -131,14 +173,18 @@ describe('CredentialRules', () => {
     await store.set('acme', 'tok', 'client-wide');
     await store.set('acme', 'tok', 'ann-only', 'ann');
     const ann = rules.forCall(store, 'acme', 'ann');
-    expect(ann.covers('API.example')).toBe(true);
-    expect(ann.covers('other.example')).toBe(false);
-    expect(await ann.headersFor('api.example')).toEqual([['authorization', 'Bearer ann-only']]);
+    expect(ann.covers(https('API.example'))).toBe(true);
+    expect(ann.covers(https('other.example'))).toBe(false);
+    expect(ann.covers(http('api.example', 8081))).toBe(false);
+    expect(await ann.headersFor(http('api.example', 8081))).toEqual([]);
+    expect(await ann.headersFor(https('api.example'))).toEqual([
+      ['authorization', 'Bearer ann-only'],
+    ]);
     expect([...ann.used]).toEqual(['ann-only']);
-    expect(await rules.forCall(store, 'acme', 'bob').headersFor('api.example')).toEqual([
+    expect(await rules.forCall(store, 'acme', 'bob').headersFor(https('api.example'))).toEqual([
       ['authorization', 'Bearer client-wide'],
     ]);
-    const missing = rules.forCall(store, 'other', 'carl').headersFor('api.example');
+    const missing = rules.forCall(store, 'other', 'carl').headersFor(https('api.example'));
     await expect(missing).rejects.toMatchObject({
       code: 'credential_missing',
       message: expect.stringContaining('toolgate secrets set other --user carl tok'),
@@ -153,8 +199,22 @@ describe('CredentialRules', () => {
     expect(
       () => new CredentialRules([{ host: 'h.example', header: 'X', value: '${secret:9x}' }], []),
     ).toThrow(/does not name a secret/);
-    expect(
-      () => new CredentialRules([{ host: 'http://h', header: 'X', value: '${secret:a}' }], []),
-    ).toThrow(/\/credentials\/0\/host/);
+    const bad = (fields: object) => () =>
+      new CredentialRules(
+        [{ host: 'h.example', header: 'X', value: '${secret:a}', ...fields }],
+        [],
+      );
+    expect(bad({ host: 'h.example:8080' })).toThrow(/\/credentials\/0\/host: .*origin/);
+    expect(bad({ host: 'ftp://h.example' })).toThrow(
+      '/credentials/0/host: "ftp" is not a scheme credentials go to (http or https)',
+    );
+    expect(bad({ host: 'https://u@h.example' })).toThrow(/\/credentials\/0\/host: .*no user/);
+    expect(bad({ host: 'https://h.example/api' })).toThrow(/\/credentials\/0\/host/);
+    expect(bad({ host: 'https://h.example', port: 8443 })).toThrow(
+      /\/credentials\/0\/port: the host "https:\/\/h\.example" already states/,
+    );
+    expect(bad({ host: 'https://h.example', scheme: 'http' })).toThrow(/\/credentials\/0\/scheme/);
+    expect(bad({ port: 70000 })).toThrow('/credentials/0/port: 70000 is not a port (1 to 65535)');
+    expect(bad({ scheme: 'ws' })).toThrow(/\/credentials\/0\/scheme/);
   });
 });

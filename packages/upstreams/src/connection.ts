@@ -20,6 +20,15 @@ import type { GuardedFetch } from '@toolgate/tools';
 import { raceAbort } from './abort.js';
 import { unavailable } from './errors.js';
 import type { StdioServer } from './stdio-server.js';
+import { AnsweringTransport } from './answering-transport.js';
+import {
+  REPLY_CONNECTIONS,
+  ServerRequests,
+  isServerRequest,
+  type CallRequests,
+  type ReplySender,
+  type ServerRequestLogger,
+} from './server-requests.js';
 import {
   HttpStatusError,
   JsonRpcFailure,
@@ -47,8 +56,6 @@ const CANCEL_SEND_MS = 5000;
  * the SDK's callTool; the lean POST speaks the revisions before it (what the SDK negotiates).
  */
 const FIRST_MODERN_VERSION = '2026-07-28';
-/** JSON-RPC "method not found": toolgate's client serves no requests from a server. */
-const METHOD_NOT_FOUND = -32601;
 
 export interface CallHooks {
   signal: AbortSignal;
@@ -74,6 +81,10 @@ export class UpstreamConnection {
   /** Ids of this process's requests on an HTTP session (the SDK's own are numbers). */
   private requestSeq = 0;
   private closed = false;
+  /** The upstream's own requests on the HTTP session, answered within serverRequests. */
+  private readonly requests: ServerRequests;
+  /** Few sockets, their own: a server holding replies cannot take the calls' connections. */
+  private replyFetch: GuardedFetch | undefined;
 
   constructor(
     readonly upstream: UpstreamConfig,
@@ -81,8 +92,10 @@ export class UpstreamConnection {
     private readonly onToolsChanged?: () => void,
     /** A stdio upstream's server on this worker; its client serves every request. */
     private readonly stdio?: StdioServer,
+    log?: ServerRequestLogger,
   ) {
     if (stdio && onToolsChanged) stdio.onToolsChanged = onToolsChanged;
+    this.requests = new ServerRequests(upstream, log);
   }
 
   /** Whether a session is open now (a listing connection keeps one for list_changed). */
@@ -200,6 +213,7 @@ export class UpstreamConnection {
   ): Promise<CallToolResult> {
     const session = this.session();
     const id = `toolgate-${++this.requestSeq}`;
+    const requests = this.requests.beginCall();
     const onAbort = () =>
       void postMessage(
         this.fetchImpl,
@@ -230,23 +244,27 @@ export class UpstreamConnection {
         {
           signal,
           maxBytes: MAX_RESPONSE_BYTES,
-          onMessage: (m) => this.onServerMessage(m, id, hooks, session),
+          onMessage: (m) => this.onServerMessage(m, id, hooks, session, requests),
         },
       );
       return callResultOf(this.upstream, name, result);
     } finally {
+      // The answer is in (or the call failed): replies still pending are of no use to it.
+      this.requests.endCall(requests);
       signal.removeEventListener('abort', onAbort);
     }
   }
 
   private session(): HttpSession {
+    return this.sessionOf(this.transport);
+  }
+
+  private sessionOf(transport: StreamableHTTPClientTransport | undefined): HttpSession {
     return {
       url: new URL(this.upstream.url!),
       headers: this.upstream.headers ?? {},
-      ...(this.transport?.sessionId ? { sessionId: this.transport.sessionId } : {}),
-      ...(this.transport?.protocolVersion
-        ? { protocolVersion: this.transport.protocolVersion }
-        : {}),
+      ...(transport?.sessionId ? { sessionId: transport.sessionId } : {}),
+      ...(transport?.protocolVersion ? { protocolVersion: transport.protocolVersion } : {}),
     };
   }
 
@@ -255,19 +273,12 @@ export class UpstreamConnection {
     id: string,
     hooks: CallHooks,
     session: HttpSession,
+    requests: CallRequests,
   ): void {
     const p = m.params ?? {};
-    if (m.id !== undefined) {
+    if (isServerRequest(m)) {
       // A request (sampling, elicitation, roots): toolgate's client declared none of them.
-      void postMessage(
-        this.fetchImpl,
-        session,
-        {
-          id: m.id,
-          error: { code: METHOD_NOT_FOUND, message: `toolgate does not serve ${m.method}` },
-        },
-        AbortSignal.timeout(CANCEL_SEND_MS),
-      );
+      this.requests.answer(m, this.replyTo(session), requests);
     } else if (m.method === 'notifications/progress' && p.progressToken === id) {
       if (typeof p.progress === 'number')
         hooks.onProgress?.(
@@ -285,9 +296,19 @@ export class UpstreamConnection {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.requests.close();
     const client = this.client;
     this.client = undefined;
     await client?.close().catch(() => undefined);
+    await this.replyFetch?.close();
+  }
+
+  /** Sends replies on `session` over the reply connections. */
+  private replyTo(session: HttpSession): ReplySender {
+    return (message, signal) => {
+      this.replyFetch ??= this.fetchImpl.withConnectionLimit(REPLY_CONNECTIONS);
+      return postMessage(this.replyFetch, session, message, signal);
+    };
   }
 
   /** Waits for one of `concurrency` slots (a cancelled call stops waiting). */
@@ -359,7 +380,12 @@ export class UpstreamConnection {
     };
     client.onerror = () => undefined; // each request reports its own failure
     try {
-      await client.connect(transport, { timeout: this.upstream.timeoutMs });
+      // The upstream's own requests (on the session's stream, a listing's) are answered by
+      // this.requests, within its bounds, not one POST each by the SDK client.
+      const answering = new AnsweringTransport(transport, (request) => {
+        this.requests.answer(request, this.replyTo(this.sessionOf(transport)));
+      });
+      await client.connect(answering, { timeout: this.upstream.timeoutMs });
     } catch (err) {
       await client.close().catch(() => undefined);
       throw unavailable(this.upstream, `the MCP handshake failed: ${messageOf(err)}`, err);

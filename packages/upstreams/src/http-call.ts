@@ -54,11 +54,15 @@ export class HttpStatusError extends Error {
 
 /** Characters of an error answer's body put into the message. */
 const ERROR_BODY_CHARS = 300;
+/** How long, and how many bytes, an event stream is read on after its answer, for its end. */
+const AFTER_ANSWER_MS = 1000;
+const AFTER_ANSWER_BYTES = 64 * 1024;
 
 /**
  * Sends `message` (a request with `id`) and resolves with its response's `result`, or rejects
  * with its `error` as a JsonRpcFailure, an HttpStatusError, an OversizeError or the transport's
- * error. Reads the body to its end, so the kept-alive connection is reused.
+ * error. Resolves as soon as the response is read: an event stream's end (what a server sends
+ * next) is read on in the background, for a while, so the kept-alive connection is reused.
  */
 export async function postRequest(
   fetch: GuardedFetch,
@@ -81,7 +85,8 @@ export async function postRequest(
   }
   let answer: { result?: unknown; error?: JsonRpcError } | undefined;
   const take = (m: unknown) => {
-    if (typeof m !== 'object' || m === null) return;
+    // Past the answer nothing on the stream concerns the request.
+    if (answer || typeof m !== 'object' || m === null) return;
     const msg = m as { id?: unknown; method?: unknown; result?: unknown; error?: JsonRpcError };
     if (typeof msg.method === 'string') options.onMessage?.(msg as ServerMessage);
     else if (msg.id === message.id) answer = msg;
@@ -99,14 +104,19 @@ export async function postRequest(
         }
       },
     });
-    for await (const chunk of response.body) {
-      bytes += chunk.byteLength;
+    const chunks = response.body[Symbol.asyncIterator]();
+    while (!answer) {
+      const next = await chunks.next();
+      if (next.done) break;
+      bytes += next.value.byteLength;
       if (bytes > options.maxBytes) {
         response.body.destroy();
         throw new OversizeError(`the upstream's response is larger than ${options.maxBytes} bytes`);
       }
-      parser.feed(decoder.decode(chunk, { stream: true }));
+      parser.feed(decoder.decode(next.value, { stream: true }));
     }
+    // The answer is in: the call does not wait for a stream its server keeps open.
+    if (answer) readOn(response.body, chunks);
   } else if (type.startsWith('application/json')) {
     const body = await readAll(response.body, options.maxBytes);
     const parsed = JSON.parse(body.toString('utf8')) as unknown;
@@ -158,6 +168,30 @@ function headersOf(session: HttpSession): Record<string, string> {
     ...(session.sessionId ? { 'mcp-session-id': session.sessionId } : {}),
     ...(session.protocolVersion ? { 'mcp-protocol-version': session.protocolVersion } : {}),
   };
+}
+
+/** Reads what follows an answer, to the stream's end or for a while; then lets it go. */
+function readOn(body: { destroy(err?: Error): unknown }, chunks: AsyncIterator<Buffer>): void {
+  const timer = setTimeout(() => body.destroy(), AFTER_ANSWER_MS);
+  timer.unref();
+  void (async () => {
+    let bytes = 0;
+    try {
+      for (;;) {
+        const next = await chunks.next();
+        if (next.done) return;
+        bytes += next.value.byteLength;
+        if (bytes > AFTER_ANSWER_BYTES) {
+          body.destroy();
+          return;
+        }
+      }
+    } catch {
+      // destroyed, or the connection went: nothing waits for it
+    } finally {
+      clearTimeout(timer);
+    }
+  })();
 }
 
 async function readAll(

@@ -4,6 +4,7 @@ import { ToolError, type ToolContext } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import { UpstreamConnection } from './connection.js';
 import type { StdioServers } from './stdio-server.js';
+import type { ServerRequestLogger } from './server-requests.js';
 
 declare module '@toolgate/registry' {
   interface ToolServices {
@@ -22,6 +23,8 @@ export class UpstreamCalls {
     private readonly fetchImpl: GuardedFetch,
     /** This worker's stdio upstreams; without them (no sandbox driver) those calls fail. */
     private readonly stdio?: StdioServers,
+    /** Where requests an upstream sent past its serverRequests bounds are counted. */
+    private readonly log?: ServerRequestLogger,
   ) {
     this.byId = new Map(upstreams.map((u) => [u.id, u]));
   }
@@ -37,7 +40,13 @@ export class UpstreamCalls {
           'upstream_unavailable',
           `upstream "${id}" is a stdio server and this worker has no sandbox driver`,
         );
-      connection = new UpstreamConnection(upstream, this.fetchImpl, undefined, this.stdio?.get(id));
+      connection = new UpstreamConnection(
+        upstream,
+        this.fetchImpl,
+        undefined,
+        this.stdio?.get(id),
+        this.log,
+      );
       this.connections.set(id, connection);
     }
     return connection;

@@ -114,6 +114,14 @@ export class Clients {
   }
 }
 
+/**
+ * Who a request acts as, as recorded in `by` of decisions and audit entries: the client, and
+ * the user its token names (`ops:alice`; client ids hold no `:`).
+ */
+export function actorOf(client: Pick<Client, 'id' | 'user'>): string {
+  return client.user === undefined ? client.id : `${client.id}:${client.user}`;
+}
+
 export interface DevMode {
   key: string;
 }

@@ -27,6 +27,7 @@ export type ApiErrorCode =
   | 'secrets_disabled'
   | 'too_many_sessions'
   | 'approval_required'
+  | 'self_approval'
   | 'code_mode_max_calls'
   | 'code_mode_depth'
   | 'code_mode_sandbox_slot'
@@ -59,6 +60,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   secrets_disabled: 503,
   too_many_sessions: 429,
   approval_required: 403,
+  self_approval: 403,
   code_mode_max_calls: 429,
   code_mode_depth: 400,
   code_mode_sandbox_slot: 409,

@@ -327,7 +327,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(chargeRequests(limits, redis, audit)); // before the body is read
   app.use(readJsonBody({ limitBytes: config.server.bodyLimitBytes }));
   app.use(executeRoutes(pipeline)); // the hot route first
-  app.use(sessionRoutes({ sessions, registry, config: config.sessions }));
+  app.use(sessionRoutes({ sessions, registry, config: config.sessions, audit }));
   app.use(toolRoutes(registry, requiresApproval));
   app.use(
     toolCallRoutes(pipeline, {
@@ -380,7 +380,9 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     }),
   );
   const clientIds = new Set(config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev']);
-  app.use(workspaceAdminRoutes({ redis, resets: new WorkspaceResets(redis, keys), clientIds }));
+  app.use(
+    workspaceAdminRoutes({ redis, resets: new WorkspaceResets(redis, keys), clientIds, audit }),
+  );
   // Sealed here, opened only by workers: the gateway never reads a value back.
   app.use(
     secretRoutes({

@@ -76,12 +76,17 @@ export function authenticate(
           );
         const reason =
           err instanceof TokenRefused ? err.message : 'the token could not be verified';
+        const refusal = err instanceof TokenRefused ? err.code : undefined;
         const message = apiKeys ? `unknown API key, and not a valid token: ${reason}` : reason;
         refuse(
           req,
           next,
           new ApiError('unauthorized', message, {
-            details: { error: 'invalid_token', reason },
+            details: {
+              error: 'invalid_token',
+              reason,
+              ...(refusal === undefined ? {} : { refusal }),
+            },
             headers: { 'WWW-Authenticate': oauth.challenge(reason) },
           }),
         );
@@ -115,6 +120,7 @@ export function chargeRequests(limits: CallLimits, redis: RedisClient, audit: Au
               audit.entry({
                 event: 'refused',
                 client: client.id,
+                ...(client.user === undefined ? {} : { user: client.user }),
                 tool,
                 status: err.code,
                 reason: `${req.method} ${req.path.slice(0, 200)}: ${err.message}`,
@@ -142,11 +148,16 @@ export function prepaidOf(res: Response): Prepaid | undefined {
   return res.locals.prepaid as Prepaid | undefined;
 }
 
+/**
+ * Admin routes: an admin client's API key, or its token with the admin scope (else a step-up
+ * naming that scope, docs/auth.md).
+ */
 export function requireAdmin(_req: Request, res: Response, next: NextFunction): void {
+  const client = clientOf(res);
+  if (client.admin) return next();
   next(
-    clientOf(res).admin
-      ? undefined
-      : new ApiError('forbidden', 'this route is for admin clients only'),
+    client.grant?.adminStepUp() ??
+      new ApiError('forbidden', 'this route is for admin clients only'),
   );
 }
 

@@ -38,7 +38,7 @@ import type { RedisClient, Replication, ReplicaWait } from '@toolgate/calls';
 import type { ApprovalFeed } from './approval-feed.js';
 import { outOfScope } from './auth/oauth.js';
 import { startsCodeMode } from './code-mode-tools.js';
-import type { Client } from './clients.js';
+import { actorOf, type Client } from './clients.js';
 import { pendingApproval } from './views.js';
 import { ApiError } from './errors.js';
 import { OutcomePolls } from './outcome-polls.js';
@@ -514,7 +514,7 @@ export class CallPipeline {
   async cancel(client: Client, id: string): Promise<CallRecord> {
     const record = await this.get(client, id);
     if (FINAL_STATUSES.has(record.status)) throw alreadyEnded(record);
-    return guardRedis(() => this.cancelCall(id, client.id, record), this.o.redis);
+    return guardRedis(() => this.cancelCall(id, actorOf(client), record), this.o.redis);
   }
 
   private async cancelCall(id: string, by: string, seen?: CallRecord): Promise<CallRecord> {

@@ -6,6 +6,7 @@ import {
   UnrecoverableError,
   Worker,
   trace,
+  type JobJson,
   type QueueOptions,
 } from 'bullmq';
 import {
@@ -76,6 +77,20 @@ export interface QueueConsumerOptions {
 }
 
 /**
+ * BullMQ's Worker, for manual processing: the next job a completion took (`fetchNext`) goes
+ * through the worker's own `nextJobFromJobData`, as in `Worker.run`. Above all, a completion that
+ * found the queue empty marks the worker drained, so its next `getNextJob` blocks until a call
+ * arrives rather than first asking Redis once more for nothing (one script and an event per call
+ * when calls come one at a time).
+ */
+class CallWorker extends Worker {
+  nextOf(moved: unknown, token: string): Promise<Job | undefined> {
+    const [raw, id] = Array.isArray(moved) ? (moved as [JobJson | undefined, string]) : [];
+    return this.nextJobFromJobData(raw, id, token);
+  }
+}
+
+/**
  * A worker's consumer of one BullMQ queue, by BullMQ's manual processing: `slots` slots; a
  * slot's call ends with `moveToCompleted(…, fetchNext)`, which takes the slot's next call in the
  * same script, and an idle consumer blocks in `getNextJob`. Like BullMQ's own `Worker.run`, it
@@ -83,7 +98,7 @@ export interface QueueConsumerOptions {
  * fails a job that comes back with a deferred failure (stalled more than `maxStalledCount`).
  */
 export class QueueConsumer {
-  readonly worker: Worker;
+  readonly worker: CallWorker;
   private free: number;
   /** Calls held here: id → lock token. */
   private readonly held = new Map<string, string>();
@@ -97,7 +112,7 @@ export class QueueConsumer {
 
   constructor(private readonly o: QueueConsumerOptions) {
     this.free = o.slots;
-    this.worker = new Worker(o.queue.name, null, {
+    this.worker = new CallWorker(o.queue.name, null, {
       connection: o.connection,
       prefix: o.queue.queue.opts.prefix,
       name: o.workerId,
@@ -235,7 +250,13 @@ export class QueueConsumer {
   private async run(job: Job, token: string): Promise<Job | undefined> {
     const { log, queue } = this.o;
     const data = job.data as CallJob;
-    const fetchNext = () => !this.stopping;
+    /**
+     * Whether a call's end should take the next one in the same script (BullMQ's `fetchNext`):
+     * only while every slot is busy. With a slot free, the consumer's loop is already waiting on
+     * the queue's marker and takes the next call itself, and an end's fetch would mostly find
+     * the queue empty (a dozen commands for nothing when calls come one at a time).
+     */
+    const fetchNext = () => !this.stopping && this.free === 0;
     let next: Job | undefined;
     let settled = false;
     const fail = async (reason: string) => {
@@ -247,9 +268,10 @@ export class QueueConsumer {
           { failed: reason },
         )
         .catch(() => undefined);
-      next = this.nextOf(
-        await job.moveToFailed(new UnrecoverableError(reason), token, fetchNext()).catch(() => undefined),
-      );
+      const moved = await job
+        .moveToFailed(new UnrecoverableError(reason), token, fetchNext())
+        .catch(() => undefined);
+      next = await this.worker.nextOf(moved, token);
     };
     if (job.deferredFailure) {
       // BullMQ's stalled check gave up on it (stalled more than maxStalledCount).
@@ -277,7 +299,7 @@ export class QueueConsumer {
           { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
           { publish },
         );
-        next = this.nextOf(await job.moveToCompleted(null, token, fetchNext()));
+        next = await this.worker.nextOf(await job.moveToCompleted(null, token, fetchNext()), token);
       },
       defer: async (delayMs) => {
         settled = true;
@@ -294,12 +316,5 @@ export class QueueConsumer {
       if (!settled) await fail(reason);
     }
     return next;
-  }
-
-  /** The next job a completion took (BullMQ's `fetchNext`), if any. */
-  private nextOf(moved: unknown): Job | undefined {
-    if (!Array.isArray(moved) || !moved[0]) return undefined;
-    const [raw, id] = moved as [Parameters<typeof Job.fromJSON>[1], string];
-    return Job.fromJSON(this.worker, raw, id);
   }
 }

@@ -146,7 +146,12 @@ export function createWorker({
   const upstreamCalls =
     config.upstreams.length === 0
       ? undefined
-      : new UpstreamCalls(config.upstreams, createGuardedFetch(config.policy.http), stdioServers);
+      : new UpstreamCalls(
+          config.upstreams,
+          createGuardedFetch(config.policy.http),
+          stdioServers,
+          log.child({ component: 'upstreams' }),
+        );
   let upstreamCatalog: UpstreamCatalog | undefined;
   const keys = Keys.for(config.redis);
   const redis = createRedis(config.redis, 'blocking');

@@ -5,7 +5,7 @@
  */
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP, type LookupFunction as NetLookupFunction } from 'node:net';
-import { ToolError } from '@toolgate/registry';
+import { ToolError, type RequestOrigin } from '@toolgate/registry';
 import {
   CLOUD_METADATA_HOSTS,
   classifyAddress,
@@ -36,6 +36,19 @@ export interface CheckedTarget {
   host: string;
   port: number;
   addresses: ResolvedAddress[];
+}
+
+/**
+ * What credential rules are matched against (docs/credentials.md): the checked target's scheme,
+ * host (as the URL writes it) and port, so a rule for an HTTPS API gives nothing to plain http
+ * or another port of the same name.
+ */
+export function originOf(target: CheckedTarget): RequestOrigin {
+  return {
+    scheme: target.url.protocol === 'http:' ? 'http' : 'https',
+    host: target.url.hostname,
+    port: target.port,
+  };
 }
 
 export const ALLOWED_PROTOCOLS: ReadonlySet<string> = new Set(['http:', 'https:']);

@@ -15,6 +15,7 @@ import { ToolError, type CallCredentials } from '@toolgate/registry';
 import { EgressCa } from './egress-ca.js';
 import {
   AddressGuard,
+  originOf,
   type AddressPolicy,
   type CheckedTarget,
   type LookupFunction,
@@ -46,8 +47,9 @@ export interface EgressProxyOptions {
   idleTimeoutMs?: number;
   /**
    * The credential rules of the call whose sandbox has this source address (the driver
-   * registers them with the address; docs/credentials.md). Plain http requests to a host with
-   * a rule get its headers; HTTPS to such a host is terminated with `ca` and forwarded.
+   * registers them with the address; docs/credentials.md). Plain http requests to an origin
+   * (scheme, host, port) with a rule get its headers; a CONNECT to an https origin with one is
+   * terminated with `ca`, and each request in it that names that origin only is forwarded.
    */
   credentialsOf?: (address: string) => CallCredentials | undefined;
   /** The CA that terminates HTTPS to hosts with a rule; made here when credentialsOf is given. */
@@ -93,6 +95,7 @@ const HOP_BY_HOP = [
 const STATUS_TEXT: Record<number, string> = {
   400: 'Bad Request',
   403: 'Forbidden',
+  421: 'Misdirected Request',
   502: 'Bad Gateway',
   503: 'Service Unavailable',
 };
@@ -189,10 +192,10 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     const credentials = credentialsOf?.(sourceOf(req.socket));
     check(url)
       .then(async (target) => {
-        // After the guard: only a destination it passed gets the header.
-        const added = credentials?.covers(target.url.hostname)
-          ? await credentials.headersFor(target.url.hostname)
-          : [];
+        // After the guard: only a destination it passed gets the header, and only a rule for
+        // plain http on this port (one for the HTTPS API of the same name gives nothing here).
+        const origin = originOf(target);
+        const added = credentials?.covers(origin) ? await credentials.headersFor(origin) : [];
         forward(req, res, target, added);
       })
       .catch((err: unknown) => {
@@ -262,7 +265,9 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     const credentials = credentialsOf?.(sourceOf(req.socket));
     check(url).then(
       (target) => {
-        if (ca && credentials?.covers(target.url.hostname)) {
+        // A tunnel is https to this port as far as rules go: terminated only for a rule that
+        // names https, this host and this port.
+        if (ca && credentials?.covers(originOf(target))) {
           client.off('end', gaveUp);
           terminate(client as Socket, head, target, credentials, ca);
           return;
@@ -311,7 +316,17 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     const { target, credentials } = info;
     const host = target.url.hostname;
     const bare = host.replace(/^\[|\]$/g, '');
-    credentials.headersFor(host).then(
+    // The tunnel was checked, and its credential is meant, for one origin: a request that names
+    // another (an absolute-form target, a Host) is answered here, never forwarded.
+    const within = pathWithin(req, target);
+    if ('reason' in within) {
+      log?.debug({ host, reason: within.reason }, 'egress refused');
+      res
+        .writeHead(within.status, { 'content-type': 'text/plain', connection: 'close' })
+        .end(`toolgate egress: ${within.reason}\n`);
+      return;
+    }
+    credentials.headersFor(originOf(target)).then(
       (added) => {
         const headers = { ...req.headers };
         // Hop-by-hop: about the sandbox's connection to the proxy, not the proxy's to the host
@@ -325,7 +340,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
           host: target.addresses[0]!.address,
           port: target.port,
           method: req.method,
-          path: req.url,
+          path: within.path,
           headers,
           agent: upstreamAgent,
           // The certificate is checked against servername (a name), else against the address
@@ -357,7 +372,17 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       },
     );
   });
-  inner.on('clientError', (_err, socket) => socket.destroy());
+  // A tunnel inside a terminated tunnel would reach what the guard never saw.
+  inner.on('connect', (_req: IncomingMessage, socket: Duplex) =>
+    refuse(socket, 400, 'CONNECT inside a tunnel is refused'),
+  );
+  // A request the parser refuses (a target that is neither a path nor a URL, bad framing) is
+  // answered, so the sandbox's client reads why; a connection that broke is only closed.
+  inner.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    if (socket.writable && err.code?.startsWith('HPE_'))
+      refuse(socket, 400, `malformed request (${err.code})`);
+    else socket.destroy();
+  });
   inner.headersTimeout = 10_000;
   inner.requestTimeout = 0;
 
@@ -418,6 +443,68 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/**
+ * Where a request read inside a tunnel terminated for `target` goes: its origin-form path, or
+ * why it is refused. Every authority the request names must be the tunnel's — scheme https,
+ * host and port — in an absolute-form target (`GET https://api.test/x`) and in Host alike: front
+ * ends route by either, and the credential was added for this origin only.
+ */
+function pathWithin(
+  req: IncomingMessage,
+  target: CheckedTarget,
+): { path: string } | { status: number; reason: string } {
+  // url.host leaves out the default port, as a URL parsed from the request does.
+  const own = `https://${target.url.host}`;
+  const raw = req.url ?? '';
+  let path: string;
+  if (raw.startsWith('/')) {
+    path = raw;
+  } else if (raw === '*') {
+    if (req.method !== 'OPTIONS')
+      return { status: 400, reason: 'the request target "*" is for OPTIONS only' };
+    path = raw;
+  } else {
+    let url: URL | undefined;
+    try {
+      url = new URL(raw);
+    } catch {
+      url = undefined;
+    }
+    if (!url || (url.protocol !== 'https:' && url.protocol !== 'http:')) {
+      return {
+        status: 400,
+        reason: `"${raw.slice(0, 200)}" is not a request target: write a path, or ${own}/…`,
+      };
+    }
+    if (url.username || url.password)
+      return { status: 400, reason: 'a request target with user information is refused' };
+    if (url.origin !== own)
+      return {
+        status: 421,
+        reason: `this tunnel is for ${own}; the request names ${url.origin}`,
+      };
+    path = `${url.pathname}${url.search}`;
+  }
+  const host = req.headers.host;
+  if (host !== undefined && authorityOf(host) !== target.url.host) {
+    return {
+      status: 421,
+      reason: `this tunnel is for ${own}; the Host header names ${host.slice(0, 200)}`,
+    };
+  }
+  return { path };
+}
+
+/** A Host header's authority as a https URL writes it (lower case, no :443), if it is one. */
+function authorityOf(host: string): string | undefined {
+  if (!/^[^/\\?#@\s]+$/.test(host)) return undefined;
+  try {
+    return new URL(`https://${host}`).host;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The peer's address, IPv4-mapped IPv6 written as plain IPv4 (as the driver registers it). */

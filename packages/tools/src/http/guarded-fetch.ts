@@ -20,6 +20,12 @@ export type GuardedFetch = ((url: string | URL, init?: RequestInit) => Promise<R
    * Request/Response/streams around it (a fraction of fetch's CPU per request, for hot paths).
    */
   request(url: string | URL, init: GuardedRequestInit): Promise<GuardedResponse>;
+  /**
+   * The same guard over agents of their own holding at most `connections` sockets per origin
+   * (requests beyond wait their turn): for traffic a server could otherwise multiply, such as
+   * the replies to an upstream's own requests. Closed on its own.
+   */
+  withConnectionLimit(connections: number): GuardedFetch;
   /** Closes the kept-alive connections. */
   close(): Promise<void>;
 };
@@ -48,7 +54,10 @@ export function createGuardedFetch(
   policy: AddressPolicy,
   options: { lookup?: LookupFunction } = {},
 ): GuardedFetch {
-  const guard = new AddressGuard(policy, options.lookup ?? systemLookup);
+  return guardedFetchOver(new AddressGuard(policy, options.lookup ?? systemLookup));
+}
+
+function guardedFetchOver(guard: AddressGuard, connections?: number): GuardedFetch {
   const agents = new Map<string, { agent: Agent; addresses: string }>();
   const agentFor = (target: CheckedTarget): Agent => {
     const origin = target.url.origin;
@@ -56,7 +65,10 @@ export function createGuardedFetch(
     const kept = agents.get(origin);
     if (kept?.addresses === addresses) return kept.agent;
     void kept?.agent.close().catch(() => undefined);
-    const agent = new Agent({ connect: { lookup: pinnedLookup(target) } });
+    const agent = new Agent({
+      connect: { lookup: pinnedLookup(target) },
+      ...(connections === undefined ? {} : { connections }),
+    });
     agents.set(origin, { agent, addresses });
     return agent;
   };
@@ -88,6 +100,7 @@ export function createGuardedFetch(
   };
   return Object.assign(guarded, {
     request,
+    withConnectionLimit: (limit: number) => guardedFetchOver(guard, limit),
     async close() {
       const all = [...agents.values()];
       agents.clear();

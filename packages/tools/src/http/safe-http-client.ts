@@ -7,6 +7,7 @@ import { Client, errors as undiciErrors } from 'undici';
 import { ToolError, type CallCredentials } from '@toolgate/registry';
 import {
   AddressGuard,
+  originOf,
   parseHttpUrl,
   pinnedLookup,
   systemLookup,
@@ -120,10 +121,10 @@ export class SafeHttpClient {
     for (let redirects = 0; ; redirects++) {
       const target = await this.guard.check(url, signal);
       // The operator's credential rules, per hop and only once the guard has passed the
-      // destination: a redirect to another host gets that host's rules, never these.
-      const injected = credentials?.covers(target.url.hostname)
-        ? await credentials.headersFor(target.url.hostname)
-        : [];
+      // destination: a redirect to another origin gets that origin's rules, never these (a
+      // rule binds scheme and port too: https://api.test's secret never goes to http://api.test).
+      const origin = originOf(target);
+      const injected = credentials?.covers(origin) ? await credentials.headersFor(origin) : [];
       const hop = await this.send(target, method, withHeaders(headers, injected), body, signal);
       if (hop.kind === 'final') return { ...hop.result, redirects };
 

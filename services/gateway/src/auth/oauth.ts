@@ -1,8 +1,9 @@
 /**
  * toolgate as an OAuth 2.1 resource server: a valid token becomes one of the configured
  * clients (its client claim), acting for a user (its user claim), allowed the tools of its
- * client ∩ the tools of its scopes. Also the challenges (`WWW-Authenticate`) and the RFC 9728
- * protected-resource metadata that let an MCP client find the authorization server by itself.
+ * client ∩ the tools of its scopes, and an admin only with the admin scope on an admin client.
+ * Also the challenges (`WWW-Authenticate`) and the RFC 9728 protected-resource metadata that
+ * let an MCP client find the authorization server by itself.
  */
 import type { OAuthConfig } from '@toolgate/config';
 import { ToolScope, type Tool } from '@toolgate/registry';
@@ -32,26 +33,28 @@ export class OAuthResource {
     this.metadataUrl = `${resource.origin}/.well-known/oauth-protected-resource${path}`;
   }
 
-  /** The paths this gateway answers the metadata on: the root one, `/mcp`, the resource's. */
-  get metadataPaths(): string[] {
-    const own = new URL(this.metadataUrl).pathname;
-    return [
-      ...new Set([
-        '/.well-known/oauth-protected-resource',
-        '/.well-known/oauth-protected-resource/mcp',
-        own,
-      ]),
-    ];
+  /**
+   * The one path this gateway answers the metadata on. RFC 9728 §3.3: a document's `resource`
+   * is the identifier its well-known URL was made from, so the document for the resource
+   * `https://host/mcp` lives at `/.well-known/oauth-protected-resource/mcp` and nowhere else
+   * (the root one would describe `https://host`, a resource toolgate's tokens are not for).
+   */
+  get metadataPath(): string {
+    return new URL(this.metadataUrl).pathname;
   }
 
-  /** RFC 9728 protected-resource metadata. */
+  /**
+   * RFC 9728 protected-resource metadata. No `resource_signing_alg_values_supported`: it is
+   * for signed responses, which toolgate does not send, not for the tokens it accepts. The
+   * admin scope is not in `scopes_supported` either: a client that asks for every scope listed
+   * (the MCP SDK does) must not ask for admin rights by default.
+   */
   resourceMetadata(): Record<string, unknown> {
     return {
       resource: this.config.resource ?? this.config.audience,
       authorization_servers: [this.config.issuer],
       ...(this.byScope.size > 0 ? { scopes_supported: [...this.byScope.keys()] } : {}),
       bearer_methods_supported: ['header'],
-      resource_signing_alg_values_supported: this.config.algorithms,
       resource_name: 'toolgate',
     };
   }
@@ -76,17 +79,27 @@ export class OAuthResource {
       );
     if (verified.user !== undefined && verified.user.length > MAX_USER_LENGTH)
       throw new TokenRefused(`the token's user claim is longer than ${MAX_USER_LENGTH} characters`);
+    // Without a user the token would act as the whole client: every user's calls, sessions
+    // and workspace. Only where the config says so (client credentials).
+    if (verified.user === undefined && !this.config.tokensWithoutUser.includes(client.id))
+      throw new TokenRefused(
+        `the token names no user (claim "${this.config.userClaim}"), and client "${client.id}" takes no tokens without one (auth.oauth.tokensWithoutUser)`,
+        { code: 'no_user' },
+      );
     return this.asToken(client, verified.scopes, verified.user);
   }
 
   /**
    * `client` as a token with `scopes` for `user` would make it: what `authenticate` answers,
-   * and what a code-mode script started with such a token acts as (docs/code-mode.md).
+   * and what a code-mode script started with such a token acts as (docs/code-mode.md). An
+   * admin client's token is an admin only with the admin scope.
    */
   asToken(client: Client, scopes: readonly string[], user?: string): Client {
-    const grant = new TokenGrant(scopes, client.scope, this.byScope, this.metadataUrl);
+    const adminScope = client.admin ? this.config.adminScope : undefined;
+    const grant = new TokenGrant(scopes, client.scope, this.byScope, this.metadataUrl, adminScope);
     return {
       ...client,
+      admin: adminScope !== undefined && scopes.includes(adminScope),
       scope: grant,
       grant,
       ...(user === undefined ? {} : { user }),
@@ -105,6 +118,8 @@ export class TokenGrant implements ToolFilter {
     private readonly clientScope: ToolFilter,
     private readonly byScope: ReadonlyMap<string, ToolScope>,
     private readonly metadataUrl: string,
+    /** The scope that makes this token an admin; absent: its client is no admin. */
+    private readonly adminScope?: string,
   ) {}
 
   /**
@@ -126,18 +141,32 @@ export class TokenGrant implements ToolFilter {
     if (this.allows(tool) || !this.clientScope.allows(tool)) return undefined;
     const needed = [...this.byScope].find(([, scope]) => scope.allows(tool))?.[0];
     if (needed === undefined) return undefined;
+    return this.insufficient(
+      needed,
+      `the token's scopes do not cover "${tool.name}"; sign in again with scope "${needed}"`,
+      `scope ${needed} is needed for ${tool.name}`,
+    );
+  }
+
+  /** The 403 for an admin route: the admin scope, where the client is an admin; else none. */
+  adminStepUp(): ApiError | undefined {
+    if (this.adminScope === undefined || this.scopes.includes(this.adminScope)) return undefined;
+    return this.insufficient(
+      this.adminScope,
+      `this route is for admins: a token of an admin client needs scope "${this.adminScope}"`,
+      `scope ${this.adminScope} is needed for admin routes`,
+    );
+  }
+
+  private insufficient(needed: string, message: string, description: string): ApiError {
     // The scopes held plus the one missing: a client that asks for exactly this keeps its tools.
     const scope = [...new Set([...this.scopes, needed])].join(' ');
-    return new ApiError(
-      'insufficient_scope',
-      `the token's scopes do not cover "${tool.name}"; sign in again with scope "${needed}"`,
-      {
-        details: { requiredScope: needed, scope },
-        headers: {
-          'WWW-Authenticate': `Bearer error="insufficient_scope", scope="${quoted(scope)}", resource_metadata="${this.metadataUrl}", error_description="${quoted(`scope ${needed} is needed for ${tool.name}`)}"`,
-        },
+    return new ApiError('insufficient_scope', message, {
+      details: { requiredScope: needed, scope },
+      headers: {
+        'WWW-Authenticate': `Bearer error="insufficient_scope", scope="${quoted(scope)}", resource_metadata="${this.metadataUrl}", error_description="${quoted(description)}"`,
       },
-    );
+    });
   }
 }
 

@@ -21,11 +21,20 @@ export interface VerifiedToken {
   expiresAt?: number;
 }
 
+/**
+ * Why a token is refused, where a client may act on it: `no_user`, the token names no usable
+ * user (its user claim is absent, empty or not a string).
+ */
+export type TokenRefusalCode = 'no_user';
+
 /** A token that is not valid for toolgate: answered 401 `invalid_token` with this reason. */
 export class TokenRefused extends Error {
-  constructor(message: string, options: { cause?: unknown } = {}) {
+  readonly code: TokenRefusalCode | undefined;
+
+  constructor(message: string, options: { cause?: unknown; code?: TokenRefusalCode } = {}) {
     super(message, { cause: options.cause });
     this.name = 'TokenRefused';
+    this.code = options.code;
   }
 }
 
@@ -151,6 +160,9 @@ export class TokenVerifier {
     } catch (err) {
       throw refusal(err);
     }
+    // jose checks `iat` only against a maximum age: one from the future is refused here.
+    if (typeof payload.iat === 'number' && payload.iat - this.config.clockSkewSeconds > now / 1000)
+      throw new TokenRefused('the token was issued in the future (iat)');
     const verified = this.grantOf(payload);
     // jose accepted it until exp + the skew; nbf (if any) has passed and stays passed.
     const expiresMs = (verified.expiresAt! + this.config.clockSkewSeconds) * 1000;
@@ -160,13 +172,25 @@ export class TokenVerifier {
 
   private grantOf(claims: Record<string, unknown>): VerifiedToken {
     const clientClaims = this.config.clientClaim ? [this.config.clientClaim] : ['client_id', 'azp'];
-    const clientId = clientClaims.map((c) => claims[c]).find((v) => typeof v === 'string');
-    if (typeof clientId !== 'string')
+    // The first claim present decides (RFC 9068 §2.2: client_id); a malformed one is never
+    // passed over for the next.
+    const named = clientClaims.find((c) => claims[c] !== undefined);
+    if (named === undefined)
       throw new TokenRefused(`the token has no client claim (${clientClaims.join(' or ')})`);
+    const clientId = claims[named];
+    if (typeof clientId !== 'string' || clientId === '')
+      throw new TokenRefused(`the token's client claim (${named}) is not a non-empty string`);
     const user = claims[this.config.userClaim];
+    // A user claim that is there but unusable is refused whatever the client; one that is
+    // absent is for OAuthResource to decide (auth.oauth.tokensWithoutUser).
+    if (user !== undefined && (typeof user !== 'string' || user === ''))
+      throw new TokenRefused(
+        `the token's user claim (${this.config.userClaim}) is not a non-empty string`,
+        { code: 'no_user' },
+      );
     return {
       clientId,
-      ...(typeof user === 'string' && user !== '' ? { user } : {}),
+      ...(typeof user === 'string' ? { user } : {}),
       scopes: scopesOf(claims),
       ...(typeof claims.exp === 'number' ? { expiresAt: claims.exp } : {}),
     };
@@ -212,6 +236,8 @@ export class TokenVerifier {
       throw new TokenRefused('the token has expired');
     if (typeof claims.nbf === 'number' && claims.nbf - skew > nowSeconds)
       throw new TokenRefused('the token is not valid yet');
+    if (typeof claims.iat === 'number' && claims.iat - skew > nowSeconds)
+      throw new TokenRefused('the token was issued in the future (iat)');
     const verified = this.grantOf(claims);
     const until = Math.min(
       now + intro.cacheSeconds * 1000,

@@ -2,9 +2,10 @@
  * The MCP logging level a client chose. 2026-07-28 clients send it with every request (the
  * `io.modelcontextprotocol/logLevel` key of `_meta`); 2025-era clients send
  * `logging/setLevel` once, for a session toolgate does not keep. Their level lives in Redis
- * per client key, so whichever gateway answers the next request honours it (docs/mcp.md).
+ * per principal (the client, or one user of it), so whichever gateway answers the next request
+ * honours it, and one user's choice never silences another's (docs/mcp.md).
  */
-import type { Keys } from '@toolgate/calls';
+import { principal, type Keys } from '@toolgate/calls';
 import type { LoggingLevel } from '@modelcontextprotocol/server';
 import type { RedisClient } from '@toolgate/calls';
 
@@ -35,18 +36,28 @@ export function passes(level: LoggingLevel, threshold: LoggingLevel): boolean {
   return LOG_LEVELS.indexOf(level) >= LOG_LEVELS.indexOf(threshold);
 }
 
+/** Whose level: a client (API key), or one user of it (a token's user claim). */
+interface Caller {
+  id: string;
+  user?: string;
+}
+
 export class LogLevels {
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: Keys,
   ) {}
 
-  async set(clientId: string, level: LoggingLevel): Promise<void> {
-    await this.redis.set(this.keys.mcpLogLevel(clientId), level, 'EX', LEVEL_TTL_SECONDS);
+  async set(caller: Caller, level: LoggingLevel): Promise<void> {
+    await this.redis.set(this.key(caller), level, 'EX', LEVEL_TTL_SECONDS);
   }
 
-  async get(clientId: string): Promise<LoggingLevel> {
-    const stored = await this.redis.get(this.keys.mcpLogLevel(clientId));
+  async get(caller: Caller): Promise<LoggingLevel> {
+    const stored = await this.redis.get(this.key(caller));
     return isLoggingLevel(stored) ? stored : DEFAULT_LEGACY_LEVEL;
+  }
+
+  private key(caller: Caller): string {
+    return this.keys.mcpLogLevel(principal(caller.id, caller.user));
   }
 }

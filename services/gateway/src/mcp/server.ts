@@ -83,9 +83,9 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
     })),
   }));
 
-  // 2025-era clients have no session here to hold the level: it is kept per client key.
+  // 2025-era clients have no session here to hold the level: it is kept per client and user.
   server.setRequestHandler('logging/setLevel', async (request) => {
-    await logLevels.set(client.id, request.params.level);
+    await logLevels.set(client, request.params.level);
     return {};
   });
 
@@ -96,7 +96,7 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
       const tool = registry.get(name);
       // 2026-07-28 requests carry their level (none: no log messages); older clients set it once.
       const level: LoggingLevel | undefined =
-        era === 'modern' ? modernLevel(ctx.mcpReq.envelope) : await logLevels.get(client.id);
+        era === 'modern' ? modernLevel(ctx.mcpReq.envelope) : await logLevels.get(client);
       const notifier = new CallNotifier({
         send: (n) => ctx.mcpReq.notify(n),
         tool: name,

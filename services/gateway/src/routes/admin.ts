@@ -2,6 +2,7 @@ import type { Approvals, AuditLog, AuditQuery, WorkspaceResets } from '@toolgate
 import { isCallId, principal } from '@toolgate/calls';
 import { Router, type Request } from 'express';
 import { MAX_USER_LENGTH } from '../auth/oauth.js';
+import { actorOf } from '../clients.js';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
 import type { GatewayMetrics } from '../metrics.js';
@@ -103,7 +104,17 @@ export function adminRoutes(deps: {
     if (reason !== undefined && (typeof reason !== 'string' || reason.length > 1000)) {
       throw new ApiError('invalid_request', '"reason" must be a string of at most 1000 characters');
     }
-    const admin = clientOf(res).id;
+    const client = clientOf(res);
+    const admin = actorOf(client);
+    if (decision === 'approve' && client.user !== undefined) {
+      // A person approves what someone else asked for: never a call of their own (as another
+      // client's user too: one issuer, one subject).
+      const parked = await pipeline.get(client, id);
+      if (parked.user === client.user)
+        throw new ApiError('self_approval', `call ${id} is your own: another admin approves it`, {
+          details: { user: client.user },
+        });
+    }
     const result = await guardRedis(
       () =>
         approvals.decide(
@@ -141,6 +152,7 @@ export function adminRoutes(deps: {
         audit.entry({
           event: 'approval',
           client: record.clientId,
+          ...(record.user === undefined ? {} : { user: record.user }),
           tool: record.tool,
           callId: id,
           status: decision === 'approve' ? 'approved' : 'rejected',
@@ -161,11 +173,20 @@ export function adminRoutes(deps: {
     const event = stringParam(req, 'event');
     if (
       event !== undefined &&
-      !['call', 'refused', 'approval', 'cancel', 'upstream', 'secret'].includes(event)
+      ![
+        'call',
+        'refused',
+        'approval',
+        'cancel',
+        'upstream',
+        'secret',
+        'session',
+        'workspace',
+      ].includes(event)
     ) {
       throw new ApiError(
         'invalid_request',
-        '"event" must be call, refused, approval, cancel, upstream or secret',
+        '"event" must be call, refused, approval, cancel, upstream, secret, session or workspace',
       );
     }
     const callId = stringParam(req, 'callId');
@@ -199,8 +220,10 @@ export function workspaceAdminRoutes(deps: {
   redis: RedisClient;
   resets: WorkspaceResets;
   clientIds: ReadonlySet<string>;
+  /** Where each reset is recorded (absent: not recorded). */
+  audit?: AuditLog;
 }): Router {
-  const { redis, resets, clientIds } = deps;
+  const { redis, resets, clientIds, audit } = deps;
   const router = Router();
   router.delete('/v1/workspaces/:client', requireAdmin, async (req, res) => {
     const client = (req.params as { client: string }).client;
@@ -217,6 +240,18 @@ export function workspaceAdminRoutes(deps: {
     }
     const name = user === undefined ? client : principal(client, user);
     const { generation, resetId } = await guardRedis(() => resets.schedule(name), redis);
+    await audit
+      ?.append(
+        audit.entry({
+          event: 'workspace',
+          client,
+          ...(user === undefined ? {} : { user }),
+          tool: '',
+          status: 'reset',
+          by: actorOf(clientOf(res)),
+        }),
+      )
+      .catch(() => undefined);
     res.status(202).json({
       client,
       ...(user === undefined ? {} : { user }),

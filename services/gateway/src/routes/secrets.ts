@@ -7,6 +7,7 @@ import type { AuditLog, RedisClient } from '@toolgate/calls';
 import { SecretError, type SecretStore } from '@toolgate/secrets';
 import { Router, type Request } from 'express';
 import type { SecretList, SecretSaved } from '../api-types.js';
+import { actorOf } from '../clients.js';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
 import { guardRedis } from '../pipeline.js';
@@ -92,7 +93,7 @@ export function secretRoutes(deps: {
       );
     }
     const { created, updatedAt } = await run(() => store.set(client, name, body.value, user));
-    await run(() => record({ client, name, user, status: 'set', by: clientOf(res).id }));
+    await run(() => record({ client, name, user, status: 'set', by: actorOf(clientOf(res)) }));
     const saved: SecretSaved = { client, name, ...(user === undefined ? {} : { user }), updatedAt };
     res.status(created ? 201 : 200).json(saved);
   });
@@ -103,7 +104,7 @@ export function secretRoutes(deps: {
     const user = userParam(req);
     const removed = await run(() => store.delete(client, name, user));
     if (!removed) throw new ApiError('not_found', `no secret "${name}" for this owner`);
-    await run(() => record({ client, name, user, status: 'deleted', by: clientOf(res).id }));
+    await run(() => record({ client, name, user, status: 'deleted', by: actorOf(clientOf(res)) }));
     res.status(204).end();
   });
   return router;

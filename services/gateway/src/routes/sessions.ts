@@ -3,12 +3,18 @@
  * session's record lives in Redis, its sandbox on the worker picked here; the gateway keeps
  * nothing.
  */
-import { SESSION_TOOLS, isCallId, type SessionStore, type SessionTool } from '@toolgate/calls';
+import {
+  SESSION_TOOLS,
+  isCallId,
+  type AuditLog,
+  type SessionStore,
+  type SessionTool,
+} from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
 import { Router } from 'express';
 import type { AdminSessionList, SessionList } from '../api-types.js';
-import type { Client } from '../clients.js';
+import { actorOf, type Client } from '../clients.js';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
 
@@ -19,6 +25,8 @@ export interface SessionRouteOptions {
   sessions: SessionStore;
   registry: ToolRegistry;
   config: Config['sessions'];
+  /** Where an admin's end of a session is recorded (absent: not recorded). */
+  audit?: AuditLog;
 }
 
 /** Sessions an admin's page lists at most (GET /v1/admin/sessions?limit=, default 100). */
@@ -98,7 +106,7 @@ export function conversationSessions({ sessions, registry, config }: SessionRout
   };
 }
 
-export function sessionRoutes({ sessions, registry, config }: SessionRouteOptions): Router {
+export function sessionRoutes({ sessions, registry, config, audit }: SessionRouteOptions): Router {
   const router = Router();
   router.use('/v1/admin/sessions', requireAdmin);
 
@@ -194,11 +202,25 @@ export function sessionRoutes({ sessions, registry, config }: SessionRouteOption
     res.json(body);
   });
 
-  /** Stop any client's session (its sandbox killed at once). */
+  /** Stop any client's session (its sandbox killed at once), recorded in its client's audit. */
   router.delete('/v1/admin/sessions/:id', async (req, res) => {
     const id = req.params.id!;
-    const host = isCallId(id) ? await sessions.remove(id) : undefined;
-    if (!host) throw new ApiError('session_not_found', `no session "${id}"`);
+    const session = isCallId(id) ? await sessions.get(id) : undefined;
+    const host = session ? await sessions.remove(id) : undefined;
+    if (!session || !host) throw new ApiError('session_not_found', `no session "${id}"`);
+    await audit
+      ?.append(
+        audit.entry({
+          event: 'session',
+          client: session.clientId,
+          ...(session.user === undefined ? {} : { user: session.user }),
+          tool: session.tool,
+          status: 'ended',
+          reason: `session ${id} ended by an admin`,
+          by: actorOf(clientOf(res)),
+        }),
+      )
+      .catch(() => undefined);
     res.status(204).end();
   });
 

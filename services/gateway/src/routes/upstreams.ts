@@ -5,6 +5,7 @@
 import type { RedisClient } from '@toolgate/calls';
 import type { UpstreamCatalog } from '@toolgate/upstreams';
 import { Router } from 'express';
+import { actorOf } from '../clients.js';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
 import { guardRedis } from '../pipeline.js';
@@ -38,7 +39,7 @@ export function upstreamRoutes(deps: {
         '"hash" must be the definition\'s sha256 as 64 lower-case hex digits (GET /v1/upstreams)',
       );
     }
-    const by = clientOf(res).id;
+    const by = actorOf(clientOf(res));
     const result = await guardRedis(() => catalog.approve(id, tool, hash, by), redis);
     if (result.kind === 'unknown')
       throw new ApiError('not_found', `upstream "${id}" has no tool "${tool}"`);

@@ -8,12 +8,10 @@ import type { OAuthResource } from '../auth/oauth.js';
 export function protectedResourceRoutes(resource: OAuthResource): Router {
   const router = Router();
   const document = resource.resourceMetadata();
-  for (const path of resource.metadataPaths) {
-    router.get(path, (_req, res) => {
-      // Browser-based MCP clients read it cross-origin; it holds nothing per user.
-      res.set({ 'Cache-Control': 'public, max-age=300', 'Access-Control-Allow-Origin': '*' });
-      res.json(document);
-    });
-  }
+  router.get(resource.metadataPath, (_req, res) => {
+    // Browser-based MCP clients read it cross-origin; it holds nothing per user.
+    res.set({ 'Cache-Control': 'public, max-age=300', 'Access-Control-Allow-Origin': '*' });
+    res.json(document);
+  });
   return router;
 }

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startService, type Service } from './support/process.js';
 import { startRedisServer, type RedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
-import { testTools } from './support/tools.js';
+import { testTools, ticker } from './support/tools.js';
 
 // Requests that hold their connection open (call event streams, the approvals feed, MCP
 // requests that wait) share one budget per client across gateways (docs/live-output.md).
@@ -74,6 +74,26 @@ function taskResult(taskId: string): { answer: Promise<Response | undefined>; cl
   return { answer, close: () => ctl.abort() };
 }
 
+/** A POST to /mcp (a 2025-era client that names no revision unless `version` is given). */
+function mcpPost(
+  body: unknown,
+  version?: string,
+): { answer: Promise<Response | undefined>; close(): void } {
+  const ctl = new AbortController();
+  const answer = fetch(`${stack.url}/mcp`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${KEYS.alice}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      ...(version ? { 'mcp-protocol-version': version } : {}),
+    },
+    body: JSON.stringify(body),
+    signal: ctl.signal,
+  }).catch(() => undefined);
+  return { answer, close: () => ctl.abort() };
+}
+
 async function until<T>(what: () => Promise<T>, ok: (v: T) => boolean, ms = 10_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
@@ -111,7 +131,7 @@ beforeAll(async () => {
   redis = new Redis(server.port, '127.0.0.1');
   prefix = `held${randomUUID().slice(0, 6)}`;
   stack = await startStack({
-    tools: testTools,
+    tools: [...testTools, ticker],
     config: { redis: { url: server.url, prefix } },
   });
   budget = new ConnectionBudget(redis, Keys.for({ prefix }), { leaseMs: 30_000 });
@@ -173,6 +193,87 @@ describe('held connections: one budget per client, on every gateway', () => {
       for (const s of streams) s.close();
     }
     expect(await slotsAt('alice', 0)).toBe(0);
+  });
+
+  it('MCP batches take a slot per call that waits: 24 one-element batches of a long call hold 16, 8 are 429; batched cancels end them', async () => {
+    const ids = Array.from({ length: 24 }, (_, i) => 100 + i);
+    const statuses = new Map<number, number>();
+    const refusals: Response[] = [];
+    const posts = ids.map((id) => {
+      const post = mcpPost([
+        {
+          jsonrpc: '2.0',
+          id,
+          method: 'tools/call',
+          params: { name: 'ticker', arguments: { n: 250, ms: 100 } },
+        },
+      ]);
+      void post.answer.then((res) => {
+        if (!res) return;
+        statuses.set(id, res.status);
+        if (res.status !== 200) refusals.push(res);
+      });
+      return post;
+    });
+    try {
+      await until(
+        async () => statuses.size,
+        (n) => n === ids.length,
+      );
+      expect([...statuses.values()].filter((s) => s === 200)).toHaveLength(CAP);
+      expect(refusals).toHaveLength(ids.length - CAP);
+      for (const res of refusals) {
+        expect(res.status).toBe(429);
+        expect(((await res.json()) as { error: { code: string } }).error.code).toBe(
+          'too_many_streams',
+        );
+      }
+      expect(await budget.count('alice')).toBe(CAP);
+      // notifications/cancelled in batches of one reach the calls (ticker would run 25 s): their
+      // requests answer and give their slots back, with every client still connected.
+      const left = await until(
+        async () => {
+          await Promise.all(
+            ids.map(
+              (id) =>
+                mcpPost([
+                  { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: id } },
+                ]).answer,
+            ),
+          );
+          return budget.count('alice');
+        },
+        (held) => held === 0,
+        8000,
+      );
+      expect(left).toBe(0);
+    } finally {
+      for (const p of posts) p.close();
+    }
+    expect(await slotsAt('alice', 0)).toBe(0);
+  });
+
+  it('a batch from a client that names 2025-06-18 or later is a JSON-RPC -32600, holding nothing', async () => {
+    for (const version of ['2025-06-18', '2025-11-25', '2026-07-28']) {
+      const res = await mcpPost(
+        [
+          {
+            jsonrpc: '2.0',
+            id: 1,
+            method: 'tools/call',
+            params: { name: 'ticker', arguments: { n: 250, ms: 100 } },
+          },
+        ],
+        version,
+      ).answer;
+      expect(res?.status, version).toBe(400);
+      expect(await res!.json(), version).toMatchObject({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32600, message: expect.stringContaining('batch') },
+      });
+    }
+    expect(await budget.count('alice')).toBe(0);
   });
 
   it('120 clients that hang up during the request leave nothing behind: 16 streams open at once after, and Redis is back to idle', async () => {

@@ -216,6 +216,26 @@ describe('client-credentials tokens', () => {
     expect(names).not.toContain('current_time');
   });
 
+  it('an MCP batch (2025-03-26) is stepped up as its elements are: one tools/call outside the scopes is a 403', async () => {
+    const { access_token } = await as.clientCredentials(CAROL, 'tools:math');
+    const call = (id: number, name: string, args: unknown) => ({
+      jsonrpc: '2.0',
+      id,
+      method: 'tools/call',
+      params: { name, arguments: args },
+    });
+    const res = await stack.call('/mcp', {
+      key: null,
+      json: [call(1, 'calculator', { expression: '6*7' }), call(2, 'current_time', {})],
+      headers: { ...from('10.0.0.3', access_token), accept: 'application/json, text/event-stream' },
+    });
+    expect(res.status).toBe(403);
+    expect(res.headers.get('www-authenticate')).toMatch(
+      /^Bearer error="insufficient_scope", scope="tools:math tools:time"/,
+    );
+    expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: 2, error: { code: -32600 } });
+  });
+
   it('API keys keep working beside tokens', async () => {
     const res = await stack.call('/tools/calculator/execute', { json: { expression: '1+1' } });
     expect(res.status).toBe(200);

@@ -350,3 +350,54 @@ describe('upstream tool pinning', () => {
     expect(await names('/tools')).toContain('poisoned__sum');
   });
 });
+
+describe('a worker that learns of an approval after its gateway', () => {
+  // The gateway applies an approval at once; a worker of its own process (its own registry and
+  // catalog) applies it at its next look, up to a second later. Calls taken in that second
+  // name a tool the worker lacks: it must look again rather than answer unknown_tool.
+  const TOOLS = 20;
+  let upstream: TestUpstream;
+  let gateway: Stack;
+  let worker: Stack;
+
+  beforeAll(async () => {
+    upstream = await startTestUpstream();
+    for (let i = 0; i < TOOLS; i++) upstream.addTool(`late${i}`);
+    const config = {
+      policy: { http: { allowHosts: ['127.0.0.1'] } },
+      upstreams: [{ id: 'lagging', url: upstream.url }], // trust: pin
+    };
+    gateway = await startStack({ worker: false, config });
+    worker = await startStack({
+      config: {
+        ...config,
+        redis: { ...inject('redisTarget'), prefix: gateway.config.redis.prefix },
+      },
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await gateway?.close();
+    await worker?.close();
+    await upstream?.close();
+  });
+
+  it(`a tool approved a moment ago answers its first call (${TOOLS} in a row), never unknown_tool`, async () => {
+    const res = await gateway.call('/v1/upstreams', { key: KEYS.admin });
+    const tools = ((await res.json()) as UpstreamReport[]).find((u) => u.id === 'lagging')!.tools;
+    const answers: unknown[] = [];
+    for (let i = 0; i < TOOLS; i++) {
+      const { hash } = tools.find((t) => t.tool === `late${i}`)!;
+      const approved = await gateway.call(`/v1/upstreams/lagging/tools/late${i}/approve`, {
+        method: 'POST',
+        key: KEYS.admin,
+        json: { hash },
+      });
+      expect(approved.status).toBe(200);
+      const call = await gateway.call(`/tools/lagging__late${i}/execute`, { json: {} });
+      const body = (await call.json()) as { status: string; result?: unknown; error?: unknown };
+      answers.push({ status: body.status, result: body.result, error: body.error });
+    }
+    expect(answers).toEqual(Array(TOOLS).fill({ status: 'ok', result: 'ok', error: undefined }));
+  });
+});

@@ -19,6 +19,8 @@ export interface Grant extends ToolFilter {
   configured(): string[];
   /** The 403 to answer when only a scope is missing for `tool`; undefined otherwise. */
   stepUp(tool: Pick<Tool, 'name' | 'category'>): ApiError | undefined;
+  /** The 403 for an admin route: the admin scope, where the client is an admin; else none. */
+  adminStepUp(): ApiError | undefined;
 }
 
 export interface Client {

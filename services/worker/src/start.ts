@@ -56,8 +56,7 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
     },
   });
   await worker.start();
-  const port = await worker.serveMetrics();
-  if (port !== undefined) logger.info({ port }, 'worker metrics listening');
+  await worker.serveMetrics();
   return async () => {
     // The warm pool first: nothing new will use it, and a worker killed while it waits for
     // its calls (an orchestrator's grace period ending) would leave it behind.

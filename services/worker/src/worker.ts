@@ -43,6 +43,7 @@ import { runTool } from './run-tool.js';
 import { createResultChecker } from './result-check.js';
 import { SessionHost } from './sessions/session-host.js';
 import { CodeModeBroker } from './code-mode.js';
+import { catchUpUpstreamTool } from './upstream-catch-up.js';
 
 /** A lease outlives its call's timeout by this much before it counts as a dead worker's. */
 const LEASE_GRACE_MS = 60_000;
@@ -106,8 +107,12 @@ export function newWorkerId(): string {
 export interface ToolWorker {
   id: string;
   start(): Promise<void>;
-  /** Metrics/health HTTP server on `worker.metricsPort` (0 = none). Returns the bound port. */
-  serveMetrics(port?: number): Promise<number | undefined>;
+  /**
+   * Metrics/health HTTP server on `worker.metricsPort` (0 = none), on `server.host` as the
+   * gateway's (127.0.0.1 with no clients configured): the series name clients and tools.
+   * Returns the bound port.
+   */
+  serveMetrics(port?: number, host?: string): Promise<number | undefined>;
   /** Stops taking jobs, finishes in-flight calls, then disconnects. */
   close(): Promise<void>;
 }
@@ -479,7 +484,10 @@ export function createWorker({
     bound?: Tool,
   ): Promise<CallOutcome> {
     const call = job.data;
-    const tool = bound ?? registry.get(call.tool);
+    const tool =
+      bound ??
+      registry.get(call.tool) ??
+      (await catchUpUpstreamTool(upstreamCatalog, config.upstreams, registry, call.tool));
     let outcome: CallOutcome;
     metrics.inFlight.inc({ queue: kind });
     const cancel = new AbortController();
@@ -660,7 +668,10 @@ export function createWorker({
         'worker started',
       );
     },
-    async serveMetrics(port?: number) {
+    async serveMetrics(
+      port?: number,
+      host = config.clients.length === 0 ? '127.0.0.1' : config.server.host,
+    ) {
       // An explicit 0 binds any free port; the configured 0 means "no metrics server".
       if (port === undefined && config.worker.metricsPort === 0) return undefined;
       const listenPort = port ?? config.worker.metricsPort;
@@ -679,9 +690,18 @@ export function createWorker({
           res.writeHead(404).end();
         }
       });
-      await new Promise<void>((resolve) => metricsServer!.listen(listenPort, resolve));
-      const address = metricsServer.address();
-      return typeof address === 'object' && address ? address.port : listenPort;
+      const s = metricsServer;
+      await new Promise<void>((resolve, reject) => {
+        s.once('error', reject);
+        s.listen(listenPort, host, () => {
+          s.off('error', reject);
+          resolve();
+        });
+      });
+      const address = s.address();
+      const bound = typeof address === 'object' && address ? address.port : listenPort;
+      log.info({ host, port: bound }, 'worker metrics listening');
+      return bound;
     },
     async close() {
       log.info('worker stopping: finishing in-flight calls');

@@ -19,11 +19,13 @@ import { ApiError } from '../errors.js';
 import { JsonScanner } from './json-scanner.js';
 
 /**
- * After a refusal, the rest of a body is read and dropped (the connection stays open) when at
- * most this much is still to come; beyond it, or when the rest is of unknown length, the answer
- * closes the connection instead of reading up to a megabyte nobody will use.
+ * After a refusal, the rest of a body is read and dropped, and the connection stays open, when
+ * at most this much is still to come (a chunked body: until this much more was dropped, then the
+ * connection is cut). A client that sends its whole body before it reads (Python's http.client,
+ * curl) would otherwise be reset while it sends and never read the answer. A body declared
+ * larger is answered with `Connection: close` at once: nobody reads that much for nothing.
  */
-export const DRAIN_BYTES = 64 * 1024;
+export const DRAIN_BYTES = 4 * 1024 * 1024;
 
 const UTF8 = /^utf-?8$/i;
 /** The Content-Type's charset parameter, quoted or not (RFC 9110 §8.3.1). */
@@ -89,8 +91,18 @@ export function readJsonBody({ limitBytes }: JsonBodyOptions) {
         inflate.destroy();
       }
       if (!req.complete) {
-        const rest = declared === undefined ? Infinity : declared - received;
-        if (rest > DRAIN_BYTES) res.set('Connection', 'close');
+        if (declared !== undefined && declared - received > DRAIN_BYTES) {
+          res.set('Connection', 'close');
+        } else if (declared === undefined) {
+          let dropped = 0;
+          const cut = () => req.socket.destroy();
+          req.on('data', (chunk: Buffer) => {
+            dropped += chunk.length;
+            if (dropped <= DRAIN_BYTES || dropped - chunk.length > DRAIN_BYTES) return;
+            if (res.writableFinished) cut();
+            else res.once('finish', cut);
+          });
+        }
         // Whatever still arrives is dropped; with `Connection: close` only until the answer is
         // out. Reading on (rather than leaving it unread) lets the client read that answer: a
         // socket closed with unread input is reset, which can discard the answer in flight.

@@ -13,7 +13,7 @@ import { Router, type Response } from 'express';
 import type { RedisClient } from '@toolgate/calls';
 import { ApiError } from '../errors.js';
 import type { Client } from '../clients.js';
-import type { HeldConnections } from '../held-connections.js';
+import type { Held, HeldConnections } from '../held-connections.js';
 import { clientOf, prepaidOf } from '../http.js';
 import { LogLevels } from '../mcp/log-level.js';
 import type { OriginPolicy } from '../mcp/origin.js';
@@ -81,20 +81,41 @@ export function mcpRoutes(deps: McpDeps): Router {
       jsonRpcError(res, 403, `Forbidden: ${verdict.reason}`);
       return;
     }
-    // A token whose scopes lack the tool is told so at the HTTP level (403 insufficient_scope),
-    // where an MCP client looks for a step-up challenge; a tool result could not carry it.
-    const stepUp = scopeStepUp(deps.registry, clientOf(res), req.body);
-    if (stepUp) {
-      res.status(stepUp.status).set(stepUp.headers);
-      jsonRpcError(res, 403, stepUp.message, requestIdOf(req.body));
+    const protocolVersion = req.get('mcp-protocol-version');
+    // JSON-RPC batches went with 2025-06-18: a client that names that revision or a later one
+    // does not send them. One that names none (2025-03-26, which the SDK still negotiates) may:
+    // each element is then checked, held and mapped below as the request it is.
+    const batch = Array.isArray(req.body);
+    if (batch && protocolVersion !== undefined && !BATCH_REVISIONS.has(protocolVersion)) {
+      jsonRpcError(
+        res,
+        400,
+        `Invalid Request: MCP ${protocolVersion.slice(0, 20)} has no JSON-RPC batches; send each message in a POST of its own`,
+      );
       return;
     }
+    const messages: unknown[] = batch ? (req.body as unknown[]) : [req.body];
+    if (messages.length > MAX_BATCH) {
+      jsonRpcError(res, 400, `Invalid Request: a batch holds at most ${MAX_BATCH} messages`);
+      return;
+    }
+    // A token whose scopes lack the tool is told so at the HTTP level (403 insufficient_scope),
+    // where an MCP client looks for a step-up challenge; a tool result could not carry it.
+    for (const message of messages) {
+      const stepUp = scopeStepUp(deps.registry, clientOf(res), message);
+      if (stepUp) {
+        res.status(stepUp.status).set(stepUp.headers);
+        jsonRpcError(res, 403, stepUp.message, requestIdOf(message));
+        return;
+      }
+    }
     // A request that waits for a call holds its connection: a slot of the client's budget,
-    // taken before any await, given back when the response closes (ended, failed or cut).
-    const held = waitsForCall(req.body) ? await deps.held.hold(res, clientOf(res)) : undefined;
+    // taken before any await, given back when the response closes (ended, failed or cut). A
+    // batch holds one per element that waits.
+    const waiting = messages.filter((m) => waitsForCall(m, batch)).length;
+    const held = waiting > 0 ? await holdSlots(deps.held, res, clientOf(res), waiting) : undefined;
     if (held?.signal.aborted) return held.release();
     const conversationId = req.get('x-conversation-id');
-    const protocolVersion = req.get('mcp-protocol-version');
     const prepaid = prepaidOf(res);
     const caller: McpCaller = {
       client: clientOf(res),
@@ -104,8 +125,9 @@ export function mcpRoutes(deps: McpDeps): Router {
       consoleBase: deps.publicOrigin ?? `${req.protocol}://${req.get('host') ?? 'localhost'}`,
     };
     // A 2025-era client declares its capabilities here only (no session is kept).
-    const init = initializeParams(req.body);
-    if (init !== undefined) {
+    for (const message of messages) {
+      const init = initializeParams(message);
+      if (init === undefined) continue;
       await elicitation
         .initialized(principal(caller.client.id, caller.client.user), init)
         .catch((err: unknown) => log.warn({ err }, 'mcp capabilities not recorded'));
@@ -129,8 +151,9 @@ export function mcpRoutes(deps: McpDeps): Router {
     }
     // 2025-era cancellation arrives as its own POST, maybe on another gateway than the call's
     // request: the call is found through Redis. (The SDK then acknowledges it with 202.)
-    const cancelled = cancelledRequestId(req.body);
-    if (cancelled !== undefined) {
+    for (const message of messages) {
+      const cancelled = cancelledRequestId(message);
+      if (cancelled === undefined) continue;
       const callId = await requests
         .lookup(principal(caller.client.id, caller.client.user), cancelled)
         .catch(() => undefined);
@@ -153,15 +176,47 @@ export function mcpRoutes(deps: McpDeps): Router {
   return router;
 }
 
+/** Protocol revisions that had JSON-RPC batches (2025-06-18 removed them). */
+const BATCH_REVISIONS = new Set(['2024-11-05', '2025-03-26']);
+/** The most messages in one batch (the SDK's own bound): each may cost a Redis look-up here. */
+const MAX_BATCH = 100;
+
 /**
  * Whether the message is one that keeps its connection until a call ends: `tools/call`
- * (unless it asks for a task, answered at once) and the 2025 `tasks/result`.
+ * (unless it asks for a task, answered at once) and the 2025 `tasks/result`. In a batch every
+ * `tools/call` waits: task messages are answered as tasks only when they come alone.
  */
-function waitsForCall(body: unknown): boolean {
+function waitsForCall(body: unknown, batched: boolean): boolean {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return false;
   const { method, params } = body as { method?: unknown; params?: { task?: unknown } };
   if (method === 'tasks/result') return true;
-  return method === 'tools/call' && (typeof params !== 'object' || params?.task === undefined);
+  return (
+    method === 'tools/call' && (batched || typeof params !== 'object' || params?.task === undefined)
+  );
+}
+
+/**
+ * `count` slots of the client's budget for one response, taken one after the other; none
+ * kept when one is refused. The first is taken before any await (HeldConnections.hold).
+ */
+async function holdSlots(
+  budget: HeldConnections,
+  res: Response,
+  client: Client,
+  count: number,
+): Promise<Held> {
+  const holds: Held[] = [];
+  try {
+    for (let i = 0; i < count; i++) holds.push(await budget.hold(res, client));
+  } catch (err) {
+    for (const held of holds) held.release();
+    throw err;
+  }
+  if (holds.length === 1) return holds[0]!;
+  return {
+    signal: AbortSignal.any(holds.map((h) => h.signal)),
+    release: () => holds.forEach((h) => h.release()),
+  };
 }
 
 /** The params of an `initialize` request, if the body is one. */

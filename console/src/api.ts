@@ -6,11 +6,19 @@ import type { ErrorAnswer } from '@toolgate/gateway';
 import { readSse, type SseMessage } from './sse.js';
 
 const KEY = 'toolgate.key';
+/** The queue dashboard this tab handed the key to (its cookie goes on sign-out). */
+const DASHBOARD = 'toolgate.queues';
 
 export const session = {
   key: (): string | null => sessionStorage.getItem(KEY),
   signIn: (key: string) => sessionStorage.setItem(KEY, key),
-  signOut: () => sessionStorage.removeItem(KEY),
+  signOut: () => {
+    sessionStorage.removeItem(KEY);
+    const dashboard = sessionStorage.getItem(DASHBOARD);
+    if (dashboard === null) return;
+    sessionStorage.removeItem(DASHBOARD);
+    fetch(`${dashboard}/sign-out`, { method: 'POST' }).catch(() => undefined);
+  },
 };
 
 export class ApiError extends Error {
@@ -86,6 +94,17 @@ export async function remove(path: string): Promise<void> {
     if (res.status === 401) onUnauthorized();
     throw err;
   }
+}
+
+/**
+ * Opens BullMQ's dashboard (`WhoAmI.queueDashboard`): a page of its own the browser loads
+ * without this tab's key, so the key is first handed to it as an HttpOnly cookie.
+ */
+export async function openQueueDashboard(path: string): Promise<void> {
+  const res = await fetch(`${path}/sign-in`, { method: 'POST', headers: headers(false) });
+  if (!res.ok) throw await failure(res);
+  sessionStorage.setItem(DASHBOARD, path);
+  location.assign(`${path}/`);
 }
 
 export const get = async <T>(path: string, signal?: AbortSignal): Promise<T> =>

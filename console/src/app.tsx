@@ -1,7 +1,7 @@
 /** The shell: sign-in gate, who is signed in, navigation, and the page the hash names. */
 import type { WhoAmI } from '@toolgate/gateway';
 import { useCallback, useEffect, useState } from 'preact/hooks';
-import { get, session, whenUnauthorized } from './api.js';
+import { get, openQueueDashboard, session, whenUnauthorized } from './api.js';
 import { ErrorNote } from './components.js';
 import { href, useRoute } from './router.js';
 import { Approvals } from './pages/approvals.js';
@@ -61,6 +61,7 @@ export function App() {
     ...(who.admin ? [['upstreams', 'Upstreams'] as [string, string]] : []),
     ...(who.admin ? [['secrets', 'Secrets'] as [string, string]] : []),
   ];
+  const queues = who.queueDashboard;
   return (
     <>
       <a class="skip" href="#main" onClick={skipToMain}>
@@ -77,6 +78,20 @@ export function App() {
                 </a>
               </li>
             ))}
+            {queues !== undefined && (
+              <li>
+                <a
+                  href={`${queues}/`}
+                  onClick={(e) => {
+                    // A page of the gateway's, not a console route: it gets the key first.
+                    e.preventDefault();
+                    openQueueDashboard(queues).catch(setError);
+                  }}
+                >
+                  Queues
+                </a>
+              </li>
+            )}
           </ul>
         </nav>
         <span class="who">

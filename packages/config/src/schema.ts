@@ -254,6 +254,17 @@ export const ConfigSchema = Type.Object(
           Type.String({ pattern: '^https?://[^/?#\\s]+$', description: 'scheme://host[:port]' }),
           { default: [] },
         ),
+        /**
+         * BullMQ's dashboard (Bull Board) at /admin/queues, for admin clients (docs/console.md).
+         * `actions`: retry, clean, pause, promote and remove jobs from it; off, it only shows.
+         */
+        queueDashboard: Type.Object(
+          {
+            enabled: Type.Boolean({ default: true }),
+            actions: Type.Boolean({ default: false }),
+          },
+          closed,
+        ),
       },
       closed,
     ),

@@ -49,6 +49,8 @@ export interface WhoAmI {
   scopes?: string[];
   /** A trace viewer URL with `{traceId}` in it (`console.traceUrl`), when configured. */
   traceUrl?: string;
+  /** Admins, with `server.queueDashboard.enabled`: where BullMQ's dashboard is (`/admin/queues`). */
+  queueDashboard?: string;
 }
 
 /** One session as `GET /v1/sessions` lists it (docs/sessions.md). */

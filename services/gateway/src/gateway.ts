@@ -45,6 +45,7 @@ import { upstreamRoutes } from './routes/upstreams.js';
 import { secretRoutes } from './routes/secrets.js';
 import { KeyRing, SecretStore } from '@toolgate/secrets';
 import { protectedResourceRoutes } from './routes/well-known.js';
+import { QUEUE_BOARD_PATH, queueBoard } from './routes/queue-board.js';
 import { ApprovalFeed } from './approval-feed.js';
 import { HeldConnections } from './held-connections.js';
 import { callRoutes } from './routes/calls.js';
@@ -303,6 +304,20 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     }),
   );
   if (oauth) app.use(protectedResourceRoutes(oauth));
+  // BullMQ's dashboard signs its requests in itself (a bearer key or the console's cookie).
+  const board = config.server.queueDashboard.enabled
+    ? queueBoard({
+        redis,
+        keys,
+        actions: config.server.queueDashboard.actions,
+        clients,
+        failures: authFailures,
+        apiKeys: config.auth.apiKeys,
+        log,
+        ...(oauth ? { oauth } : {}),
+      })
+    : undefined;
+  if (board) app.use(board.router);
   app.use(
     authenticate(clients, authFailures, {
       apiKeys: config.auth.apiKeys,
@@ -355,7 +370,15 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     }),
   );
   app.use(upstreamRoutes({ redis, catalog: upstreams }));
-  app.use(consoleApi({ redis, series, registry, traceUrl: config.console.traceUrl }));
+  app.use(
+    consoleApi({
+      redis,
+      series,
+      registry,
+      traceUrl: config.console.traceUrl,
+      ...(board ? { queueDashboard: QUEUE_BOARD_PATH } : {}),
+    }),
+  );
   const clientIds = new Set(config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev']);
   app.use(
     workspaceAdminRoutes({ redis, resets: new WorkspaceResets(redis, keys), clientIds, audit }),
@@ -449,6 +472,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       await connectionBudget.close();
       await statsBatch.drain();
       await dispatcher.close();
+      await board?.close();
       replicas.close();
       redis.disconnect();
     },

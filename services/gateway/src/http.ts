@@ -19,18 +19,24 @@ import { Prepaid, type CallLimits } from './policy/limits.js';
 export function authenticate(
   clients: Clients,
   failures?: AuthFailures,
-  options: { oauth?: OAuthResource; apiKeys?: boolean } = {},
+  options: {
+    oauth?: OAuthResource;
+    apiKeys?: boolean;
+    /** Where the key or token is (default: the bearer header); the queue board adds a cookie. */
+    credential?: (req: Request) => string | undefined;
+    /** The 401's message when there is none. */
+    missing?: string;
+  } = {},
 ) {
-  const { oauth, apiKeys = true } = options;
+  const { oauth, apiKeys = true, credential = bearerToken } = options;
   const refuse = (req: Request, next: NextFunction, unauthorized: ApiError): void => {
     if (!failures) return next(unauthorized);
     failures.fail(req.ip ?? req.socket.remoteAddress ?? 'unknown', unauthorized).then(next, next);
   };
   return (req: Request, res: Response, next: NextFunction): void => {
-    const header = req.get('authorization') ?? '';
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    const token = credential(req);
     // An API key is a hash and a map lookup: tried first, before any token work.
-    const client = m && apiKeys ? clients.authenticate(m[1]!) : undefined;
+    const client = token !== undefined && apiKeys ? clients.authenticate(token) : undefined;
     if (client) {
       res.locals.client = client;
       return next();
@@ -41,19 +47,21 @@ export function authenticate(
         next,
         new ApiError(
           'unauthorized',
-          m ? 'unknown API key' : 'missing "Authorization: Bearer <key>" header',
+          token !== undefined
+            ? 'unknown API key'
+            : (options.missing ?? 'missing "Authorization: Bearer <key>" header'),
         ),
       );
     }
-    if (!m) {
+    if (token === undefined) {
       const unauthorized = new ApiError(
         'unauthorized',
-        `missing "Authorization: Bearer <token>" header`,
+        options.missing ?? 'missing "Authorization: Bearer <token>" header',
         { headers: { 'WWW-Authenticate': oauth.challenge() } },
       );
       return refuse(req, next, unauthorized);
     }
-    oauth.authenticate(m[1]!).then(
+    oauth.authenticate(token).then(
       (tokenClient) => {
         res.locals.client = tokenClient;
         next();
@@ -124,6 +132,11 @@ export function chargeRequests(limits: CallLimits, redis: RedisClient, audit: Au
       },
     );
   };
+}
+
+/** The key or token of an `Authorization: Bearer <credential>` header. */
+export function bearerToken(req: Request): string | undefined {
+  return /^Bearer\s+(\S+)\s*$/i.exec(req.get('authorization') ?? '')?.[1];
 }
 
 export function clientOf(res: Response): Client {

@@ -88,6 +88,8 @@ export function consoleApi(deps: {
   series: Series;
   registry: ToolRegistry;
   traceUrl: string;
+  /** Where the queue dashboard is, when on (told to admins). */
+  queueDashboard?: string;
 }): Router {
   const router = Router();
   router.get('/v1/me', (_req, res) => {
@@ -98,6 +100,7 @@ export function consoleApi(deps: {
       ...(client.user === undefined ? {} : { user: client.user }),
       ...(client.grant ? { scopes: [...client.grant.scopes] } : {}),
       ...(deps.traceUrl ? { traceUrl: deps.traceUrl } : {}),
+      ...(client.admin && deps.queueDashboard ? { queueDashboard: deps.queueDashboard } : {}),
     };
     res.json(body);
   });

@@ -35,7 +35,7 @@ describe('foreign schemas (upstream tools)', () => {
         q: { type: 'string', pattern: '^(a+)+$' },
         r: { type: 'string', pattern: '^[a-z]+$' },
         s: { type: 'string', pattern: 'a*b' },
-        items: { type: 'array', items: { type: 'string', pattern: '^a*a*a*$' } },
+        items: { type: 'array', items: { type: 'string', pattern: 'a*a*a*b' } },
       }),
     );
     const long = 'a'.repeat(150_000);
@@ -50,7 +50,7 @@ describe('foreign schemas (upstream tools)', () => {
       issues: [{ path: '/s', keyword: 'pattern' }],
     });
     // 2.8 s per 256-character item before
-    const items = Array.from({ length: 200 }, () => `${'a'.repeat(255)}!`);
+    const items = Array.from({ length: 200 }, () => 'a'.repeat(256));
     const result = registry.validate('evil', { items });
     expect(result).toMatchObject({ ok: false });
     expect(performance.now() - started).toBeLessThan(1000);

@@ -4,7 +4,7 @@
  * backtracking RegExp. A pattern is written in ECMAScript syntax (JSON Schema says so), so it
  * is checked by V8 first and then rewritten where RE2 reads the same text differently.
  */
-import { RE2JS } from 're2js';
+import { RE2Set } from 're2js';
 
 /** A pattern toolgate does not enforce, and why (`GET /v1/upstreams`, docs/upstreams.md). */
 export interface UnenforcedPattern {
@@ -33,8 +33,8 @@ export class UnenforceablePatternError extends Error {
 
 /**
  * Bounds on what a schema toolgate does not control (an upstream's) may cost. Linear is not
- * cheap when both sides are large: re2js spends up to ~100 ns per character and instruction
- * when its DFA thrashes, and compiling costs ~20–80 µs per instruction (`(?:ab){999}` is
+ * cheap when both sides are large: re2js spends 10–100 ns per character and instruction
+ * where its DFA gives up for the NFA, and compiling costs ~5–80 µs per instruction (`(?:ab){999}` is
  * 2,000 of them in 11 characters). A foreign pattern past a bound is left to the upstream,
  * which checks its own schema; our own schemas' patterns are always enforced.
  */
@@ -48,7 +48,18 @@ export const FOREIGN_PATTERN_LIMITS = {
 /** Instructions one pattern may compile to, estimated before compiling (any schema). */
 export const PATTERN_SIZE_MAX = 10_000;
 
-type Compiled = { ok: true; rx: RE2JS; size: number } | { ok: false; reason: string };
+type Compiled =
+  { ok: true; rx: { test(s: string): boolean }; size: number } | { ok: false; reason: string };
+
+/**
+ * Memory of one pattern's DFA cache, by its size. re2js keeps up to 8 MB per pattern by
+ * default, and a hostile pattern run on a hostile string fills it: ~5 MB each, kept, for every
+ * pattern of an upstream's. A set of one pattern (`RE2Set`) takes a bound; past it RE2 falls
+ * back to its NFA, still linear. A set also runs on the DFA where a lone pattern would take
+ * re2js's one-pass matcher, 3–4x slower on long strings. Ordinary patterns stay in the DFA
+ * with ~0.5 KB per instruction.
+ */
+const dfaMemory = (size: number) => Math.max(256 * 1024, size * 512);
 
 /** Compiled patterns shared by every schema of the process; cleared when it grows past this. */
 const CACHE_MAX = 4096;
@@ -68,8 +79,14 @@ export function compileLinear(pattern: string, flags = 'u'): Compiled {
       throw new Unsupported(
         `too large: about ${size} RE2 instructions (at most ${PATTERN_SIZE_MAX})`,
       );
-    const rx = RE2JS.compile(text);
-    compiled = { ok: true, rx, size: rx.programSize() };
+    const set = new RE2Set(RE2Set.UNANCHORED, 0, dfaMemory(size));
+    set.add(text);
+    set.compile();
+    compiled = {
+      ok: true,
+      rx: { test: (s: string) => set.match(s).length > 0 },
+      size: set.prog.numInst(),
+    };
   } catch (err) {
     compiled = {
       ok: false,

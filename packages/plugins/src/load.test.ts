@@ -99,6 +99,11 @@ beforeAll(async () => {
   await plugin(bad, 'j-hangs', 'export default () => new Promise(() => {});');
   await plugin(bad, 'k-bad-name', `export default { name: 'n', tools: [${tool('has space')}] };`);
   await plugin(bad, 'l-empty', "export default { name: 'empty', tools: [] };");
+  await plugin(
+    bad,
+    'm-lookahead',
+    `export default { name: 'look', tools: [${tool('look', "result: { type: 'object', properties: { id: { type: 'string', pattern: '^(?!admin)' } } },")}] };`,
+  );
   // A valid plugin after all the broken ones still loads.
   await plugin(bad, 'z-fine', `export default { name: 'fine', tools: [${tool('fine_tool')}] };`);
   await symlink(path.join(good, 'a-object'), path.join(root, 'linked'));
@@ -153,8 +158,11 @@ describe('loadPlugins', () => {
       'j-hangs': 'did not finish loading within 1000 ms',
       'k-bad-name': expect.stringContaining('must match'),
       'l-empty': expect.stringContaining('non-empty array'),
+      // every pattern runs on RE2 (linear time): one it cannot run refuses the plugin, named
+      'm-lookahead':
+        'tool "look": the pattern "^(?!admin)" at /result/properties/id/pattern cannot run in linear time: lookahead',
     });
-    expect(lines.filter((l) => l.level === 'error')).toHaveLength(12);
+    expect(lines.filter((l) => l.level === 'error')).toHaveLength(13);
     const registry = new ToolRegistry();
     expect(() => registry.registerAll(result.tools)).not.toThrow();
   });

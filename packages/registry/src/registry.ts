@@ -2,6 +2,7 @@ import type { TSchema } from '@sinclair/typebox';
 import MiniSearch from 'minisearch';
 import { SchemaCompiler, closeObjects, formatErrors, plainSchema } from './schema.js';
 import type { ValidateFunction, ValidationIssue } from './schema.js';
+import { PatternWork, sizeBudget, unenforceablePatterns } from './linear-regexp.js';
 import type { ToolScope } from './scope.js';
 import { strictSchemaIssue } from './strict.js';
 import { fromStrictArguments, toStrictSchema } from './strict-form.js';
@@ -44,6 +45,8 @@ export class ToolRegistry {
   private readonly resultAjv = new SchemaCompiler({ allErrors: false });
   /** For foreign schemas (upstream tools), made on first use. */
   private foreign: { args: SchemaCompiler; result: SchemaCompiler } | undefined;
+  /** What one validation may spend on foreign patterns (validations are synchronous). */
+  private readonly patternWork = new PatternWork();
   private readonly tools = new Map<string, Tool>();
   private readonly validators = new Map<string, ValidateFunction>();
   private readonly resultValidators = new Map<string, ValidateFunction>();
@@ -63,17 +66,44 @@ export class ToolRegistry {
     }
     const compilers = spec.foreignSchemas
       ? (this.foreign ??= {
-          args: new SchemaCompiler({ strict: false }),
-          result: new SchemaCompiler({ allErrors: false, strict: false }),
+          args: new SchemaCompiler({ strict: false, work: this.patternWork }),
+          result: new SchemaCompiler({ allErrors: false, strict: false, work: this.patternWork }),
         })
       : { args: this.ajv, result: this.resultAjv };
+    // Foreign: a pattern RE2 cannot run, or past the tool's size budget, is left to the upstream
+    // (and reported); ours (built-in, plugin, manifest): such a pattern is refused, naming it.
+    const budget = spec.foreignSchemas ? sizeBudget() : undefined;
+    const unenforced = [
+      ...unenforceablePatterns(
+        parameters,
+        spec.foreignSchemas ? '/inputSchema' : '/parameters',
+        budget,
+      ),
+      ...unenforceablePatterns(
+        spec.result,
+        spec.foreignSchemas ? '/outputSchema' : '/result',
+        budget,
+      ),
+    ];
+    const [bad] = unenforced;
+    if (bad && !spec.foreignSchemas)
+      throw new RegistryError(
+        `tool "${spec.name}": the pattern ${JSON.stringify(bad.pattern)} at ${bad.path} cannot run in linear time: ${bad.reason}`,
+      );
     let validate: ValidateFunction;
+    let compiled: ReturnType<ToolRegistry['compileResult']>;
+    this.patternWork.skip = new Set(unenforced.map((u) => u.pattern));
     try {
-      validate = compilers.args.compile(parameters);
-    } catch (err) {
-      throw new RegistryError(`tool "${spec.name}": invalid schema: ${(err as Error).message}`);
+      try {
+        validate = compilers.args.compile(parameters);
+      } catch (err) {
+        throw new RegistryError(`tool "${spec.name}": invalid schema: ${(err as Error).message}`);
+      }
+      compiled = this.compileResult(spec, compilers.result);
+    } finally {
+      this.patternWork.skip = new Set();
     }
-    const { result, validateResult } = this.compileResult(spec, compilers.result);
+    const { result, validateResult } = compiled;
     const strictForm = toStrictSchema(parameters);
     // The rewrite makes what it can; the check is what OpenAI takes (limits included).
     const strictIssue = strictForm.ok ? strictSchemaIssue(strictForm.schema) : strictForm.issue;
@@ -94,6 +124,7 @@ export class ToolRegistry {
       strict: strictIssue === undefined,
       strictParameters: strictForm.ok && strictIssue === undefined ? strictForm.schema : undefined,
       ...(strictIssue === undefined ? {} : { strictIssue }),
+      ...(unenforced.length > 0 ? { unenforcedPatterns: unenforced } : {}),
       ...(spec.annotations ? { annotations: spec.annotations } : {}),
       precheck: spec.precheck as Tool['precheck'],
       ...(spec.describe ? { describe: spec.describe } : {}),
@@ -182,6 +213,7 @@ export class ToolRegistry {
       };
     }
     const cleaned = fromStrictArguments(tool.parameters, args as Record<string, unknown>);
+    this.patternWork.reset();
     if (validate(cleaned)) return { ok: true, args: cleaned };
     return { ok: false, issues: formatErrors(validate.errors) };
   }
@@ -193,6 +225,7 @@ export class ToolRegistry {
   checkResult(name: string, result: unknown): ResultCheck {
     if (!this.tools.has(name)) throw new RegistryError(`unknown tool "${name}"`);
     const validate = this.resultValidators.get(name);
+    this.patternWork.reset();
     if (!validate || validate(result)) return { ok: true };
     return { ok: false, issues: formatErrors(validate.errors) };
   }

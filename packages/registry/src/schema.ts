@@ -1,6 +1,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
+import { foreignRegExp, linearRegExp, type PatternWork } from './linear-regexp.js';
 
 // ajv-formats ships CJS with a default export; NodeNext sees the module object.
 const addFormats = addFormatsModule as unknown as (ajv: Ajv | Ajv2020) => Ajv;
@@ -10,46 +11,29 @@ export const DRAFT_2020_12 = 'https://json-schema.org/draft/2020-12/schema';
 
 /**
  * Strict argument validation: unknown properties rejected, no type coercion, every error
- * reported. One Ajv instance per registry; validators compiled once at registration.
+ * reported. One Ajv instance per registry; validators compiled once at registration. Every
+ * `pattern` runs on RE2 in linear time (linear-regexp.ts): our own schemas must have only
+ * patterns it can run; a foreign schema's (an upstream's) others are left to the upstream,
+ * and its checks stop at FOREIGN_PATTERN_LIMITS.
  */
-/**
- * Regular expressions of a foreign schema (an upstream's) run here on a model's arguments, so
- * one must not be able to hang the gateway: a pattern that can backtrack exponentially (a
- * quantified group, a backreference), has more than 3 quantifiers or 512 characters is left to
- * the upstream, which checks its own schema; one with 2–3 quantifiers is checked on strings of
- * up to 256 characters only (cubic at worst: well under a millisecond per string).
- */
-const FOREIGN_PATTERN_MAX = 512;
-const FOREIGN_SUBJECT_MAX = 256;
-const UNCHECKED = { test: () => true };
-
-function foreignRegExp(pattern: string, flags: string): { test(s: string): boolean } {
-  const plain = pattern.replace(/\\./g, '');
-  const quantifiers = (plain.match(/[*+?]|\{\d/g) ?? []).length;
-  if (
-    pattern.length > FOREIGN_PATTERN_MAX ||
-    /\\[1-9]|\\k</.test(pattern) ||
-    /\)[*+?{]/.test(plain) ||
-    quantifiers > 3
-  )
-    return UNCHECKED;
-  const rx = new RegExp(pattern, flags);
-  if (quantifiers < 2) return rx;
-  return { test: (s: string) => s.length > FOREIGN_SUBJECT_MAX || rx.test(s) };
-}
-foreignRegExp.code = 'toolgateForeignRegExp';
-
-export function createAjv(options: { allErrors?: boolean; strict?: boolean } = {}): Ajv {
+export function createAjv(options: CompilerOptions = {}): Ajv {
   const ajv = new Ajv(ajvOptions(options));
   addFormats(ajv);
   return ajv;
 }
 
-function ajvOptions(options: { allErrors?: boolean; strict?: boolean }) {
+export interface CompilerOptions {
+  allErrors?: boolean;
+  /** Not strict means foreign (an upstream's schema): unknown keywords ignored. */
+  strict?: boolean;
+  /** The budget of a foreign schema's patterns; given only with `strict: false`. */
+  work?: PatternWork;
+}
+
+function ajvOptions(options: CompilerOptions) {
   return {
     strict: options.strict ?? true,
-    // Not strict means foreign (an upstream's schema): its patterns are guarded.
-    ...(options.strict === false ? { code: { regExp: foreignRegExp } } : {}),
+    code: { regExp: options.work ? foreignRegExp(options.work) : linearRegExp },
     allErrors: options.allErrors ?? true,
     coerceTypes: false,
     useDefaults: false,
@@ -66,7 +50,7 @@ export class SchemaCompiler {
   private readonly draft07: Ajv;
   private draft2020: Ajv2020 | undefined;
 
-  constructor(private readonly options: { allErrors?: boolean; strict?: boolean } = {}) {
+  constructor(private readonly options: CompilerOptions = {}) {
     this.draft07 = createAjv(options);
   }
 

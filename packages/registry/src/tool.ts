@@ -1,5 +1,6 @@
 import type { Static, TSchema } from '@sinclair/typebox';
 import { ToolError } from './errors.js';
+import type { UnenforcedPattern } from './linear-regexp.js';
 
 export type Risk = 'safe' | 'sensitive' | 'destructive';
 
@@ -172,6 +173,11 @@ export interface Tool {
   strictParameters: Record<string, unknown> | undefined;
   /** Why the tool has no strict form (a plugin author's hint), when it has none. */
   strictIssue?: string;
+  /**
+   * Patterns of a foreign schema (an upstream's) toolgate does not check, and why: RE2 cannot
+   * run them, or they pass the tool's budget (linear-regexp.ts). The upstream checks them.
+   */
+  unenforcedPatterns?: UnenforcedPattern[];
   /** MCP annotations from the tool's origin (upstream tools), when it gave some. */
   annotations?: Record<string, unknown>;
   precheck: ((args: unknown, ctx: PrecheckContext) => void) | undefined;

@@ -17,7 +17,7 @@ import {
 } from '@toolgate/calls';
 import type { RedisConfig } from '@toolgate/config';
 import { isStdioUpstream, upstreamToolName, type UpstreamConfig } from '@toolgate/config';
-import type { ToolRegistry } from '@toolgate/registry';
+import type { ToolRegistry, UnenforcedPattern } from '@toolgate/registry';
 import type { GuardedFetch } from '@toolgate/tools';
 import { ListingTooLarge, UpstreamConnection } from './connection.js';
 import type { StdioServers, StdioSnapshot, StdioState } from './stdio-server.js';
@@ -134,6 +134,17 @@ export interface UpstreamReport {
    * compile. `problems` says why, the first CATALOG_LIMITS.maxProblems of them.
    */
   leftOut: { count: number; problems: string[] };
+  /**
+   * Patterns of its served tools' schemas toolgate does not check (RE2 cannot run them, or
+   * past a tool's budget): the upstream checks them itself (docs/upstreams.md).
+   */
+  unenforcedPatterns: UnenforcedPatternReport[];
+}
+
+/** A pattern of an upstream tool's schema left to the upstream; `path` is in its definition. */
+export interface UnenforcedPatternReport extends UnenforcedPattern {
+  /** The upstream's own name of the tool. */
+  tool: string;
 }
 
 /** One worker's stdio server, as `GET /v1/upstreams` shows it. */
@@ -551,7 +562,12 @@ export class UpstreamCatalog {
         else byName.set(name, [tool]);
       }
       const tools: UpstreamToolReport[] = [];
+      const unenforced: UnenforcedPatternReport[] = [];
       for (const [tool, e] of [...entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+        // What this process serves of it (a held or left-out tool has nothing enforced here).
+        const served = this.registry.get(upstreamToolName(upstream.id, tool));
+        if (served?.category === `upstream:${upstream.id}`)
+          for (const p of served.unenforcedPatterns ?? []) unenforced.push({ tool, ...p });
         const current = defs.get(e.current);
         const st: PinStatus = upstream.trust === 'auto' ? 'approved' : pinStatus(e, e.current);
         tools.push({
@@ -585,6 +601,7 @@ export class UpstreamCatalog {
         ...(isStdioUpstream(upstream) ? { supervisors: this.supervisorReports(upstream.id) } : {}),
         tools,
         leftOut: { count: status[upstream.id]?.skipped ?? 0, problems },
+        unenforcedPatterns: unenforced,
       });
     }
     return out;

@@ -15,6 +15,7 @@ export type {
   HeldTool,
   UpstreamReport,
   UpstreamToolReport,
+  UnenforcedPatternReport,
   SupervisorReport,
   SupervisorSummary,
 } from './catalog.js';

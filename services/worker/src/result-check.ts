@@ -24,8 +24,9 @@ export function createResultChecker(
     if (!tool.result) return;
     let check;
     try {
-      // Compiled at registration; stops at the first mismatch, so its cost is bounded by the
-      // result's size, never by how wrong it is.
+      // Compiled at registration; stops at the first mismatch, and its patterns run on RE2
+      // (linear; an upstream's within a work budget), so its cost is bounded by the result's
+      // size, never by how wrong it is or by a hostile pattern.
       check = registry.checkResult(tool.name, result);
     } catch {
       return; // a tool this registry does not know (a test's hand-made Tool): nothing to check

@@ -271,5 +271,7 @@ console.log(
   `Redis commands per calculator call one at a time: ${oneAtATime.total.toFixed(1)}   target ≤ 75  ${verdict(oneAtATime.total <= 75)}`,
 );
 console.log(`  by family: ${topFamilies(oneAtATime, 12)}`);
-console.log(`Redis commands per run_python call: counted by pnpm bench:sandbox   target ≤ 75 at c=8`);
+console.log(
+  `Redis commands per run_python call: counted by pnpm bench:sandbox   target ≤ 75 at c=8`,
+);
 process.exit(0);

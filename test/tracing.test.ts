@@ -49,7 +49,10 @@ describe('tracing', () => {
     const inTrace = spans.filter((s) => s.spanContext().traceId === traceId);
     const add = inTrace.find((s) => s.kind === SpanKind.PRODUCER && s.name.includes('fast'));
     const processed = inTrace.find((s) => s.kind === SpanKind.CONSUMER && s.name.includes('fast'));
-    expect(add, `BullMQ's producer span in the trace: ${inTrace.map((s) => s.name).join(', ')}`).toBeDefined();
+    expect(
+      add,
+      `BullMQ's producer span in the trace: ${inTrace.map((s) => s.name).join(', ')}`,
+    ).toBeDefined();
     expect(processed, "BullMQ's consumer span in the trace").toBeDefined();
     expect(add!.attributes['bullmq.job.id']).toBe(id);
     expect(processed!.parentSpanContext?.spanId).toBe(add!.spanContext().spanId);

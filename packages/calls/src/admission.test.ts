@@ -28,7 +28,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  */
 function admitter(horizonMs: number) {
   const admission = new Admission(redis, keys, horizonMs);
-  const lanes = { fast: new CallQueue(redis, keys, 'fast'), sandbox: new CallQueue(redis, keys, 'sandbox') };
+  const lanes = {
+    fast: new CallQueue(redis, keys, 'fast'),
+    sandbox: new CallQueue(redis, keys, 'sandbox'),
+  };
   opened.push(lanes.fast, lanes.sandbox);
   const job = (clientId: string, id: string) => ({
     id,

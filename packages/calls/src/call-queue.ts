@@ -199,9 +199,7 @@ export type Admit =
   | { admitted: false; inFlight: number; scope: 'client' | 'user' };
 
 export type CallState =
-  | { state: 'waiting' | 'active'; job: CallJob }
-  | { state: 'ended'; stub: EndedStub }
-  | undefined;
+  { state: 'waiting' | 'active'; job: CallJob } | { state: 'ended'; stub: EndedStub } | undefined;
 
 export interface CallBriefState {
   tool: string;
@@ -395,7 +393,6 @@ export class CallQueue {
     return undefined;
   }
 
-
   /**
    * Takes every call out of a lost worker's session queue (waiting, and held ones whose lock
    * lapsed with their worker), each removed by exactly one caller: their jobs. The queue's keys
@@ -456,9 +453,7 @@ function jobKey(keys: Keys, name: QueueName, id: string): string {
 }
 
 /** A call found in a queue by `briefCall`, or its ended stub. */
-export type CallBriefFound =
-  | { ended: EndedStub }
-  | { queue: QueueName; brief: CallBriefState };
+export type CallBriefFound = { ended: EndedStub } | { queue: QueueName; brief: CallBriefState };
 
 /**
  * What a listing shows of a call, from whichever queue holds it, in one script and bounded

@@ -98,7 +98,13 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   // One subscriber connection carries this gateway's replies and the events of watched calls.
   const subscriber = createRedis(config.redis, 'blocking');
   // BullMQ's spans (bullmq-otel) when tracing is on: a call's add joins its trace.
-  const dispatcher = new Dispatcher(redis, subscriber, keys, store, queueTelemetry(tracingActive()));
+  const dispatcher = new Dispatcher(
+    redis,
+    subscriber,
+    keys,
+    store,
+    queueTelemetry(tracingActive()),
+  );
   const events = new CallEvents(redis, subscriber, keys);
   const feed = new ApprovalFeed(redis, subscriber, keys);
   const { clients, dev } = resolveClients(config);

@@ -153,7 +153,10 @@ export class QueueConsumer {
             if (lost.length > 0) log.warn({ calls: lost, queue: this.o.queue.name }, 'locks lost');
           },
           (err: unknown) =>
-            log.warn({ err: (err as Error).message, queue: this.o.queue.name }, 'could not renew locks'),
+            log.warn(
+              { err: (err as Error).message, queue: this.o.queue.name },
+              'could not renew locks',
+            ),
         );
       },
       Math.max(100, Math.round(lockMs / 3)),

@@ -246,7 +246,9 @@ export function createWorker({
       lockMs: Math.round(config.worker.lostCallTimeoutMs / 2),
       stalledEveryMs: Math.round(config.worker.lostCallTimeoutMs / 4),
       // A sandbox call's cancel marker backs up a cancel message this worker missed.
-      ...(kind === 'sandbox' && name === kind ? { cancelMarker: (c: string) => keys.cancelled(c) } : {}),
+      ...(kind === 'sandbox' && name === kind
+        ? { cancelMarker: (c: string) => keys.cancelled(c) }
+        : {}),
       ...(telemetry ? { telemetry } : {}),
       log,
       handle,

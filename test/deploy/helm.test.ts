@@ -169,6 +169,7 @@ describe('helm chart deploy/helm/toolgate', () => {
       'Prefix /tools',
       'Prefix /mcp',
       'Prefix /console',
+      'Prefix /admin/queues',
     ]);
     // Each goes to the gateway Service's named port, which exists.
     const service = r.get<{ ports: { name: string }[] }>('Service', 'tg-toolgate-gateway');

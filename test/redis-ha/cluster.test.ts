@@ -136,7 +136,7 @@ describe('on a Redis Cluster', () => {
       expect(tagged.size).toBe(1);
       const [owner, keys] = [...tagged][0]!;
       expect(owner).toBe(await cluster.ownerOf(slot));
-      expect(keys).toEqual(expect.arrayContaining([`{${prefix}}:fast:seq`]));
+      expect(keys).toEqual(expect.arrayContaining([`{${prefix}}:fast:meta`]));
       expect(keys.some((k) => k.startsWith(`{${prefix}}:call:`))).toBe(true);
       // ...and each client's memory in its own slot, tagged by client.
       const memory = [...(await keysByMaster(`${prefix}:memory:`)).values()].flat();

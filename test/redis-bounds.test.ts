@@ -384,8 +384,9 @@ describe('a result over calls.maxResultBytes, through a gateway and a worker', (
       /^rate:\d+:[^:]+$/,
       /^loop:[^:]+:.+$/,
       /^memory:\{[^}]+\}(:v)?$/,
-      /^(fast|sandbox):(queue|active|delayed|scores|seq|wake|job:.+)$/,
-      /^worker:[^:]+:(queue|active|delayed|scores|seq|wake)$/,
+      // BullMQ's queues: its own keys per queue, and a job hash (and lock) per call.
+      /^(fast|sandbox|sessions-[^:]+):(wait|prioritized|active|delayed|completed|failed|paused|events|meta|marker|stalled|stalled-check|id|pc|limiter|[0-9a-f-]{36}(:lock|:logs)?)$/,
+      /^(ended|removed|queue-of):[0-9a-f-]{36}$/,
       /^session:[^:]+$/,
       /^sessions:(client|host):[^:]+$/,
       /^session-hosts$/,

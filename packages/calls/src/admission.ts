@@ -9,7 +9,7 @@ export const MAX_PRIORITY = 2 ** 21 - 1;
 /**
  * Admission for fair sharing of workers (docs/scheduling.md). Each client has a sorted set per
  * queue of the calls it has in flight (queued or running), scored by accept time. The queue's
- * ENQUEUE script (Lane) refuses a call while the client already has `limit` in flight, and
+ * ADMIT script (CallQueue, before the BullMQ add) refuses a call while the client already has `limit` in flight, and
  * gives an admitted one a priority equal to the client's count in that queue, so the queue
  * serves every client's first call before anyone's second: round-robin by each client's
  * backlog position.

@@ -8,9 +8,9 @@ import { Upkeep } from './upkeep.js';
 import type { CallBrief, CallJob, CallOutcome, CallRecord, QueueKind } from './types.js';
 
 /**
- * Fallback checks of a waited-for call, at 1, 3, 7, 12, 17… s: one round trip of three reads
- * each (see `ended`). Every end of a call publishes its reply (a worker's FINISH, a failed call's
- * too, the sweep's failure, a cancel in the queue), so a reply is lost only with the reply
+ * Fallback checks of a waited-for call, at 1, 3, 7, 12, 17… s: one round trip of two reads
+ * each (see `ended`). Every end of a call publishes its reply (a worker's RELEASE, a failed
+ * call's too, a stalled-twice failure, a cancel in the queue), so a reply is lost only with the reply
  * subscriber's connection: a check reads Redis only if that connection was down, or came up,
  * since REPLY_UNSURE_MS before the wait began (ioredis subscribes again once it is up), or if
  * the reply goes to another gateway's channel (an idempotent retry: `waitFor`).

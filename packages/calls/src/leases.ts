@@ -12,7 +12,7 @@ import type { QueueKind } from './types.js';
  * (GT, Redis 7; on an older server, by the latest lease's score). Returns 1 when granted, 0
  * when refused.
  *   KEYS: the client's running set
- *   ARGV: call id, cap, lease ms, now (the worker's clock, ms: see Lane's NOW)
+ *   ARGV: call id, cap, lease ms, now (the worker's clock, ms: leases are seconds long, hosts' clocks agree to a few ms)
  */
 const ACQUIRE = new LuaScript(`
 local now = tonumber(ARGV[4])

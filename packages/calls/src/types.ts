@@ -46,7 +46,7 @@ export type CallEvent = { seq: number; at: number } & (
   | { type: 'outcome'; outcome: CallOutcome }
 );
 
-/** A queued job: one tool call (Lane). The job's id is the call id. */
+/** A queued job: one tool call, the data of its BullMQ job. The job's id is the call id. */
 export interface CallJob {
   id: string;
   tool: string;

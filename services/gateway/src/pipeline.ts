@@ -379,7 +379,7 @@ export class CallPipeline {
           this.o.index.addTo(multi, client.id, [id]);
           await multi.exec();
         } else {
-          // Admission and enqueue in one script (Lane); waiting and watching before it, so no
+          // Admission (a script) and the BullMQ add; waiting and watching before them, so no
           // reply or event of the call is missed.
           outcome = req.wait
             ? this.o.dispatcher.expect(id, tool.timeoutMs + this.o.syncWaitGraceMs)

@@ -163,14 +163,19 @@ export class QueueConsumer {
     );
   }
 
-  /** Stops taking calls, waits for the ones held here, then closes BullMQ's worker. */
+  /**
+   * Stops taking calls and waits for the ones held here (their ends take no next call), then
+   * closes BullMQ's worker at once: that ends a fetch still blocked on the queue's marker
+   * (perhaps on a connection to a master that is gone), whose call, if it took one, runs too.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.renewTimer);
     this.slotFreed?.();
+    await Promise.all(this.slots);
+    await this.worker.close(true);
     await this.loopDone;
     await Promise.all(this.slots);
-    await this.worker.close();
   }
 
   /** Takes calls for the free slots; BullMQ blocks while the queue is empty. */

@@ -21,6 +21,8 @@ import type { Logger } from '@toolgate/log';
 
 /** How long an idle consumer blocks for new calls before it looks again (seconds). */
 const DRAIN_DELAY_S = 1;
+/** How long a stop waits for a fetch still blocked once BullMQ's worker is closed. */
+const STOP_FETCH_WAIT_MS = 2000;
 /** Why BullMQ failed a call whose workers stopped twice while running it. */
 const STALLED_TWICE = 'its workers stopped twice while running it';
 
@@ -174,7 +176,15 @@ export class QueueConsumer {
     this.slotFreed?.();
     await Promise.all(this.slots);
     await this.worker.close(true);
-    await this.loopDone;
+    // A blocked fetch ends with its connection; one stuck in a Cluster client's reconnection
+    // (seen after a failover) may not: it takes no call once the worker is closed, so it is
+    // left behind rather than holding the shutdown.
+    const ended = await Promise.race([
+      this.loopDone?.then(() => true),
+      new Promise<false>((r) => setTimeout(() => r(false), STOP_FETCH_WAIT_MS).unref()),
+    ]);
+    if (!ended)
+      this.o.log.warn({ queue: this.o.queue.name }, 'a blocked fetch outlived its worker');
     await Promise.all(this.slots);
   }
 

@@ -1,5 +1,5 @@
 /**
- * Issue 20's line: Redis commands per call of each kind stay within a budget. Counts come from
+ * Redis commands per call of each kind stay within a budget (issues 20 and 28). Counts come from
  * INFO commandstats (Lua scripts' own commands included) around N calls of one kind, minus what
  * the same processes send Redis in as long with no calls (heartbeats, sweeps, blocking pops).
  * Command counts are deterministic where times are not, so a change that adds a round trip to a
@@ -21,35 +21,38 @@ import { testTools } from './support/tools.js';
 
 /**
  * Redis commands per call, at most. Each is the value measured when it was set (2-core machine,
- * calls one at a time, Redis 7.0, the range of 3 runs beside other busy processes) rounded up
- * by ~10 %: raise one only with the reason in review. Calls go through toolgate's own queues
- * (Lane: three scripts per call); through BullMQ a synchronous calculator call cost 97 (111
- * before the trims were amortized), ~65 of them BullMQ's own. docs/scaling.md has the split.
+ * calls one at a time, Redis 7.0) rounded up by ~10 %: raise one only with the reason in review.
+ * Calls are BullMQ jobs (issue 28): the add, BullMQ's fetch (and the empty fetch its marker
+ * causes after each job when calls come one at a time), its completion, and toolgate's two
+ * scripts around them (admission, release) — ~50 of a call's commands, where toolgate's own
+ * queue (the Lane, issue 20) took ~20. Here every call's record batch is its own (GAP_MS): the
+ * most a call costs. docs/scaling.md has the split by family, and `pnpm bench` the counts under
+ * load against raw BullMQ's in the same run.
  */
 const BUDGET = {
   /**
-   * POST /tools/calculator/execute, answered with the result. Measured 43.2–43.5 (51.3–51.7
-   * before a drained claim stopped asking again and the queue's scripts stopped reading TIME).
+   * POST /tools/calculator/execute, answered with the result. Measured 90.0–90.9 (43.2–43.5 on
+   * the Lane; 96.4 before a completion that found the queue empty marked BullMQ's worker
+   * drained and an end fetched the next call only while every slot was busy).
    */
-  calculatorSync: 48,
-  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 43.7–44.0. */
-  calculatorAsync: 48,
-  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 44.5–44.9. */
-  idempotent: 50,
+  calculatorSync: 99,
+  /** POST …?wait=false, then one GET /v1/calls/{id} once it has run. Measured 89.3. */
+  calculatorAsync: 99,
+  /** A synchronous calculator call with a fresh Idempotency-Key. Measured 90.7. */
+  idempotent: 100,
   /**
-   * A call answered from the result cache (the tool never runs): its stats in a batch of their
-   * own here (at concurrency 16 they share one: ~11 per hit). Measured 29.6–29.7.
+   * A call answered from the result cache (the tool never runs, no job): its stats in a batch
+   * of their own here (at concurrency 16 they share one: ~11 per hit). Measured 30.5–30.9.
    */
-  cachedHit: 33,
-  /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 69.7–70.1. */
-  approved: 77,
+  cachedHit: 34,
+  /** Parked by policy.approval, approved by an admin, run, then one GET. Measured 115.5–124.4. */
+  approved: 130,
   /**
    * run_python in the docker sandbox, its stats in the worker's batch of a second (shared by
    * the ~6 calls of that second here, so the count moves with timing more than the others').
-   * Measured 45.1–47.5 over 40 calls (45.6–57.0 over 20; 73.6–73.8 with a batch of stats per
-   * call; 116.5–119.1 with BullMQ's queue).
+   * Measured 95.0 over 40 calls (45.1–47.5 on the Lane; 116.5–119.1 on BullMQ before issue 20).
    */
-  runPython: 53,
+  runPython: 105,
 } as const;
 type Kind = keyof typeof BUDGET;
 

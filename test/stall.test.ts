@@ -81,7 +81,8 @@ describe.skipIf(reason !== undefined)('one client, 8 calls, 2 workers × 4 sandb
               json: { command: 'sleep 0.5' },
             });
             expect(res.status).toBe(202);
-            return { id: res.body.id as string, acceptedAt: Date.now(), startedAt: 0, done: false };
+            const { id } = (await res.json()) as { id: string };
+            return { id, acceptedAt: Date.now(), startedAt: 0, done: false };
           }),
         );
         const deadline = Date.now() + 60_000;
@@ -90,8 +91,9 @@ describe.skipIf(reason !== undefined)('one client, 8 calls, 2 workers × 4 sandb
             calls
               .filter((c) => !c.done)
               .map(async (c) => {
-                const { body } = await stack!.call(`/v1/calls/${c.id}`, { method: 'GET' });
-                const status = body.status as string;
+                const res = await stack!.call(`/v1/calls/${c.id}`);
+                const { status } = (await res.json()) as { status: string };
+                expect(res.status, `GET /v1/calls/${c.id}`).toBe(200);
                 if (status !== 'queued' && c.startedAt === 0) c.startedAt = Date.now();
                 if (status !== 'queued' && status !== 'running') {
                   expect(status).toBe('ok');

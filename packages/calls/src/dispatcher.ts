@@ -227,7 +227,12 @@ export class Dispatcher {
    * writes nothing else on the hot path); the worker writes the record when the call ends, and
    * the record is the only stored copy of the outcome.
    */
-  async lookup(id: string): Promise<CallRecord | undefined> {
+  lookup(id: string): Promise<CallRecord | undefined> {
+    return this.find(id, false);
+  }
+
+  /** `lookup`, `again` once when the call ended between its reads. */
+  private async find(id: string, again: boolean): Promise<CallRecord | undefined> {
     const record = await this.store.get(id);
     // A record says everything, except for approved calls now back in the queue.
     if (record && record.status !== 'queued') return record;
@@ -255,8 +260,11 @@ export class Dispatcher {
     }
     const kind: QueueKind = found.queue === 'fast' ? 'fast' : 'sandbox';
     const state = await this.queueNamed(found.queue).state(id);
-    if (!state) return (await this.store.get(id)) ?? record;
-    if (state.state === 'ended') return this.lookup(id);
+    // Ended between the two reads: its stub is in now (a worker releases a call before its job
+    // completes), its record perhaps not yet.
+    if (!state || state.state === 'ended') {
+      return again ? ((await this.store.get(id)) ?? record) : this.find(id, true);
+    }
     const { job } = state;
     const base = {
       id,

@@ -107,6 +107,8 @@ export class QueueConsumer {
   private readonly slots = new Set<Promise<void>>();
   private slotFreed: (() => void) | undefined;
   private stopping = false;
+  /** The last fetch (the loop's, or an end's) found the queue empty. */
+  private drained = false;
   private loopDone: Promise<void> | undefined;
   private renewTimer: NodeJS.Timeout | undefined;
   private tokens = 0;
@@ -215,6 +217,7 @@ export class QueueConsumer {
       }
       if (failing) log.info({ queue: this.o.queue.name }, 'taking calls again');
       failing = false;
+      this.drained = !job;
       if (!job) continue;
       this.free--;
       const slot: Promise<void> = this.slot(job, token).finally(() => {
@@ -270,11 +273,11 @@ export class QueueConsumer {
     const data = job.data as CallJob;
     /**
      * Whether a call's end should take the next one in the same script (BullMQ's `fetchNext`):
-     * only while every slot is busy. With a slot free, the consumer's loop is already waiting on
-     * the queue's marker and takes the next call itself, and an end's fetch would mostly find
-     * the queue empty (a dozen commands for nothing when calls come one at a time).
+     * unless the last fetch found the queue empty. Then the consumer's loop waits on the queue's
+     * marker and takes the next call itself, and an end's fetch would find nothing (a dozen
+     * commands for nothing when calls come one at a time).
      */
-    const fetchNext = () => !this.stopping && this.free === 0;
+    const fetchNext = () => !this.stopping && !this.drained;
     let next: Job | undefined;
     let settled = false;
     const fail = async (reason: string) => {
@@ -317,7 +320,9 @@ export class QueueConsumer {
           { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
           { publish },
         );
-        next = await this.worker.nextOf(await job.moveToCompleted(null, token, fetchNext()), token);
+        const fetching = fetchNext();
+        next = await this.worker.nextOf(await job.moveToCompleted(null, token, fetching), token);
+        if (fetching) this.drained = next === undefined;
       },
       defer: async (delayMs) => {
         settled = true;

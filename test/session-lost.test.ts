@@ -2,7 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { whyDriverUnavailable, REPO_ROOT } from '@toolgate/sandbox/testing';
+import { whyDriverUnavailable } from '@toolgate/sandbox/testing';
+import { dockerSandbox } from './support/docker-worker.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startService, type Service } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
@@ -45,7 +46,6 @@ describe.skipIf(reason !== undefined)('a worker hosting a session killed', () =>
     const clients = [{ id: 'alice', key: KEYS.alice, tools: ['*'] }];
     const common = { clients, worker: { lostCallTimeoutMs: LOST_CALL_TIMEOUT_MS, metricsPort: 0 } };
     stack = await startStack({ worker: false, config: common });
-    const rootfs = (name: string) => join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
     const file = join(dir, 'toolgate.json');
     writeFileSync(
       file,
@@ -54,17 +54,7 @@ describe.skipIf(reason !== undefined)('a worker hosting a session killed', () =>
         redis: stack.config.redis,
         worker: { ...common.worker, queues: ['sandbox'] },
         log: { level: 'info' },
-        sandbox: {
-          driver: 'docker',
-          workspacesRoot: join(dir, 'workspaces'),
-          stateDir: join(dir, 'state'),
-          images: {
-            python: { docker: 'toolgate/sandbox-python:local', rootfs: rootfs('python') },
-            shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
-          },
-          pool: { size: 1 },
-          workspaceQuota: 'off',
-        },
+        sandbox: dockerSandbox(dir, { pool: 1, workspaceQuota: 'off' }),
       }),
     );
     worker = startService('worker', { TOOLGATE_CONFIG: file });

@@ -2,7 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { whyDriverUnavailable, REPO_ROOT } from '@toolgate/sandbox/testing';
+import { whyDriverUnavailable } from '@toolgate/sandbox/testing';
+import { dockerSandbox } from './support/docker-worker.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startService, type Service } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
@@ -45,7 +46,6 @@ describe.skipIf(reason !== undefined)('one client, 8 calls, 2 workers × 4 sandb
         limits: { sandboxInFlight: CALLS, queued: 64 },
       };
       stack = await startStack({ worker: false, config: { clients: [client] } });
-      const rootfs = (name: string) => join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
       const file = join(dir, 'toolgate.json');
       writeFileSync(
         file,
@@ -54,17 +54,7 @@ describe.skipIf(reason !== undefined)('one client, 8 calls, 2 workers × 4 sandb
           clients: [client],
           worker: { queues: ['sandbox'], sandboxConcurrency: 4, metricsPort: 0 },
           log: { level: 'info' },
-          sandbox: {
-            driver: 'docker',
-            workspacesRoot: join(dir, 'workspaces'),
-            stateDir: join(dir, 'state'),
-            images: {
-              python: { docker: 'toolgate/sandbox-python:local', rootfs: rootfs('python') },
-              shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
-            },
-            pool: { size: 4 },
-            workspaceQuota: 'off',
-          },
+          sandbox: dockerSandbox(dir, { pool: 4, workspaceQuota: 'off' }),
         }),
       );
       for (let i = 0; i < 2; i++) {

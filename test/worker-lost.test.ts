@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { whyDriverUnavailable, REPO_ROOT } from '@toolgate/sandbox/testing';
+import { whyDriverUnavailable } from '@toolgate/sandbox/testing';
+import { dockerSandbox } from './support/docker-worker.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startService, type Service } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
@@ -44,24 +45,13 @@ describe.skipIf(reason !== undefined)('a worker killed mid-call', () => {
         ],
       },
     });
-    const rootfs = (name: string) => join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
     const config = {
       redis: stack.config.redis,
       clients: [{ id: 'alice', key: KEYS.alice, tools: ['*'], limits: { sandboxInFlight: 8 } }],
       worker: { queues: ['sandbox'], sandboxConcurrency: 4, metricsPort: 0 },
       log: { level: 'info' },
-      sandbox: {
-        driver: 'docker',
-        workspacesRoot: join(dir, 'workspaces'),
-        stateDir: join(dir, 'state'),
-        images: {
-          python: { docker: 'toolgate/sandbox-python:local', rootfs: rootfs('python') },
-          shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
-        },
-        pool: { size: 1 },
-        // Workspace images stay mounted across worker restarts; this test is not about them.
-        workspaceQuota: 'off',
-      },
+      // Workspace images stay mounted across worker restarts; this test is not about them.
+      sandbox: dockerSandbox(dir, { pool: 1, workspaceQuota: 'off' }),
     };
     const file = join(dir, 'toolgate.json');
     writeFileSync(file, JSON.stringify(config));

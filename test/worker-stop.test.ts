@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mountTable } from '@toolgate/sandbox';
-import { whyDriverUnavailable, REPO_ROOT } from '@toolgate/sandbox/testing';
+import { whyDriverUnavailable } from '@toolgate/sandbox/testing';
+import { dockerSandbox } from './support/docker-worker.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { TOOLGATE_BIN, startService, type Service } from './support/process.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
@@ -55,7 +56,6 @@ describe.skipIf(reason !== undefined)('a stopping worker and its warm pool', () 
 
   it('removes the warm pool at SIGTERM, before its running call ends; after a kill, prune removes the rest', async () => {
     stack = await startStack({ worker: false });
-    const rootfs = (name: string) => join(REPO_ROOT, 'deploy/sandbox/.build/rootfs', name);
     const file = join(dir, 'toolgate.json');
     writeFileSync(
       file,
@@ -64,17 +64,7 @@ describe.skipIf(reason !== undefined)('a stopping worker and its warm pool', () 
         clients: [{ id: 'alice', key: KEYS.alice, tools: ['*'] }],
         worker: { queues: ['sandbox'], sandboxConcurrency: 2, metricsPort: 0 },
         log: { level: 'info' },
-        sandbox: {
-          driver: 'docker',
-          workspacesRoot: join(dir, 'workspaces'),
-          stateDir: join(dir, 'state'),
-          images: {
-            python: { docker: 'toolgate/sandbox-python:local', rootfs: rootfs('python') },
-            shell: { docker: 'toolgate/sandbox-shell:local', rootfs: rootfs('shell') },
-          },
-          pool: { size: 2 },
-          workspaceQuota: 'off',
-        },
+        sandbox: dockerSandbox(dir, { pool: 2, workspaceQuota: 'off' }),
       }),
     );
     const worker = startService('worker', { TOOLGATE_CONFIG: file });

@@ -186,7 +186,7 @@ describe('helm chart deploy/helm/toolgate', () => {
       'Ingress',
       'tg-toolgate-gateway',
     ).spec.rules;
-    expect(rules.map((rule) => [rule.host, rule.http.paths.length])).toEqual([[undefined, 4]]);
+    expect(rules.map((rule) => [rule.host, rule.http.paths.length])).toEqual([[undefined, 5]]);
     // A path that is not a path is refused by the values schema.
     expect(
       renderFails(

@@ -21,6 +21,8 @@ import type { Logger } from '@toolgate/log';
 
 /** How long an idle consumer blocks for new calls before it looks again (seconds). */
 const DRAIN_DELAY_S = 1;
+/** How long a fetch may take before it counts as hung (see QueueConsumer.fetch). */
+const FETCH_STUCK_MS = 8000;
 /** How long a stop waits for a fetch still blocked once BullMQ's worker is closed. */
 const STOP_FETCH_WAIT_MS = 2000;
 /** Why BullMQ failed a call whose workers stopped twice while running it. */
@@ -100,7 +102,7 @@ class CallWorker extends Worker {
  * fails a job that comes back with a deferred failure (stalled more than `maxStalledCount`).
  */
 export class QueueConsumer {
-  readonly worker: CallWorker;
+  private worker: CallWorker;
   private free: number;
   /** Calls held here: id → lock token. */
   private readonly held = new Map<string, string>();
@@ -116,7 +118,13 @@ export class QueueConsumer {
 
   constructor(private readonly o: QueueConsumerOptions) {
     this.free = o.slots;
-    this.worker = new CallWorker(o.queue.name, null, {
+    this.worker = this.newWorker();
+  }
+
+  /** BullMQ's worker for this queue (manual processing: no processor, never `run`). */
+  private newWorker(): CallWorker {
+    const { o } = this;
+    const worker = new CallWorker(o.queue.name, null, {
       connection: o.connection,
       prefix: o.queue.queue.opts.prefix,
       name: o.workerId,
@@ -130,13 +138,59 @@ export class QueueConsumer {
       // No telemetry on the worker itself: its idle fetches and stalled checks would be a span
       // each every second. Each call's run is one consumer span (below).
     });
-    this.worker.on('error', (err) =>
+    worker.on('error', (err) =>
       o.log.warn({ err: err.message, queue: o.queue.name }, 'queue error'),
     );
-    this.worker.on('stalled', (callId) => {
+    worker.on('stalled', (callId) => {
       o.log.warn({ callId, queue: o.queue.name }, 'call of a dead worker moved on');
       o.onLost?.();
     });
+    return worker;
+  }
+
+  /**
+   * BullMQ's `getNextJob`, watched: after a Redis Cluster failover a fetch was seen to hang
+   * for good (its blocking connection never came back), leaving calls queued with every slot
+   * free. A fetch that has not settled in FETCH_STUCK_MS (BullMQ's own wait is ~2 s) is given
+   * up: a new BullMQ worker (with a new blocking connection) takes over, the old one is
+   * closed, and a call the abandoned fetch takes after all still runs here.
+   */
+  private async fetch(token: string): Promise<Job | undefined> {
+    const worker = this.worker;
+    const fetching = worker.getNextJob(token, { block: true });
+    let timer: NodeJS.Timeout | undefined;
+    const stuck = new Promise<'stuck'>((resolve) => {
+      timer = setTimeout(() => resolve('stuck'), FETCH_STUCK_MS);
+    });
+    const result = await Promise.race([fetching, stuck]).finally(() => clearTimeout(timer));
+    if (result !== 'stuck') return result;
+    this.o.log.warn(
+      { queue: this.o.queue.name, afterMs: FETCH_STUCK_MS },
+      'a fetch hung (a connection a failover left behind): a new BullMQ worker takes over',
+    );
+    this.worker = this.newWorker();
+    if (!this.stopping) void this.worker.startStalledCheckTimer();
+    void worker.close(true).catch(() => undefined);
+    fetching.then(
+      (late) => {
+        if (late) this.adopt(late, token);
+      },
+      () => undefined,
+    );
+    return undefined;
+  }
+
+  /** Runs a call in a slot of its own (the loop's calls, and a late fetch's). */
+  private adopt(job: Job, token: string): void {
+    this.free--;
+    const slot: Promise<void> = this.slot(job, token).finally(() => {
+      this.slots.delete(slot);
+      this.free++;
+      const wake = this.slotFreed;
+      this.slotFreed = undefined;
+      wake?.();
+    });
+    this.slots.add(slot);
   }
 
   /** Resolves once BullMQ's connections are up. */
@@ -196,14 +250,14 @@ export class QueueConsumer {
     /** Whether the last fetch failed: one warning per outage, not one per retry. */
     let failing = false;
     while (!this.stopping) {
-      if (this.free === 0) {
+      if (this.free <= 0) {
         await new Promise<void>((resolve) => (this.slotFreed = resolve));
         continue;
       }
       const token = this.token();
       let job: Job | undefined;
       try {
-        job = await this.worker.getNextJob(token, { block: true });
+        job = await this.fetch(token);
       } catch (err) {
         if (!failing) {
           log.warn(
@@ -218,16 +272,7 @@ export class QueueConsumer {
       if (failing) log.info({ queue: this.o.queue.name }, 'taking calls again');
       failing = false;
       this.drained = !job;
-      if (!job) continue;
-      this.free--;
-      const slot: Promise<void> = this.slot(job, token).finally(() => {
-        this.slots.delete(slot);
-        this.free++;
-        const wake = this.slotFreed;
-        this.slotFreed = undefined;
-        wake?.();
-      });
-      this.slots.add(slot);
+      if (job) this.adopt(job, token);
     }
   }
 

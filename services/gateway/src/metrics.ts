@@ -1,3 +1,4 @@
+import type { BudgetUse } from '@toolgate/calls';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /** Sources read at scrape time (queue depth, pending approvals, cache size). */
@@ -9,7 +10,17 @@ export interface ScrapeSources {
   cacheKeys(): Promise<number>;
   workersAlive(): Promise<number>;
   redisUp(): boolean;
+  /** Each client with a `limits.budget` and its use (docs/budgets.md). */
+  budgets?(): Promise<{ client: string; use: BudgetUse }[]>;
 }
+
+/** Prometheus label of each budget metric (snake case, as the metric names). */
+const METRIC_LABEL: Record<string, string> = {
+  calls: 'calls',
+  sandboxSeconds: 'sandbox_seconds',
+  upstreamCalls: 'upstream_calls',
+  egressBytes: 'egress_bytes',
+};
 
 /** The gateway's own Prometheus registry (docs/spec.md §7). Metric names are a contract with deploy/. */
 export function createMetrics() {
@@ -100,6 +111,34 @@ export function createMetrics() {
     registers: [registry],
     async collect() {
       if (sources) this.set(await sources.workersAlive().catch(() => 0));
+    },
+  });
+  // Clients with a budget only (a config-bounded label set); per-user budgets are not labelled.
+  const budgetLimit = new Gauge({
+    name: 'toolgate_budget_limit',
+    help: "A client's spend budget per metric (calls, sandbox_seconds, upstream_calls, egress_bytes) and UTC window (day, month)",
+    labelNames: ['client', 'metric', 'window'] as const,
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'toolgate_budget_used',
+    help: "What a client spent of its budget in the current UTC window, by metric and window (toolgate_budget_limit is its limit)",
+    labelNames: ['client', 'metric', 'window'] as const,
+    registers: [registry],
+    async collect() {
+      const all = await sources?.budgets?.().catch(() => undefined);
+      if (!all) return;
+      this.reset();
+      budgetLimit.reset();
+      for (const { client, use } of all) {
+        for (const [metric, m] of Object.entries(use)) {
+          const name = METRIC_LABEL[metric] ?? metric;
+          for (const w of m.windows) {
+            this.set({ client, metric: name, window: w.window }, w.used);
+            budgetLimit.set({ client, metric: name, window: w.window }, w.limit);
+          }
+        }
+      }
     },
   });
   const unreplicated = new Counter({

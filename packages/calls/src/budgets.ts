@@ -264,23 +264,27 @@ export function exhaustedBudget(
 }
 
 /**
- * The tightest remaining of a caller's budgets (least left as a share of its limit), for the
- * `Toolgate-Budget-Remaining` header: `calls=12;window=day;scope=client`.
+ * The tightest remaining of a caller's budgets, for the `Toolgate-Budget-Remaining` header
+ * (`calls=12;window=day;scope=client`): per metric the window with the least left (a call
+ * spends the same against each), then of those the one with the least left as a share of its
+ * limit (metrics have different units).
  */
 export function budgetRemaining(use: {
   client?: BudgetUse;
   user?: BudgetUse;
 }): string | undefined {
   let best: { text: string; share: number } | undefined;
-  for (const scope of ['client', 'user'] as const) {
-    for (const metric of BUDGET_METRICS) {
+  for (const metric of BUDGET_METRICS) {
+    let least: { left: number; share: number; text: string } | undefined;
+    for (const scope of ['client', 'user'] as const) {
       for (const w of use[scope]?.[metric]?.windows ?? []) {
         const left = Math.max(0, w.limit - w.used);
+        if (least && left >= least.left) continue;
         const share = w.limit === 0 ? 0 : left / w.limit;
-        if (best && share >= best.share) continue;
-        best = { text: `${metric}=${left};window=${w.window};scope=${scope}`, share };
+        least = { left, share, text: `${metric}=${left};window=${w.window};scope=${scope}` };
       }
     }
+    if (least && (!best || least.share < best.share)) best = least;
   }
   return best?.text;
 }

@@ -5,6 +5,7 @@
  * calling; what each call used is charged when it ends.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +20,9 @@ import { testTools } from './support/tools.js';
 
 const UPPY = 'uppy-key-0123456789abcdef';
 const SANDY = 'sandy-key-0123456789abcdef';
+const WEBBY = 'webby-key-0123456789abcdef';
+/** What the local web server answers: 150 bytes of body. */
+const PAGE = 'x'.repeat(150);
 const CAROL = { client_id: 'carol', client_secret: 'carol-secret-0123456789', scope: 'tools:all' };
 const SCOPE = 'tools:all';
 
@@ -28,6 +32,8 @@ if (sandboxReason) console.warn(`budgets: sandbox seconds skipped, ${sandboxReas
 let stack: Stack;
 let as: AuthServer;
 let upstream: TestUpstream;
+let web: HttpServer;
+let webUrl: string;
 let sandbox: Sandbox | undefined;
 let dir: string | undefined;
 let audience: string;
@@ -45,6 +51,11 @@ beforeAll(async () => {
   audience = `http://127.0.0.1:${port}/mcp`;
   as = await startAuthServer({ audience, scopes: [SCOPE], clients: [CAROL] });
   upstream = await startTestUpstream();
+  web = createHttpServer((_req, res) =>
+    res.writeHead(200, { 'content-type': 'text/plain' }).end(PAGE),
+  );
+  await new Promise<void>((resolve) => web.listen(0, '127.0.0.1', resolve));
+  webUrl = `http://127.0.0.1:${(web.address() as { port: number }).port}`;
   if (!sandboxReason) {
     dir = mkdtempSync(join(tmpdir(), 'toolgate-budgets-'));
     sandbox = await createSandbox(testSandboxConfig('docker', dir));
@@ -66,11 +77,25 @@ beforeAll(async () => {
         },
         { id: 'bob', key: KEYS.bob, tools: ['current_time', 'category:math'] },
         { id: 'uppy', key: UPPY, tools: ['*'], limits: { budget: { upstreamCalls: { day: 2 } } } },
-        { id: 'sandy', key: SANDY, tools: ['*'], limits: { budget: { sandboxSeconds: { day: 1 } } } },
+        {
+          id: 'webby',
+          key: WEBBY,
+          tools: ['*'],
+          limits: { budget: { egressBytes: { day: 200 } } },
+        },
+        {
+          id: 'sandy',
+          key: SANDY,
+          tools: ['*'],
+          limits: { budget: { sandboxSeconds: { day: 1 } } },
+        },
         {
           id: 'carol',
           tools: ['*'],
-          limits: { budget: { calls: { month: 1000 } }, perUser: { budget: { calls: { day: 2 } } } },
+          limits: {
+            budget: { calls: { month: 1000 } },
+            perUser: { budget: { calls: { day: 2 } } },
+          },
         },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true },
       ],
@@ -84,6 +109,7 @@ afterAll(async () => {
   await stack?.close();
   await sandbox?.close();
   await upstream?.close();
+  await new Promise((resolve) => web?.close(resolve));
   await as?.close();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
@@ -100,7 +126,14 @@ const execute = (tool: string, args: unknown, key: string) =>
 interface Refusal {
   error: {
     code: string;
-    details: { metric: string; window: string; scope: string; used: number; limit: number; resetsAt: string };
+    details: {
+      metric: string;
+      window: string;
+      scope: string;
+      used: number;
+      limit: number;
+      resetsAt: string;
+    };
   };
 }
 
@@ -234,6 +267,24 @@ describe('upstream calls', () => {
   });
 });
 
+describe('egress bytes', () => {
+  it("charges an http tool's body bytes and refuses http tools once the day's bytes are spent", async () => {
+    // 150 bytes of 200: the next call is still admitted (and overruns, within the stated bound).
+    for (const path of ['/a', '/b']) {
+      const res = await execute('http_get', { url: `${webUrl}${path}` }, WEBBY);
+      expect(await res.json()).toMatchObject({ status: 'ok', result: { bytes: 150 } });
+    }
+    const refused = await execute('http_get', { url: `${webUrl}/c` }, WEBBY);
+    expect(refused.status).toBe(429);
+    expect(((await refused.json()) as Refusal).error.details).toMatchObject({
+      metric: 'egressBytes',
+      used: 300,
+      limit: 200,
+    });
+    expect((await execute('calculator', { expression: '1' }, WEBBY)).status).toBe(200);
+  });
+});
+
 describe.skipIf(sandboxReason !== undefined)('sandbox seconds (docker)', () => {
   it("charges a sandboxed run's wall time and refuses sandboxed tools once the day's second is spent", async () => {
     const first = await execute(
@@ -264,8 +315,16 @@ describe('GET /v1/budget and metrics', () => {
     const all = (await (await stack.call('/v1/budget', { key: KEYS.admin })).json()) as {
       clients: { client: string }[];
     };
-    expect(all.clients.map((c) => c.client).sort()).toEqual(['alice', 'carol', 'sandy', 'uppy']);
-    const one = (await (await stack.call('/v1/budget?client=alice', { key: KEYS.admin })).json()) as {
+    expect(all.clients.map((c) => c.client).sort()).toEqual([
+      'alice',
+      'carol',
+      'sandy',
+      'uppy',
+      'webby',
+    ]);
+    const one = (await (
+      await stack.call('/v1/budget?client=alice', { key: KEYS.admin })
+    ).json()) as {
       client: string;
       budget: { calls: { used: number }[] };
     };
@@ -275,9 +334,15 @@ describe('GET /v1/budget and metrics', () => {
 
   it('exports use and limit per client, metric and window', async () => {
     const text = await (await fetch(stack.metricsUrl)).text();
-    expect(text).toMatch(/toolgate_budget_used\{[^}]*client="alice",metric="calls",window="day"[^}]*\} 3/);
-    expect(text).toMatch(/toolgate_budget_limit\{[^}]*client="alice",metric="calls",window="day"[^}]*\} 3/);
-    expect(text).toMatch(/toolgate_budget_used\{[^}]*client="uppy",metric="upstream_calls",window="day"[^}]*\} 2/);
+    expect(text).toMatch(
+      /toolgate_budget_used\{[^}]*client="alice",metric="calls",window="day"[^}]*\} 3/,
+    );
+    expect(text).toMatch(
+      /toolgate_budget_limit\{[^}]*client="alice",metric="calls",window="day"[^}]*\} 3/,
+    );
+    expect(text).toMatch(
+      /toolgate_budget_used\{[^}]*client="uppy",metric="upstream_calls",window="day"[^}]*\} 2/,
+    );
     expect(text).not.toMatch(/toolgate_budget_used\{[^}]*client="bob"/);
   });
 });
@@ -305,7 +370,11 @@ describe('bad budget config', () => {
       parseConfig(
         {
           clients: [
-            { id: 'a', key: KEYS.alice, limits: { perUser: { budget: { egressBytes: { month: 'lots' } } } } },
+            {
+              id: 'a',
+              key: KEYS.alice,
+              limits: { perUser: { budget: { egressBytes: { month: 'lots' } } } },
+            },
           ],
         },
         {},

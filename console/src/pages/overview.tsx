@@ -113,7 +113,9 @@ function Budgets() {
       ? data.clients.map((c) => ({ owner: c.client, budget: c.budget }))
       : [
           { owner: data.client, budget: data.budget },
-          ...(data.user ? [{ owner: `${data.client} · ${data.user.id}`, budget: data.user.budget }] : []),
+          ...(data.user
+            ? [{ owner: `${data.client} · ${data.user.id}`, budget: data.user.budget }]
+            : []),
         ];
   const lines = rows.flatMap(({ owner, budget }) =>
     Object.entries(budget).flatMap(([metric, windows]) =>

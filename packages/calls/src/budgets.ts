@@ -269,10 +269,7 @@ export function exhaustedBudget(
  * spends the same against each), then of those the one with the least left as a share of its
  * limit (metrics have different units).
  */
-export function budgetRemaining(use: {
-  client?: BudgetUse;
-  user?: BudgetUse;
-}): string | undefined {
+export function budgetRemaining(use: { client?: BudgetUse; user?: BudgetUse }): string | undefined {
   let best: { text: string; share: number } | undefined;
   for (const metric of BUDGET_METRICS) {
     let least: { left: number; share: number; text: string } | undefined;

@@ -115,7 +115,8 @@ export function createMetrics() {
   });
   // Clients with a budget only (a config-bounded label set); per-user budgets are not labelled.
   // Both gauges share one read of Redis per scrape (the registry collects them together).
-  let budgetRead: { at: number; use: ReturnType<NonNullable<ScrapeSources['budgets']>> } | undefined;
+  let budgetRead:
+    { at: number; use: ReturnType<NonNullable<ScrapeSources['budgets']>> } | undefined;
   const budgets = () => {
     if (!sources?.budgets) return Promise.resolve(undefined);
     if (!budgetRead || Date.now() - budgetRead.at > 1000)

@@ -1,9 +1,4 @@
-import {
-  BUDGET_METRICS,
-  type BudgetUse,
-  type Budgets,
-  type RedisClient,
-} from '@toolgate/calls';
+import { BUDGET_METRICS, type BudgetUse, type Budgets, type RedisClient } from '@toolgate/calls';
 import { Router } from 'express';
 import type { BudgetReport, BudgetView } from '../api-types.js';
 import { ApiError } from '../errors.js';
@@ -52,7 +47,10 @@ export function budgetRoutes(
       const clients = await guardRedis(
         () =>
           Promise.all(
-            ids.map(async (id) => ({ client: id, budget: budgetView((await budgets.use(id)).client) })),
+            ids.map(async (id) => ({
+              client: id,
+              budget: budgetView((await budgets.use(id)).client),
+            })),
           ),
         redis,
       );

@@ -1,5 +1,8 @@
-/** The last hour from `/v1/series`, refreshed every 10 s: traffic, errors, latency, capacity. */
-import type { SeriesView } from '@toolgate/gateway';
+/**
+ * The last hour from `/v1/series`, refreshed every 10 s: traffic, errors, latency, capacity;
+ * and each client's spend budget from `/v1/budget` (docs/budgets.md).
+ */
+import type { BudgetReport, BudgetView, SeriesView } from '@toolgate/gateway';
 import { useMemo } from 'preact/hooks';
 import { get } from '../api.js';
 import { ErrorNote, Page, usePoll } from '../components.js';
@@ -96,7 +99,60 @@ export function Overview() {
           </div>
         </>
       )}
+      <Budgets />
     </Page>
+  );
+}
+
+/** Each client's budget use (admins: every client with one; a client: its own and its user's). */
+function Budgets() {
+  const { data } = usePoll((s) => get<BudgetReport>('/v1/budget', s), 30_000, []);
+  if (!data) return null;
+  const rows: { owner: string; budget: BudgetView }[] =
+    'clients' in data
+      ? data.clients.map((c) => ({ owner: c.client, budget: c.budget }))
+      : [
+          { owner: data.client, budget: data.budget },
+          ...(data.user
+            ? [{ owner: `${data.client} · ${data.user.id}`, budget: data.user.budget }]
+            : []),
+        ];
+  const lines = rows.flatMap(({ owner, budget }) =>
+    Object.entries(budget).flatMap(([metric, windows]) =>
+      windows.map((w) => ({ owner, metric, ...w })),
+    ),
+  );
+  if (lines.length === 0) return null;
+  return (
+    <section aria-label="Budgets">
+      <h2>Budgets</h2>
+      <table>
+        <thead>
+          <tr>
+            <th>Client</th>
+            <th>Metric</th>
+            <th>Window</th>
+            <th>Used</th>
+            <th>Limit</th>
+            <th>Share</th>
+            <th>Resets</th>
+          </tr>
+        </thead>
+        <tbody>
+          {lines.map((l) => (
+            <tr key={`${l.owner}/${l.metric}/${l.window}`}>
+              <td>{l.owner}</td>
+              <td>{l.metric}</td>
+              <td>{l.window}</td>
+              <td>{l.used}</td>
+              <td>{l.limit}</td>
+              <td>{l.limit > 0 ? `${Math.round((100 * l.used) / l.limit)} %` : '—'}</td>
+              <td>{new Date(l.resetsAt).toISOString().replace('.000Z', 'Z')}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
   );
 }
 

@@ -5,6 +5,7 @@ import type { Keys, QueueName } from './keys.js';
 import { LuaScript } from './script.js';
 import { MAX_PRIORITY } from './admission.js';
 import type { CallJob, QueueKind } from './types.js';
+import type { BudgetCharges } from './budgets.js';
 
 /**
  * One of toolgate's queues as a BullMQ queue (docs/scheduling.md): `fast` for in-process tools,
@@ -152,6 +153,10 @@ return {1, math.min(math.max(1, (uhere + 1) * users), ${MAX_PRIORITY})}
  *   ARGV: id, stub text, stub ms, reply channel ('' = none), events channel ('' = none: the
  *         worker's record batch publishes the outcome with the record), outcome JSON, outcome
  *         event JSON, now, sandbox (1: end the running lease), user ('' = none)
+ * Then the call's budget charges (BudgetCharges, docs/budgets.md), charged before anyone hears
+ * of the end, so the caller's next call is admitted against them:
+ *   KEYS[8…]: a budget window's hash each; ARGV[11…] per key: expire-at ms, field count, then
+ *         field and amount pairs (HINCRBY each, then PEXPIREAT)
  */
 const RELEASE = new LuaScript(`
 redis.call('ZADD', KEYS[1], tonumber(ARGV[8]), ARGV[1])
@@ -163,6 +168,15 @@ if ARGV[10] ~= '' then
   if ARGV[9] == '1' then redis.call('ZREM', KEYS[7], ARGV[1]) end
 end
 redis.call('SET', KEYS[4], ARGV[2], 'PX', tonumber(ARGV[3]))
+local a = 11
+for k = 8, #KEYS do
+  local n = tonumber(ARGV[a + 1])
+  for f = 0, n - 1 do
+    redis.call('HINCRBY', KEYS[k], ARGV[a + 2 + 2 * f], tonumber(ARGV[a + 3 + 2 * f]))
+  end
+  redis.call('PEXPIREAT', KEYS[k], tonumber(ARGV[a]))
+  a = a + 2 + 2 * n
+end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[6]) end
 if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[7]) end
 return 1
@@ -336,6 +350,8 @@ export class CallQueue {
       failed?: string;
       /** Publish the outcome to the call's watchers here (else the record batch does). */
       publish?: boolean;
+      /** What the call spent of its budgets (Budgets.charges). */
+      charges?: BudgetCharges;
     } = {},
   ): Promise<void> {
     const k = this.keys;
@@ -359,6 +375,7 @@ export class CallQueue {
         k.userInFlight(call.clientId, this.kind, call.user ?? ''),
         k.usersInFlight(call.clientId, this.kind),
         k.userRunning(call.clientId, call.user ?? ''),
+        ...(options.charges?.keys ?? []),
       ],
       [
         call.id,
@@ -372,6 +389,7 @@ export class CallQueue {
         // Only sandbox calls hold running leases.
         this.kind === 'sandbox' ? 1 : 0,
         call.user ?? '',
+        ...(options.charges?.args ?? []),
       ],
     );
   }

@@ -82,3 +82,23 @@ export {
 } from './call-queue.js';
 export type { Admit, CallBriefFound, CallBriefState, CallState, EndedStub } from './call-queue.js';
 export { LuaScript } from './script.js';
+export {
+  Budgets,
+  BUDGET_METRICS,
+  BUDGET_WINDOWS,
+  budgetConfig,
+  budgetRemaining,
+  budgetWindow,
+  exhaustedBudget,
+} from './budgets.js';
+export type {
+  BudgetCharges,
+  BudgetConfig,
+  BudgetExhausted,
+  BudgetLimits,
+  BudgetMetric,
+  BudgetUse,
+  BudgetWindow,
+  BudgetWindowUse,
+  CallUsage,
+} from './budgets.js';

@@ -125,6 +125,20 @@ export class Keys {
     return `${this.prefix}:running-user:${clientId}:sandbox:${user}`;
   }
 
+  /**
+   * A client's spend in one budget window (a hash: calls, sandboxMs, upstreamCalls, egressBytes;
+   * `period` is `d20261205` or `m202612`), expiring an hour past the window's end
+   * (docs/budgets.md). On the root: the worker's RELEASE script charges it with the call's end.
+   */
+  budget(clientId: string, period: string): string {
+    return `${this.prefix}:budget:${clientId}:${period}`;
+  }
+
+  /** One user's spend in one budget window of its client (user base64url: no `:` in it). */
+  userBudget(clientId: string, period: string, user: string): string {
+    return `${this.prefix}:budget-user:${clientId}:${period}:${Buffer.from(user).toString('base64url')}`;
+  }
+
   /** Sorted set of a client's calls running now in one queue (worker leases), scored by lease expiry. */
   running(clientId: string, kind: QueueKind): string {
     return `${this.prefix}:running:${clientId}:${kind}`;

@@ -39,6 +39,29 @@ const CredentialRuleSchema = Type.Object(
   { additionalProperties: false },
 );
 
+/** One metric's limits per UTC window (docs/budgets.md); at least one window. */
+const BudgetWindows = Type.Object(
+  {
+    day: Type.Optional(Type.Integer({ minimum: 0 })),
+    month: Type.Optional(Type.Integer({ minimum: 0 })),
+  },
+  { additionalProperties: false, minProperties: 1 },
+);
+
+/**
+ * `limits.budget` / `limits.perUser.budget`: what a client (or one user of it) may spend per
+ * UTC day and/or month (docs/budgets.md). Each metric optional; none: no budget, no cost.
+ */
+export const BudgetSchema = Type.Object(
+  {
+    calls: Type.Optional(BudgetWindows),
+    sandboxSeconds: Type.Optional(BudgetWindows),
+    upstreamCalls: Type.Optional(BudgetWindows),
+    egressBytes: Type.Optional(BudgetWindows),
+  },
+  { additionalProperties: false },
+);
+
 const ClientSchema = Type.Object(
   {
     id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' }),
@@ -93,10 +116,14 @@ const ClientSchema = Type.Object(
               sessions: Type.Optional(Type.Integer({ minimum: 1 })),
               /** One user's held connections (event streams …), inside `maxStreamsPerClient`. */
               streams: Type.Optional(Type.Integer({ minimum: 1 })),
+              /** One user's spend budget, inside the client's (docs/budgets.md). */
+              budget: Type.Optional(BudgetSchema),
             },
             { additionalProperties: false },
           ),
         ),
+        /** What this client may spend per UTC day / month (docs/budgets.md). */
+        budget: Type.Optional(BudgetSchema),
         /** Sessions this client may hold at once (docs/sessions.md): beyond, 429 `too_many_sessions`. */
         sessions: Type.Integer({ minimum: 0, default: CLIENT_LIMIT_DEFAULTS.sessions }),
       },

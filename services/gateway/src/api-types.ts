@@ -242,3 +242,27 @@ export interface SeriesView {
    */
   user?: { id: string; calls: number[]; errors: number[] };
 }
+
+/** One metric of a budget in one UTC window (`GET /v1/budget`, docs/budgets.md). */
+export interface BudgetWindowView {
+  window: 'day' | 'month';
+  /** Spent so far (sandboxSeconds in whole seconds, rounded up). */
+  used: number;
+  limit: number;
+  remaining: number;
+  /** ISO time the window ends and its count starts again. */
+  resetsAt: string;
+}
+
+/** A budget's use per metric (`calls`, `sandboxSeconds`, `upstreamCalls`, `egressBytes`). */
+export type BudgetView = Partial<
+  Record<'calls' | 'sandboxSeconds' | 'upstreamCalls' | 'egressBytes', BudgetWindowView[]>
+>;
+
+/**
+ * `GET /v1/budget`: one client's use (and its user's, with a user's token); an admin without
+ * `?client=` gets every client with a budget.
+ */
+export type BudgetReport =
+  | { client: string; budget: BudgetView; user?: { id: string; budget: BudgetView } }
+  | { clients: { client: string; budget: BudgetView }[] };

@@ -21,6 +21,7 @@ export type ApiErrorCode =
   | 'too_many_in_flight'
   | 'too_many_streams'
   | 'too_many_pending_approvals'
+  | 'budget_exhausted'
   | 'invalid_secret_name'
   | 'invalid_secret_value'
   | 'too_many_secrets'
@@ -54,6 +55,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   too_many_in_flight: 429,
   too_many_streams: 429,
   too_many_pending_approvals: 429,
+  budget_exhausted: 429,
   invalid_secret_name: 400,
   invalid_secret_value: 400,
   too_many_secrets: 409,

@@ -2,6 +2,8 @@ import { createServer, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import {
   Admission,
+  Budgets,
+  budgetConfig,
   Approvals,
   AuditLog,
   CallEvents,
@@ -41,6 +43,7 @@ import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
 import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
+import { budgetRoutes } from './routes/budget.js';
 import { upstreamRoutes } from './routes/upstreams.js';
 import { secretRoutes } from './routes/secrets.js';
 import { KeyRing, SecretStore } from '@toolgate/secrets';
@@ -144,9 +147,11 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
   const sessions = new SessionStore(redis, keys, config.worker.lostCallTimeoutMs);
+  const budgets = new Budgets(redis, keys, budgetConfig(config.clients));
   const pipeline = new CallPipeline({
     redis,
     keys,
+    budgets,
     store,
     dispatcher,
     events,
@@ -191,6 +196,12 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     cacheKeys: () => cache.size(),
     workersAlive: () => liveWorkers(redis, keys),
     redisUp: () => redis.status === 'ready',
+    budgets: async () =>
+      Promise.all(
+        [...clients.ids]
+          .filter((id) => budgets.has(id))
+          .map(async (id) => ({ client: id, use: (await budgets.use(id)).client ?? {} })),
+      ),
   });
 
   // Housekeeping any gateway may do (each step is safe to race): expire pending approvals,
@@ -362,6 +373,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     }),
   );
   app.use(callRoutes(pipeline, { held }));
+  app.use(budgetRoutes(redis, budgets, clients.ids));
   app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
   app.use(
     adminRoutes({

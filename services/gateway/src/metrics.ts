@@ -1,3 +1,4 @@
+import type { BudgetUse, BudgetWindowUse } from '@toolgate/calls';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 /** Sources read at scrape time (queue depth, pending approvals, cache size). */
@@ -9,7 +10,17 @@ export interface ScrapeSources {
   cacheKeys(): Promise<number>;
   workersAlive(): Promise<number>;
   redisUp(): boolean;
+  /** Each client with a `limits.budget` and its use (docs/budgets.md). */
+  budgets?(): Promise<{ client: string; use: BudgetUse }[]>;
 }
+
+/** Prometheus label of each budget metric (snake case, as the metric names). */
+const METRIC_LABEL: Record<string, string> = {
+  calls: 'calls',
+  sandboxSeconds: 'sandbox_seconds',
+  upstreamCalls: 'upstream_calls',
+  egressBytes: 'egress_bytes',
+};
 
 /** The gateway's own Prometheus registry (docs/spec.md §7). Metric names are a contract with deploy/. */
 export function createMetrics() {
@@ -102,6 +113,48 @@ export function createMetrics() {
       if (sources) this.set(await sources.workersAlive().catch(() => 0));
     },
   });
+  // Clients with a budget only (a config-bounded label set); per-user budgets are not labelled.
+  // Both gauges share one read of Redis per scrape (the registry collects them together).
+  let budgetRead:
+    { at: number; use: ReturnType<NonNullable<ScrapeSources['budgets']>> } | undefined;
+  const budgets = () => {
+    if (!sources?.budgets) return Promise.resolve(undefined);
+    if (!budgetRead || Date.now() - budgetRead.at > 1000)
+      budgetRead = { at: Date.now(), use: sources.budgets() };
+    return budgetRead.use.catch(() => undefined);
+  };
+  const budgetGauge = (name: string, help: string, value: (w: BudgetWindowUse) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['client', 'metric', 'window'] as const,
+      registers: [registry],
+      async collect() {
+        const all = await budgets();
+        if (!all) return;
+        this.reset();
+        for (const { client, use } of all) {
+          for (const [metric, m] of Object.entries(use)) {
+            for (const w of m.windows) {
+              this.set(
+                { client, metric: METRIC_LABEL[metric] ?? metric, window: w.window },
+                value(w),
+              );
+            }
+          }
+        }
+      },
+    });
+  budgetGauge(
+    'toolgate_budget_used',
+    'What a client spent of its budget in the current UTC window, by metric and window (toolgate_budget_limit is its limit)',
+    (w) => w.used,
+  );
+  budgetGauge(
+    'toolgate_budget_limit',
+    "A client's spend budget per metric (calls, sandbox_seconds, upstream_calls, egress_bytes) and UTC window (day, month)",
+    (w) => w.limit,
+  );
   const unreplicated = new Counter({
     name: 'toolgate_redis_unreplicated_total',
     help: 'Calls accepted although Redis WAIT timed out before redis.durability.replicas replicas held them (docs/redis-ha.md)',

@@ -13,9 +13,13 @@ import {
   isRedisDown,
   liveWorkers,
   principal,
+  budgetRemaining,
+  exhaustedBudget,
   type Admission,
   type Approvals,
   type AuditLog,
+  type BudgetMetric,
+  type Budgets,
   type CallBrief,
   type CallEvent,
   type CallEvents,
@@ -81,6 +85,11 @@ export interface CallRequest {
   onEvent?: (event: CallEvent) => void;
   /** Aborting cancels the call if it has not finished (a client that went away). */
   signal?: AbortSignal;
+  /**
+   * Called at admission with the caller's tightest budget left (`Toolgate-Budget-Remaining`),
+   * when it has a budget (docs/budgets.md).
+   */
+  onBudget?: (remaining: string) => void;
   /** Called with the call's id once it is queued, while the request still waits (MCP's cancel map). */
   onAccepted?: (id: string) => void;
   /** The session to run in (`X-Toolgate-Session`, MCP `_meta`; docs/sessions.md). */
@@ -108,6 +117,8 @@ export interface PipelineOptions {
   limits: CallLimits;
   /** Per-client calls in flight and the fair queue order (docs/scheduling.md). */
   admission: Admission;
+  /** Spend budgets per client and user, checked at admission (docs/budgets.md). */
+  budgets: Budgets;
   approvals: Approvals;
   /** Live events of calls (GET /v1/calls/{id}/events, MCP progress). */
   events: CallEvents;
@@ -144,6 +155,8 @@ export interface PipelineOptions {
 }
 
 const LIVENESS_CACHE_MS = 1000;
+/** Tools whose calls spend `egressBytes` (their bytes are measured: services/worker usage.ts). */
+const EGRESS_TOOLS = new Set(['http_get', 'http_post']);
 const UNAVAILABLE = 'Redis is unavailable; the call was not accepted';
 /** When a client over its calls in flight may try again: calls end at no predictable time. */
 const IN_FLIGHT_RETRY_SECONDS = 2;
@@ -248,6 +261,7 @@ export class CallPipeline {
       const checked = this.o.registry.validate(tool.name, req.args);
       if (!checked.ok) throw ApiError.invalidArguments(tool.name, checked.issues);
       const args = checked.args;
+      await this.checkBudget(client, tool, req);
       // The tool's own policy on these arguments (its declared precheck): a refusal is an
       // outcome the model reads, not an HTTP error.
       const denied = runPrecheck(tool, args, { clientId: client.id, services: this.o.services });
@@ -819,6 +833,43 @@ export class CallPipeline {
   }
 
   /** Parked calls wait on a person: each client holds at most its own share of the queue. */
+  /**
+   * Refuses the call, before any work, when a budget it would spend is used up (`calls` for
+   * every call, `sandboxSeconds` for sandboxed tools, `upstreamCalls` for upstream tools,
+   * `egressBytes` for the http tools): 429 `budget_exhausted` until the window resets. One
+   * round trip, only for callers with a budget.
+   */
+  private async checkBudget(client: Client, tool: Tool, req: CallRequest): Promise<void> {
+    if (!this.o.budgets.has(client.id, client.user)) return;
+    const use = await this.o.budgets.use(client.id, client.user);
+    const spends: BudgetMetric[] = ['calls'];
+    if (tool.sandbox) spends.push('sandboxSeconds');
+    if (tool.category.startsWith('upstream:')) spends.push('upstreamCalls');
+    if (EGRESS_TOOLS.has(tool.name)) spends.push('egressBytes');
+    const spent = exhaustedBudget(use, spends);
+    if (spent) {
+      const retryAfter = Math.max(1, Math.ceil((spent.resetsAt - Date.now()) / 1000));
+      const whose = spent.scope === 'user' ? 'this user' : `client "${client.id}"`;
+      throw new ApiError(
+        'budget_exhausted',
+        `${whose} has used its ${spent.window}'s budget of ${spent.metric} (${spent.used} of ${spent.limit}); it resets at ${new Date(spent.resetsAt).toISOString()}`,
+        {
+          details: {
+            metric: spent.metric,
+            window: spent.window,
+            scope: spent.scope,
+            used: spent.used,
+            limit: spent.limit,
+            resetsAt: new Date(spent.resetsAt).toISOString(),
+          },
+          headers: { 'Retry-After': String(retryAfter) },
+        },
+      );
+    }
+    const remaining = budgetRemaining(use);
+    if (remaining !== undefined) req.onBudget?.(remaining);
+  }
+
   private tooManyPending(client: Client, pending: number): ApiError {
     this.o.metrics.limited.inc({ kind: 'pending_approvals', client: client.id });
     const limit = client.limits.pendingApprovals;

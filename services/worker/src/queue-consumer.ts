@@ -12,6 +12,7 @@ import {
 import {
   failedOutcome,
   outcomeEvent,
+  type BudgetCharges,
   type CallJob,
   type CallQueue,
   type OutcomeEvent,
@@ -47,7 +48,12 @@ export interface QueuedCall {
  * completion, which takes the slot's next call. `publish` false: the outcome goes out with the
  * call's record instead.
  */
-export type CallEnd = (end: OutcomeEvent, publish: boolean) => Promise<void>;
+export type CallEnd = (
+  end: OutcomeEvent,
+  publish: boolean,
+  /** What the call spent of its budgets, charged with its end (docs/budgets.md). */
+  charges?: BudgetCharges,
+) => Promise<void>;
 
 /** What a slot hands the code that runs its call: the two ways a call leaves the slot. */
 export interface CallSlot {
@@ -356,14 +362,14 @@ export class QueueConsumer {
         .catch(() => null);
     }
     const slot: CallSlot = {
-      end: async (end, publish) => {
+      end: async (end, publish, charges) => {
         settled = true;
         // Released before the job completes: the waiting gateway hears first, and a lookup in
         // between finds the ended stub (the job is gone once completed).
         await queue.release(
           data,
           { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
-          { publish },
+          { publish, ...(charges ? { charges } : {}) },
         );
         const fetching = fetchNext();
         next = await this.worker.nextOf(await job.moveToCompleted(null, token, fetching), token);

@@ -4,6 +4,8 @@ import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import {
   AuditLog,
+  Budgets,
+  budgetConfig,
   CallEventWriter,
   CallIndex,
   CallStore,
@@ -37,6 +39,7 @@ import { SpanKind, tracingActive, withSpan } from '@toolgate/telemetry';
 import { createGuardedFetch } from '@toolgate/tools';
 import { StdioServers, UpstreamCalls, UpstreamCatalog } from '@toolgate/upstreams';
 import { createMetrics, type WorkerMetrics } from './metrics.js';
+import { usageOf } from './usage.js';
 import { QueueConsumer, type CallEnd, type CallSlot, type QueuedCall } from './queue-consumer.js';
 import { Recorder } from './recorder.js';
 import { runTool } from './run-tool.js';
@@ -192,6 +195,8 @@ export function createWorker({
     () => metrics.warmTotal(),
   );
   const leases = new RunLeases(redis, keys);
+  /** Spend budgets: charged with each call's end (docs/budgets.md). */
+  const budgets = new Budgets(redis, keys, budgetConfig(config.clients));
   const credentialRules = startCredentials(config, redis, keys);
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
@@ -402,9 +407,9 @@ export function createWorker({
       await run(
         { data: job, attemptsStarted: call.restarts + 1, cancelledBy: call.cancelledBy },
         'sandbox',
-        (end, publish) => {
+        (end, publish, charges) => {
           release();
-          return slot.end(end, publish);
+          return slot.end(end, publish, charges);
         },
       );
     } finally {
@@ -499,6 +504,8 @@ export function createWorker({
     );
     /** The outcome was recorded before (a restarted call that had ended): not again. */
     let recorded = false;
+    /** The tool's handler was started here (what the call spent beyond one call). */
+    let ran = false;
     /** A non-idempotent run under redis.durability: recorded on replicas before anyone hears. */
     let durable = false;
     try {
@@ -536,6 +543,7 @@ export function createWorker({
         // Decrypted values this call injects never leave it: out of its live output and its
         // outcome (the record, the audit entry, the reply, the cache), whatever echoed them.
         const credentials = credentialRules?.forCall(call.clientId, call.user);
+        ran = true;
         outcome = await runTool(tool, call, services, shutdown.signal, {
           cancel: cancel.signal,
           events: credentials ? redactedEvents(events.events, credentials.used) : events.events,
@@ -567,7 +575,11 @@ export function createWorker({
       const finished = { call, kind, outcome, ...(withRecord ? { end } : {}) };
       if (durable) await recordReplicated(finished);
       else if (!recorded) recorder.add(finished);
-      await queueEnd(end, !withRecord);
+      // A call ended before (recorded) was charged then.
+      const charges = recorded
+        ? undefined
+        : budgets.charges(call, usageOf(call, tool, kind, outcome, ran));
+      await queueEnd(end, !withRecord, charges);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);
       log.debug(

@@ -127,6 +127,7 @@ const TOOL_LEVEL_ERRORS = new Set([
   'loop_limit',
   'idempotency_mismatch',
   'too_many_in_flight',
+  'budget_exhausted',
 ]);
 
 /**

@@ -47,6 +47,7 @@ export function executeRoutes(pipeline: CallPipeline): Router {
       args,
       wait: wantsWait(req),
       prepaid: prepaidOf(res),
+      ...(req.ip ? { sourceIp: req.ip } : {}),
       ...(idempotencyKey ? { idempotencyKey } : {}),
       ...(req.get('x-conversation-id') ? { conversationId: req.get('x-conversation-id')! } : {}),
       ...(req.get('x-toolgate-session') !== undefined

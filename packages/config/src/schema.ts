@@ -401,6 +401,11 @@ export const ConfigSchema = Type.Object(
               schema: Type.String({ minLength: 1 }),
               /** The token claim listing the user's groups (`Toolgate::Group`). */
               groupsClaim: Type.String({ minLength: 1, default: 'groups' }),
+              /**
+               * `always`: destructive tools need approval whatever the policies say (as without
+               * Cedar); `policies`: the policies ask for it (`@approval("required")`).
+               */
+              destructiveApproval: StringEnum(['always', 'policies'], 'always'),
             },
             closed,
           ),

@@ -112,9 +112,9 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const feed = new ApprovalFeed(redis, subscriber, keys);
   const { clients, dev } = resolveClients(config);
   const metrics = createMetrics();
-  const requiresApproval = approvalRule(config.policy.approval);
   // Cedar policies (docs/policy.md): a set that does not parse or validate stops the start.
   const cedar = config.policy.cedar;
+  const requiresApproval = approvalRule(config.policy.approval, cedar?.destructiveApproval);
   const engine =
     cedar &&
     new PolicyEngine({

@@ -127,6 +127,9 @@ const TOOL_LEVEL_ERRORS = new Set([
   'loop_limit',
   'idempotency_mismatch',
   'too_many_in_flight',
+  // The deployment's policies: the model reads why and can try something else.
+  'policy_denied',
+  'policy_context_too_large',
 ]);
 
 /**

@@ -407,7 +407,7 @@ export const ConfigSchema = Type.Object(
                */
               destructiveApproval: StringEnum(['always', 'policies'], 'always'),
             },
-            closed,
+            closedOptional,
           ),
         ),
       },

@@ -163,7 +163,7 @@ export class PolicyEngine {
       resource: r.resource,
       context: r.context,
       entities: r.entities,
-      preparsedPolicySetId: set.hash,
+      preparsedPolicySetId: set.sliceFor(req.tool.name),
     });
     if (answer.type === 'failure') {
       const message = answer.errors.map((e) => e.message).join('; ');

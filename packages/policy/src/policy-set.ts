@@ -12,7 +12,7 @@ import {
   type DetailedError,
 } from '@cedar-policy/cedar-wasm/nodejs';
 import { PolicySetError, type PolicyProblem } from './errors.js';
-import { APPROVAL_ANNOTATION, ID_ANNOTATION, REASON_ANNOTATION } from './names.js';
+import { APPROVAL_ANNOTATION, EntityType, ID_ANNOTATION, REASON_ANNOTATION } from './names.js';
 
 export interface PolicySource {
   /** A `.cedar` file or a folder of them (read in name order, not recursively). */
@@ -38,6 +38,13 @@ export interface LoadedPolicySet {
   /** Policy id → text, as Cedar takes a set. */
   texts: Record<string, string>;
   schema: string;
+  /**
+   * The preparsed set that decides a call to `tool`: Cedar tries every policy of a set, so each
+   * tool a policy names (`resource == Toolgate::Tool::"x"`) gets a slice of its own — those
+   * policies and the ones naming no tool — and other tools the latter only. A policy for
+   * another tool can never be satisfied, nor fail, for this one: the decision is the same.
+   */
+  sliceFor(tool: string): string;
 }
 
 /** The `.cedar` files a source names, in name order. */
@@ -74,6 +81,8 @@ export function loadPolicySet(source: PolicySource): LoadedPolicySet {
     problems.push({ file: basename(source.policies), message: 'no .cedar files' });
   const policies = new Map<string, PolicyInfo>();
   const texts: Record<string, string> = {};
+  /** Policies whose scope names one tool: id → the tool. */
+  const forTool = new Map<string, string>();
   for (const path of files) {
     const file = basename(path);
     const text = readFileSync(path, 'utf8');
@@ -111,6 +120,11 @@ export function loadPolicySet(source: PolicySource): LoadedPolicySet {
         });
         continue;
       }
+      const r = json.json.resource;
+      if (r.op === '==' && 'entity' in r) {
+        const e = '__entity' in r.entity ? r.entity.__entity : r.entity;
+        if (e.type === EntityType.Tool) forTool.set(id, e.id);
+      }
       policies.set(id, {
         id,
         file,
@@ -142,13 +156,35 @@ export function loadPolicySet(source: PolicySource): LoadedPolicySet {
   }
   if (problems.length > 0) throw new PolicySetError(problems);
   const digest = hash.digest('hex').slice(0, 16);
-  const pre = preparsePolicySet(digest, { staticPolicies: texts });
-  if (pre.type === 'failure') {
-    throw new PolicySetError(
-      pre.errors.map((e) => ({ file: basename(source.policies), message: e.message })),
-    );
+  const general: Record<string, string> = {};
+  const byTool = new Map<string, Record<string, string>>();
+  for (const [id, text] of Object.entries(texts)) {
+    const tool = forTool.get(id);
+    if (tool === undefined) general[id] = text;
+    else byTool.set(tool, { ...byTool.get(tool), [id]: text });
   }
-  return { hash: digest, policies, texts, schema };
+  const slices: [string, Record<string, string>][] = [
+    [`${digest}:*`, general],
+    ...[...byTool].map(([tool, own]): [string, Record<string, string>] => [
+      `${digest}:${tool}`,
+      { ...general, ...own },
+    ]),
+  ];
+  for (const [name, set] of slices) {
+    const pre = preparsePolicySet(name, { staticPolicies: set });
+    if (pre.type === 'failure') {
+      throw new PolicySetError(
+        pre.errors.map((e) => ({ file: basename(source.policies), message: e.message })),
+      );
+    }
+  }
+  return {
+    hash: digest,
+    policies,
+    texts,
+    schema,
+    sliceFor: (tool) => (byTool.has(tool) ? `${digest}:${tool}` : `${digest}:*`),
+  };
 }
 
 /** Cedar's message with the line it points at. */

@@ -127,6 +127,15 @@ export function CallDetail({ id, who }: { id: string; who: WhoAmI }) {
                 </dd>
               </>
             )}
+            {call.policy && (
+              <>
+                <dt>Policy</dt>
+                <dd>
+                  {call.policy.decision}
+                  {call.policy.policies.length > 0 ? ` (${call.policy.policies.join(', ')})` : ''}
+                </dd>
+              </>
+            )}
             {call.cancelledBy && (
               <>
                 <dt>Cancelled by</dt>

@@ -39,6 +39,8 @@ export interface AuditEntry {
   secret?: string;
   /** For upstream events: the sha256 of the tool's definition (canonical JSON). */
   hash?: string;
+  /** The Cedar policies' decision and the deciding policies' ids, with `policy.cedar`. */
+  policy?: { decision: string; policies: string[] };
   /** The entry was over `audit.maxEntryBytes` and was cut to fit. */
   truncated?: true;
 }

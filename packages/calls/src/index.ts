@@ -66,6 +66,7 @@ export type {
   CallError,
   CallEvent,
   CallJob,
+  PolicyVerdict,
   CallOutcome,
   CallRecord,
   CallStatus,

@@ -161,7 +161,7 @@ function cutText(text: string, chars: number): string {
 export function finishedRecord(
   call: Pick<
     CallJob,
-    'id' | 'tool' | 'clientId' | 'user' | 'acceptedAt' | 'approvedBy' | 'trace'
+    'id' | 'tool' | 'clientId' | 'user' | 'acceptedAt' | 'approvedBy' | 'trace' | 'policy'
   > & {
     /** Already redacted (the audit entry's copy); stored as a preview. */
     redactedArgs?: unknown;
@@ -181,6 +181,7 @@ export function finishedRecord(
     outcome,
     ...(call.redactedArgs === undefined ? {} : { arguments: argsPreview(call.redactedArgs) }),
     ...(traceId ? { traceId } : {}),
+    ...(call.policy ? { policy: call.policy } : {}),
     ...(outcome.status === 'cancelled'
       ? { cancel: { by: cancelledBy(outcome), at: new Date().toISOString() } }
       : {}),

@@ -47,6 +47,12 @@ export type CallEvent = { seq: number; at: number } & (
 );
 
 /** A queued job: one tool call, the data of its BullMQ job. The job's id is the call id. */
+/** What the Cedar policies decided for a call, and the policies that decided (docs/policy.md). */
+export interface PolicyVerdict {
+  decision: 'allow' | 'deny' | 'approval';
+  policies: string[];
+}
+
 export interface CallJob {
   id: string;
   tool: string;
@@ -80,6 +86,8 @@ export interface CallJob {
   trace?: Record<string, string>;
   /** The session the call runs in, and the worker hosting it (whose own queue takes it). */
   session?: { id: string; host: string };
+  /** The Cedar policies' decision, with `policy.cedar`. */
+  policy?: PolicyVerdict;
 }
 
 /** The durable record of a call, kept for `calls.ttlSeconds`. */
@@ -104,6 +112,8 @@ export interface CallRecord {
   arguments?: unknown;
   /** The W3C trace id of the call, when tracing was on. */
   traceId?: string;
+  /** The Cedar policies' decision, with `policy.cedar`. */
+  policy?: PolicyVerdict;
   approval?: {
     decision: 'approved' | 'rejected' | 'expired';
     by: string;

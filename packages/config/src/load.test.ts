@@ -394,3 +394,20 @@ clients:
     expect(() => loadConfig({ TOOLGATE_CONFIG: file('clients: [') })).toThrow(/not valid YAML/);
   });
 });
+
+describe('policy.cedar', () => {
+  it('is off by default; its paths are relative to the configuration file', () => {
+    expect(loadConfig({}).policy.cedar).toBeUndefined();
+    const path = file(
+      'policy:\n  cedar: { policies: ./policies, schema: cedar/toolgate.cedarschema }\n',
+    );
+    const cedar = loadConfig({ TOOLGATE_CONFIG: path }).policy.cedar;
+    const dir = path.slice(0, path.lastIndexOf('/'));
+    expect(cedar).toEqual({
+      policies: `${dir}/policies`,
+      schema: `${dir}/cedar/toolgate.cedarschema`,
+      groupsClaim: 'groups',
+      destructiveApproval: 'always',
+    });
+  });
+});

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
 import { sandboxConfigProblems } from '@toolgate/sandbox';
@@ -72,7 +73,15 @@ export function loadConfig(
       );
     }
   }
-  return parseConfig(raw, env);
+  const config = parseConfig(raw, env);
+  // Policy files sit beside the configuration that names them.
+  const cedar = config.policy.cedar;
+  if (file && cedar) {
+    const base = dirname(resolve(file));
+    cedar.policies = resolve(base, cedar.policies);
+    cedar.schema = resolve(base, cedar.schema);
+  }
+  return config;
 }
 
 /** The same as loadConfig for an already-parsed document. */

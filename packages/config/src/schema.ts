@@ -415,6 +415,28 @@ export const ConfigSchema = Type.Object(
           },
           closed,
         ),
+        /**
+         * Cedar policies deciding every call on top of the lists (docs/policy.md). Paths are
+         * relative to the configuration file; the files are watched and reloaded.
+         */
+        cedar: Type.Optional(
+          Type.Object(
+            {
+              /** A `.cedar` file, or a folder whose `*.cedar` files make one set. */
+              policies: Type.String({ minLength: 1 }),
+              /** The `.cedarschema` the set is validated against (strict mode). */
+              schema: Type.String({ minLength: 1 }),
+              /** The token claim listing the user's groups (`Toolgate::Group`). */
+              groupsClaim: Type.String({ minLength: 1, default: 'groups' }),
+              /**
+               * `always`: destructive tools need approval whatever the policies say (as without
+               * Cedar); `policies`: the policies ask for it (`@approval("required")`).
+               */
+              destructiveApproval: StringEnum(['always', 'policies'], 'always'),
+            },
+            closedOptional,
+          ),
+        ),
       },
       closed,
     ),

@@ -133,6 +133,8 @@ export interface CallView {
     at: string;
     reason?: string;
   };
+  /** The Cedar policies' decision and the deciding policies (with `policy.cedar`). */
+  policy?: { decision: 'allow' | 'deny' | 'approval'; policies: string[] };
   result?: unknown;
   error?: { code: string; message: string; details?: unknown };
   durationMs?: number;

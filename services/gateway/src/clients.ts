@@ -29,6 +29,8 @@ export interface Client {
   scope: ToolFilter;
   /** The user a client signed in with an OAuth token acts for (the token's user claim). */
   user?: string;
+  /** The user's groups (the token's `policy.cedar.groupsClaim`), for Cedar policies. */
+  groups?: readonly string[];
   /** Set when the client signed in with an OAuth token: its scopes (docs/auth.md). */
   grant?: Grant;
   rateLimitPerMinute: number;

@@ -28,6 +28,8 @@ export type ApiErrorCode =
   | 'secrets_disabled'
   | 'too_many_sessions'
   | 'approval_required'
+  | 'policy_denied'
+  | 'policy_context_too_large'
   | 'self_approval'
   | 'code_mode_max_calls'
   | 'code_mode_depth'
@@ -62,6 +64,8 @@ const STATUS: Record<ApiErrorCode, number> = {
   secrets_disabled: 503,
   too_many_sessions: 429,
   approval_required: 403,
+  policy_denied: 403,
+  policy_context_too_large: 413,
   self_approval: 403,
   code_mode_max_calls: 429,
   code_mode_depth: 400,

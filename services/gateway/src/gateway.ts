@@ -42,6 +42,9 @@ import { AuthFailures } from './policy/auth-failures.js';
 import { createMetrics } from './metrics.js';
 import { CallPipeline } from './pipeline.js';
 import { CallLimits } from './policy/limits.js';
+import { CallPolicy } from './policy/cedar.js';
+import { PolicyEngine } from '@toolgate/policy';
+import { policyRoutes } from './routes/policy.js';
 import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
 import { budgetRoutes } from './routes/budget.js';
 import { upstreamRoutes } from './routes/upstreams.js';
@@ -112,7 +115,25 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const feed = new ApprovalFeed(redis, subscriber, keys);
   const { clients, dev } = resolveClients(config);
   const metrics = createMetrics();
-  const requiresApproval = approvalRule(config.policy.approval);
+  // Cedar policies (docs/policy.md): a set that does not parse or validate stops the start.
+  const cedar = config.policy.cedar;
+  const requiresApproval = approvalRule(config.policy.approval, cedar?.destructiveApproval);
+  const engine =
+    cedar &&
+    new PolicyEngine({
+      policies: cedar.policies,
+      schema: cedar.schema,
+      logger: log,
+      onReload: (r) => {
+        if (!r.ok) metrics.policyReloadFailures.inc();
+      },
+    });
+  engine?.watch();
+  const budgets = new Budgets(redis, keys, budgetConfig(config.clients));
+  // Policies read the caller's budget use (context.budget; no Redis read without a budget).
+  const policy =
+    engine &&
+    new CallPolicy(engine, metrics, ({ client, user }) => budgets.budgetUse(client, user));
   const approvals = new Approvals(redis, keys, store, config.policy.approval.ttlSeconds);
   const audit = new AuditLog(redis, keys, config.audit);
   const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
@@ -147,7 +168,6 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
   let unreplicatedWarnedAt = 0;
   const sessions = new SessionStore(redis, keys, config.worker.lostCallTimeoutMs);
-  const budgets = new Budgets(redis, keys, budgetConfig(config.clients));
   const pipeline = new CallPipeline({
     redis,
     keys,
@@ -182,6 +202,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     syncWaitGraceMs: config.server.syncWaitGraceMs,
     sessions,
     ...(upstreams ? { heldTool: (name: string) => upstreams.held(name) } : {}),
+    ...(policy ? { policy } : {}),
   });
   metrics.setSources({
     async queueDepth() {
@@ -202,6 +223,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
           .filter((id) => budgets.has(id))
           .map(async (id) => ({ client: id, use: (await budgets.use(id)).client ?? {} })),
       ),
+    policyHash: () => engine?.state().hash,
   });
 
   // Housekeeping any gateway may do (each step is safe to race): expire pending approvals,
@@ -292,6 +314,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       log,
       upstreams && (() => upstreams.status()),
       upstreams && (() => upstreams.supervisorSummary()),
+      engine && (() => engine.state()),
     ),
   );
   app.use(consolePages(consoleDir(config.console.dir)));
@@ -306,7 +329,9 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     config.policy.authFailures.perMinute,
     () => metrics.limited.inc({ kind: 'auth', client: '(unauthenticated)' }),
   );
-  const oauth = config.auth.oauth ? new OAuthResource(config.auth.oauth, clients) : undefined;
+  const oauth = config.auth.oauth
+    ? new OAuthResource(config.auth.oauth, clients, cedar ? { groupsClaim: cedar.groupsClaim } : {})
+    : undefined;
   // Code mode's nested calls carry a script's capability, not a client key (docs/code-mode.md).
   app.use(
     codeModeRoutes({
@@ -318,6 +343,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       approval: config.codeMode.approval,
       body: readJsonBody({ limitBytes: config.server.bodyLimitBytes }),
       ...(oauth ? { oauth } : {}),
+      ...(policy ? { policy } : {}),
     }),
   );
   if (oauth) app.use(protectedResourceRoutes(oauth));
@@ -345,7 +371,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   app.use(readJsonBody({ limitBytes: config.server.bodyLimitBytes }));
   app.use(executeRoutes(pipeline)); // the hot route first
   app.use(sessionRoutes({ sessions, registry, config: config.sessions, audit }));
-  app.use(toolRoutes(registry, requiresApproval));
+  app.use(toolRoutes(registry, requiresApproval, policy));
+  app.use(policyRoutes({ registry, policy }));
   app.use(
     toolCallRoutes(pipeline, {
       cancelOnDisconnect: config.calls.cancelOnDisconnect,
@@ -370,6 +397,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       callTtlSeconds: config.calls.ttlSeconds,
       held,
       ...(config.auth.oauth ? { publicOrigin: new URL(config.auth.oauth.audience).origin } : {}),
+      ...(policy ? { policy } : {}),
     }),
   );
   app.use(callRoutes(pipeline, { held }));
@@ -470,6 +498,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
     },
     async close() {
       clearInterval(sweeper);
+      engine?.close();
       await upstreams?.close();
       metricsServer?.close();
       closing.abort(); // event streams end; their clients reconnect to another gateway

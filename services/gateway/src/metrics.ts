@@ -12,6 +12,8 @@ export interface ScrapeSources {
   redisUp(): boolean;
   /** Each client with a `limits.budget` and its use (docs/budgets.md). */
   budgets?(): Promise<{ client: string; use: BudgetUse }[]>;
+  /** The active Cedar policy set's hash, with `policy.cedar` (docs/policy.md). */
+  policyHash?(): string | undefined;
 }
 
 /** Prometheus label of each budget metric (snake case, as the metric names). */
@@ -168,8 +170,39 @@ export function createMetrics() {
       this.set(sources?.redisUp() ? 1 : 0);
     },
   });
+  const policyDecisions = new Counter({
+    name: 'toolgate_policy_decisions_total',
+    help: 'Cedar decisions by action (call, approve) and decision (allow, deny, approval)',
+    labelNames: ['action', 'decision'] as const,
+    registers: [registry],
+  });
+  const policyErrors = new Counter({
+    name: 'toolgate_policy_evaluation_errors_total',
+    help: 'Cedar policies that failed to evaluate in a decision (skipped; a failing forbid denies), by policy id',
+    labelNames: ['policy'] as const,
+    registers: [registry],
+  });
+  const policyReloadFailures = new Counter({
+    name: 'toolgate_policy_reload_failures_total',
+    help: 'Reloads of the Cedar policy files refused (they did not parse or validate): the last good set keeps deciding',
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'toolgate_policy_set_info',
+    help: 'The active Cedar policy set (1, labelled with its hash): gateways of one deployment should show the same',
+    labelNames: ['hash'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      const hash = sources?.policyHash?.();
+      if (hash !== undefined) this.set({ hash }, 1);
+    },
+  });
   return {
     registry,
+    policyDecisions,
+    policyErrors,
+    policyReloadFailures,
     httpRequests,
     calls,
     callDuration,

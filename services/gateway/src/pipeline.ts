@@ -30,6 +30,7 @@ import {
   type CallStore,
   type Dispatcher,
   type Keys,
+  type PolicyVerdict,
   type QueueKind,
   type ResultCache,
   type SessionStore,
@@ -48,6 +49,12 @@ import { ApiError } from './errors.js';
 import { OutcomePolls } from './outcome-polls.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { CallLimits, Prepaid } from './policy/limits.js';
+import { CallPolicy } from './policy/cedar.js';
+
+/** Where a call's policy decision is told: the call's trace span. */
+interface DecisionSink {
+  setAttribute(key: string, value: string | string[]): unknown;
+}
 
 export interface CallListQuery {
   client?: string;
@@ -94,6 +101,8 @@ export interface CallRequest {
   onAccepted?: (id: string) => void;
   /** The session to run in (`X-Toolgate-Session`, MCP `_meta`; docs/sessions.md). */
   session?: string;
+  /** The address the request came from (`context.sourceIp` of Cedar policies). */
+  sourceIp?: string;
   /** A nested call of a code-mode script: the script's call (audit, records; docs/code-mode.md). */
   parentCallId?: string;
   /**
@@ -152,6 +161,8 @@ export interface PipelineOptions {
    * a call to it is answered `tool_quarantined`, not `unknown_tool`.
    */
   heldTool?: (name: string) => { upstream: string; tool: string; status: string } | undefined;
+  /** Cedar policies (`policy.cedar`, docs/policy.md): an AND on top of the lists. */
+  policy?: CallPolicy;
 }
 
 const LIVENESS_CACHE_MS = 1000;
@@ -193,7 +204,7 @@ export class CallPipeline {
         },
       },
       async (span) => {
-        const response = await this.measured(client, req);
+        const response = await this.measured(client, req, span);
         span.setAttribute(
           'toolgate.status',
           response.kind === 'done' ? response.outcome.status : response.status,
@@ -203,10 +214,14 @@ export class CallPipeline {
     );
   }
 
-  private async measured(client: Client, req: CallRequest): Promise<CallResponse> {
+  private async measured(
+    client: Client,
+    req: CallRequest,
+    span: DecisionSink,
+  ): Promise<CallResponse> {
     const started = performance.now();
     try {
-      const response = await this.run(client, req);
+      const response = await this.run(client, req, span);
       if (response.kind === 'done') {
         this.o.metrics.calls.inc({
           tool: req.tool,
@@ -235,7 +250,7 @@ export class CallPipeline {
     }
   }
 
-  private async run(client: Client, req: CallRequest): Promise<CallResponse> {
+  private async run(client: Client, req: CallRequest, span: DecisionSink): Promise<CallResponse> {
     return guardRedis(async () => {
       // Every call costs one from the client's rate, refused or not; a request's first call
       // was paid at the door.
@@ -261,6 +276,23 @@ export class CallPipeline {
       const checked = this.o.registry.validate(tool.name, req.args);
       if (!checked.ok) throw ApiError.invalidArguments(tool.name, checked.issues);
       const args = checked.args;
+      // The deployment's Cedar policies, on the validated arguments: a deny is a refusal, an
+      // approval parks the call like `policy.approval.tools` (docs/policy.md).
+      let verdict: PolicyVerdict | undefined;
+      if (this.o.policy) {
+        const decision = await this.o.policy.decide('call', client, tool, args, {
+          ...(req.conversationId === undefined ? {} : { conversationId: req.conversationId }),
+          ...(req.sourceIp === undefined ? {} : { sourceIp: req.sourceIp }),
+          ...(req.session === undefined ? {} : { session: req.session }),
+          ...(req.parentCallId === undefined
+            ? {}
+            : { codeMode: { parentTool: await this.parentTool(req.parentCallId) } }),
+        });
+        verdict = { decision: decision.decision, policies: decision.policies };
+        span.setAttribute('toolgate.policy.decision', decision.decision);
+        span.setAttribute('toolgate.policy.ids', decision.policies);
+        if (decision.decision === 'deny') throw CallPolicy.denied(decision);
+      }
       await this.checkBudget(client, tool, req);
       // The tool's own policy on these arguments (its declared precheck): a refusal is an
       // outcome the model reads, not an HTTP error.
@@ -280,10 +312,11 @@ export class CallPipeline {
             { status: 'error', error },
             'tool policy',
             req.parentCallId,
+            verdict,
           ),
         };
       }
-      const needsApproval = this.o.requiresApproval(tool);
+      const needsApproval = this.o.requiresApproval(tool) || verdict?.decision === 'approval';
       if (needsApproval && req.approval === 'refuse') {
         throw new ApiError(
           'approval_required',
@@ -309,6 +342,7 @@ export class CallPipeline {
               { status: 'error', error: found.lost },
               'session lost',
               req.parentCallId,
+              verdict,
             ),
           };
         }
@@ -330,6 +364,7 @@ export class CallPipeline {
               { status: 'ok', result: hit.result, cached: true },
               'cache hit',
               req.parentCallId,
+              verdict,
             ),
           };
         }
@@ -373,6 +408,7 @@ export class CallPipeline {
         ...(req.wait ? { replyTo: this.o.dispatcher.replyChannel } : {}),
         ...(host !== undefined ? { session: { id: req.session!, host } } : {}),
         ...(req.parentCallId ? { parentCallId: req.parentCallId } : {}),
+        ...(verdict ? { policy: verdict } : {}),
         // A script started with a token: its nested calls get the token's grant, not the client's.
         ...(client.grant && startsCodeMode(tool.name, args)
           ? { scopes: client.grant.configured() }
@@ -912,6 +948,7 @@ export class CallPipeline {
     result: Pick<CallOutcome, 'status' | 'result' | 'error'> & { cached?: boolean },
     reason: string,
     parentCallId?: string,
+    policy?: PolicyVerdict,
   ): Promise<CallOutcome> {
     const outcome: CallOutcome = {
       id: randomUUID(),
@@ -932,6 +969,7 @@ export class CallPipeline {
       args,
       reason,
       ...(parentCallId ? { parentCallId } : {}),
+      ...(policy ? { policy } : {}),
     });
     const call = {
       id: outcome.id,
@@ -940,6 +978,7 @@ export class CallPipeline {
       ...(client.user === undefined ? {} : { user: client.user }),
       acceptedAt: Date.now(),
       redactedArgs: entry.args,
+      ...(policy ? { policy } : {}),
     };
     // The record, its index entry and the audit entry before the answer (a lookup right after
     // finds the call); its stats with the next batch.
@@ -986,8 +1025,39 @@ export class CallPipeline {
       args: req.args,
       reason: err.message,
       ...(req.parentCallId ? { parentCallId: req.parentCallId } : {}),
+      ...(err.code === 'policy_denied'
+        ? {
+            policy: {
+              decision: 'deny',
+              policies: (err.details as { policies: string[] }).policies,
+            },
+          }
+        : {}),
     });
     this.o.audit.append(entry).catch(() => undefined);
+  }
+
+  /** The tool of a code-mode script, for its nested calls' `context.codeMode.parentTool`. */
+  private async parentTool(parentCallId: string): Promise<string> {
+    return (await this.o.dispatcher.lookup(parentCallId))?.tool ?? '';
+  }
+
+  /**
+   * Whether an admin may approve a parked call (the Cedar `approve` action on its tool, with
+   * the parked call's arguments); a 403 `policy_denied` if not. No policies: anyone who may.
+   */
+  async mayApprove(admin: Client, record: CallRecord): Promise<void> {
+    const policy = this.o.policy;
+    const job = record.job;
+    const tool = this.o.registry.get(record.tool);
+    if (!policy || !job || !tool) return;
+    const decision = await policy.decide('approve', admin, tool, job.args, {
+      ...(job.conversationId === undefined ? {} : { conversationId: job.conversationId }),
+      ...(job.parentCallId === undefined
+        ? {}
+        : { codeMode: { parentTool: await this.parentTool(job.parentCallId) } }),
+    });
+    if (decision.decision === 'deny') throw CallPolicy.denied(decision);
   }
 }
 

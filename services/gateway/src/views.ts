@@ -8,6 +8,7 @@ import type { CallListItem, CallView, ExecuteAnswer, PendingApproval } from './a
 /** A call as `GET /v1/calls/{id}` shows it (and cancel, and the events' outcome). */
 export function callView(record: CallRecord): CallView {
   const args = record.arguments ?? (record.job ? redact(record.job.args) : undefined);
+  const policy = record.policy ?? record.job?.policy;
   return {
     id: record.id,
     tool: record.tool,
@@ -19,6 +20,7 @@ export function callView(record: CallRecord): CallView {
     ...(record.traceId ? { traceId: record.traceId } : {}),
     ...(record.cancel ? { cancelledBy: record.cancel.by } : {}),
     ...(record.approval ? { approval: record.approval } : {}),
+    ...(policy ? { policy } : {}),
     ...(record.outcome ? outcomeFields(record.outcome) : {}),
   };
 }

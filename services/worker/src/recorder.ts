@@ -154,6 +154,7 @@ export class Recorder {
         args: call.args,
         ...(call.approvedBy ? { by: call.approvedBy } : {}),
         ...(call.parentCallId ? { parentCallId: call.parentCallId } : {}),
+        ...(call.policy ? { policy: call.policy } : {}),
       });
       // The audit entry's redacted arguments are the record's too (one redaction per call).
       store.addTo(pipeline, finishedRecord({ ...call, redactedArgs: entry.args }, kind, outcome));

@@ -23,7 +23,7 @@ export class OAuthResource {
   constructor(
     private readonly config: OAuthConfig,
     private readonly clients: Clients,
-    jwksOptions: { cooldownMs?: number; maxAgeMs?: number } = {},
+    jwksOptions: { cooldownMs?: number; maxAgeMs?: number; groupsClaim?: string } = {},
   ) {
     this.verifier = new TokenVerifier(config, jwksOptions);
     this.byScope = new Map(Object.entries(config.scopes).map(([s, p]) => [s, new ToolScope(p)]));
@@ -86,7 +86,8 @@ export class OAuthResource {
         `the token names no user (claim "${this.config.userClaim}"), and client "${client.id}" takes no tokens without one (auth.oauth.tokensWithoutUser)`,
         { code: 'no_user' },
       );
-    return this.asToken(client, verified.scopes, verified.user);
+    const signedIn = this.asToken(client, verified.scopes, verified.user);
+    return verified.groups === undefined ? signedIn : { ...signedIn, groups: verified.groups };
   }
 
   /**

@@ -17,6 +17,8 @@ export interface VerifiedToken {
   /** The user the client acts for (the user claim), when the token names one. */
   user?: string;
   scopes: string[];
+  /** The user's groups (the groups claim), when one is configured and the token has it. */
+  groups?: string[];
   /** Epoch seconds, when the token says. */
   expiresAt?: number;
 }
@@ -70,10 +72,13 @@ export class TokenVerifier {
    */
   private readonly verified = new TokenCache();
 
+  private readonly groupsClaim: string | undefined;
+
   constructor(
     private readonly config: OAuthConfig,
-    jwksOptions: { cooldownMs?: number; maxAgeMs?: number } = {},
+    jwksOptions: { cooldownMs?: number; maxAgeMs?: number; groupsClaim?: string } = {},
   ) {
+    this.groupsClaim = jwksOptions.groupsClaim;
     this.jwks = new JwksCache(async () => {
       if (config.jwksUri) return config.jwksUri;
       const uri = (await this.metadata()).jwks_uri;
@@ -188,10 +193,12 @@ export class TokenVerifier {
         `the token's user claim (${this.config.userClaim}) is not a non-empty string`,
         { code: 'no_user' },
       );
+    const groups = this.groupsClaim === undefined ? undefined : groupsOf(claims, this.groupsClaim);
     return {
       clientId,
       ...(typeof user === 'string' ? { user } : {}),
       scopes: scopesOf(claims),
+      ...(groups === undefined ? {} : { groups }),
       ...(typeof claims.exp === 'number' ? { expiresAt: claims.exp } : {}),
     };
   }
@@ -268,6 +275,26 @@ class TokenCache {
     }
     this.entries.set(digest, { token, until });
   }
+}
+
+/** Groups past these bounds refuse the token: a cut list could drop a group a forbid names. */
+export const MAX_GROUPS = 256;
+const MAX_GROUP_LENGTH = 256;
+
+/** The groups claim: a list of names (or one name); absent: none. */
+function groupsOf(claims: Record<string, unknown>, claim: string): string[] | undefined {
+  const value = claims[claim];
+  if (value === undefined) return undefined;
+  const list = typeof value === 'string' ? [value] : value;
+  if (
+    !Array.isArray(list) ||
+    list.length > MAX_GROUPS ||
+    !list.every((g) => typeof g === 'string' && g.length > 0 && g.length <= MAX_GROUP_LENGTH)
+  )
+    throw new TokenRefused(
+      `the token's groups claim (${claim}) is not a list of at most ${MAX_GROUPS} names of 1 to ${MAX_GROUP_LENGTH} characters`,
+    );
+  return list as string[];
 }
 
 /** Tokens are kept by digest: the cache never holds a usable credential. */

@@ -8,6 +8,8 @@ export interface McpCaller {
   client: Client;
   prepaid?: Prepaid;
   conversationId?: string;
+  /** The address the request came from (Cedar's `context.sourceIp`). */
+  sourceIp?: string;
   /** A 2025-era request's `MCP-Protocol-Version` header. */
   protocolVersion?: string;
   /** Where the console is served (`<origin>`, the console at `/console/`): elicitation links. */

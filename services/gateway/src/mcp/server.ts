@@ -31,6 +31,7 @@ import type { McpRequests } from './requests.js';
 import { principal } from '@toolgate/calls';
 import { TASKS_EXTENSION } from './tasks.js';
 import { refusal, toMcpTool, toResult } from './tools.js';
+import { listingScope, type CallPolicy } from '../policy/cedar.js';
 
 /** `_meta` key naming the session a tools/call runs in (docs/sessions.md). */
 export const SESSION_META_KEY = 'toolgate/session';
@@ -47,6 +48,8 @@ export interface McpServerDeps {
   version: string;
   /** Which 2025-era clients declared URL-mode elicitation at `initialize`. */
   elicitation: UrlElicitationSupport;
+  /** Cedar policies: tools/list leaves out what no policy could permit (docs/policy.md). */
+  policy?: CallPolicy;
 }
 
 const INSTRUCTIONS =
@@ -76,7 +79,7 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
   );
 
   server.setRequestHandler('tools/list', () => ({
-    tools: registry.list({ scope: client.scope }).map((t) => ({
+    tools: registry.list({ scope: listingScope(client, deps.policy, registry) }).map((t) => ({
       ...toMcpTool(t, requiresApproval),
       // 2025-11-25: any call may be made a task; the 2026 extension needs no per-tool flag.
       ...(era === 'legacy' ? { execution: { taskSupport: 'optional' as const } } : {}),
@@ -115,6 +118,7 @@ export function createMcpServer(deps: McpServerDeps, caller: McpCaller, era: Era
           wait: true,
           ...(prepaid ? { prepaid } : {}),
           ...(conversationId ? { conversationId } : {}),
+          ...(caller.sourceIp ? { sourceIp: caller.sourceIp } : {}),
           ...(typeof session === 'string' ? { session } : {}),
           onEvent: notifier.onEvent,
           onAccepted: (id) => {

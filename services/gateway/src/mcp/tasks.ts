@@ -119,6 +119,7 @@ export class McpTasks {
       wait: false,
       ...(prepaid ? { prepaid } : {}),
       ...(conversationId ? { conversationId } : {}),
+      ...(caller.sourceIp ? { sourceIp: caller.sourceIp } : {}),
     });
     // Answered at once (a cache hit, the tool's precheck refusing): a 2026 client gets the
     // result itself; a 2025 client asked for a task, and gets one that has completed.

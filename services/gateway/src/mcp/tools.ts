@@ -128,6 +128,9 @@ const TOOL_LEVEL_ERRORS = new Set([
   'idempotency_mismatch',
   'too_many_in_flight',
   'budget_exhausted',
+  // The deployment's policies: the model reads why and can try something else.
+  'policy_denied',
+  'policy_context_too_large',
 ]);
 
 /**

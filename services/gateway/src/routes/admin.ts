@@ -106,14 +106,16 @@ export function adminRoutes(deps: {
     }
     const client = clientOf(res);
     const admin = actorOf(client);
-    if (decision === 'approve' && client.user !== undefined) {
+    if (decision === 'approve') {
+      const parked = await pipeline.get(client, id);
       // A person approves what someone else asked for: never a call of their own (as another
       // client's user too: one issuer, one subject).
-      const parked = await pipeline.get(client, id);
-      if (parked.user === client.user)
+      if (client.user !== undefined && parked.user === client.user)
         throw new ApiError('self_approval', `call ${id} is your own: another admin approves it`, {
           details: { user: client.user },
         });
+      // The Cedar `approve` action (docs/policy.md): may this admin approve this call?
+      if (parked.status === 'pending_approval') await pipeline.mayApprove(client, parked);
     }
     const result = await guardRedis(
       () =>

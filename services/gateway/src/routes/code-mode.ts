@@ -18,6 +18,7 @@ import type { ToolRegistry } from '@toolgate/registry';
 import type { OAuthResource } from '../auth/oauth.js';
 import type { Client, Clients } from '../clients.js';
 import type { AuthFailures } from '../policy/auth-failures.js';
+import { listingScope, type CallPolicy } from '../policy/cedar.js';
 import { ApiError } from '../errors.js';
 import { objectBody } from '../http.js';
 import type { CallPipeline } from '../pipeline.js';
@@ -36,6 +37,8 @@ export interface CodeModeRouteOptions {
   failures?: AuthFailures;
   /** Rebuilds the grant of a script started with a token (absent: no `auth.oauth`). */
   oauth?: OAuthResource;
+  /** Cedar policies: the script's listing leaves out what no policy could permit. */
+  policy?: CallPolicy;
 }
 
 interface Authorized {
@@ -109,9 +112,10 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
     const grant = await o.capabilities.peek(bearer(req));
     const client = grant && callerOf(o, grant);
     if (!client) throw await refuse(o, req);
+    const scope = listingScope(client, o.policy, o.registry);
     const tools = o.registry
       .list()
-      .filter((t) => t.name !== CODE_MODE_TOOL && client.scope.allows(t))
+      .filter((t) => t.name !== CODE_MODE_TOOL && scope.allows(t))
       .map((t) => ({
         name: t.name,
         description: t.description,
@@ -171,6 +175,7 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
       signal: gone.signal,
       conversationId: grant.parentCallId,
       parentCallId: grant.parentCallId,
+      ...(req.ip ? { sourceIp: req.ip } : {}),
       approval: o.approval === 'fail' ? 'refuse' : 'park',
       ...(idempotencyKey && idempotencyKey.length <= 255 ? { idempotencyKey } : {}),
     });

@@ -48,6 +48,7 @@ export function executeRoutes(pipeline: CallPipeline): Router {
       wait: wantsWait(req),
       prepaid: prepaidOf(res),
       onBudget: (remaining) => res.setHeader('Toolgate-Budget-Remaining', remaining),
+      ...(req.ip ? { sourceIp: req.ip } : {}),
       ...(idempotencyKey ? { idempotencyKey } : {}),
       ...(req.get('x-conversation-id') ? { conversationId: req.get('x-conversation-id')! } : {}),
       ...(req.get('x-toolgate-session') !== undefined

@@ -1,5 +1,6 @@
 import { isConnectionLost, liveWorkers, type Keys, type RedisClient } from '@toolgate/calls';
 import type { Logger } from '@toolgate/log';
+import type { PolicyState } from '@toolgate/policy';
 import { Router } from 'express';
 
 /** How long /readyz waits for Redis: a probe must answer, even while Redis fails over. */
@@ -17,6 +18,8 @@ export function healthRoutes(
   upstreams?: () => Record<string, { state: string }>,
   /** Stdio upstreams: each worker's server (state, restarts), as the workers last wrote it. */
   stdio?: () => Record<string, { state: string; restarts: number }[]>,
+  /** The active Cedar policy set (`policy.cedar`): its hash, and whether a reload failed. */
+  policy?: () => PolicyState,
 ): Router {
   const router = Router();
   router.get('/healthz', (_req, res) => {
@@ -66,7 +69,27 @@ export function healthRoutes(
         ? { upstreams: Object.fromEntries(Object.entries(states).map(([id, s]) => [id, s.state])) }
         : {}),
       ...(servers && Object.keys(servers).length > 0 ? { stdio: servers } : {}),
+      ...(policy ? { policy: policySummary(policy()) } : {}),
     });
   });
   return router;
+}
+
+/**
+ * The set each gateway decides with: equal hashes, equal sets. A refused reload is told, not
+ * its text (policy snippets): that is in the log and `toolgate_policy_reload_failures_total`.
+ */
+function policySummary(state: PolicyState) {
+  return {
+    hash: state.hash,
+    policies: state.policies,
+    loadedAt: new Date(state.loadedAt).toISOString(),
+    ...(state.lastError === undefined
+      ? {}
+      : {
+          reloadFailed: true,
+          reason:
+            'the policy files on disk are invalid: the last good set keeps deciding (see the log)',
+        }),
+  };
 }

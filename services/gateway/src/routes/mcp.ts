@@ -20,6 +20,7 @@ import type { OriginPolicy } from '../mcp/origin.js';
 import { UrlElicitationSupport } from '../mcp/elicitation.js';
 import { McpRequests } from '../mcp/requests.js';
 import { callerOf, type McpCaller } from '../mcp/caller.js';
+import type { CallPolicy } from '../policy/cedar.js';
 import { createMcpServer } from '../mcp/server.js';
 import { McpTasks } from '../mcp/tasks.js';
 import type { CallPipeline } from '../pipeline.js';
@@ -44,6 +45,8 @@ export interface McpDeps {
    * request's own scheme and host.
    */
   publicOrigin?: string;
+  /** Cedar policies: listings leave out what no policy could permit (docs/policy.md). */
+  policy?: CallPolicy;
 }
 
 export function mcpRoutes(deps: McpDeps): Router {
@@ -66,6 +69,7 @@ export function mcpRoutes(deps: McpDeps): Router {
     syncWaitGraceMs: deps.syncWaitGraceMs,
     version: deps.version ?? '0.1.0',
     elicitation,
+    ...(deps.policy ? { policy: deps.policy } : {}),
   };
   const handler = createMcpHandler((ctx) => createMcpServer(serverDeps, callerOf(ctx), ctx.era), {
     onerror: (err) => log.debug({ err: err.message }, 'mcp request rejected'),
@@ -121,6 +125,7 @@ export function mcpRoutes(deps: McpDeps): Router {
       client: clientOf(res),
       ...(prepaid ? { prepaid } : {}),
       ...(conversationId ? { conversationId } : {}),
+      ...(req.ip ? { sourceIp: req.ip } : {}),
       ...(protocolVersion ? { protocolVersion } : {}),
       consoleBase: deps.publicOrigin ?? `${req.protocol}://${req.get('host') ?? 'localhost'}`,
     };

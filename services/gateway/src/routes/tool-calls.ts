@@ -114,6 +114,7 @@ export function toolCallRoutes(
             wait: true,
             prepaid,
             signal: gone.signal,
+            ...(req.ip ? { sourceIp: req.ip } : {}),
             // The model's tool call id makes a re-sent message a retry; a call without one
             // runs as a new call (no key), never as whatever another `call_0` ran.
             ...(call.modelId ? { idempotencyKey: `tool-call:${call.callId}` } : {}),

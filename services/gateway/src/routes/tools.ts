@@ -4,6 +4,7 @@ import { DIALECTS, type ListingRequest } from '../dialects/index.js';
 import { ApiError } from '../errors.js';
 import { clientOf } from '../http.js';
 import type { NativeTool } from '../api-types.js';
+import { listingScope, type CallPolicy } from '../policy/cedar.js';
 
 const MAX_LIMIT = 1000;
 
@@ -53,10 +54,12 @@ function filters(req: Request) {
 export function toolRoutes(
   registry: ToolRegistry,
   requiresApproval: (tool: Tool) => boolean,
+  policy?: CallPolicy,
 ): Router {
   const router = Router();
+  const scopeOf = (res: Response) => listingScope(clientOf(res), policy, registry);
   const listed = (req: Request, res: Response) =>
-    registry.list({ ...filters(req), scope: clientOf(res).scope });
+    registry.list({ ...filters(req), scope: scopeOf(res) });
   router.get('/tools', (req, res) => {
     res.json(listed(req, res).map((t) => toNative(t, requiresApproval(t))));
   });
@@ -67,7 +70,7 @@ export function toolRoutes(
       const request: ListingRequest = {
         option: (name) => single(req, name),
         get visible() {
-          return (visible ??= registry.list({ scope: clientOf(res).scope }));
+          return (visible ??= registry.list({ scope: scopeOf(res) }));
         },
       };
       res.json(dialect.listing(tools, request));

@@ -378,6 +378,8 @@ export class QueueConsumer {
       defer: async (delayMs) => {
         settled = true;
         await job.moveToDelayed(Date.now() + Math.max(1, Math.round(delayMs)), token);
+        // Its lock went with it: not renewed, whatever the slot does before it is free.
+        this.held.delete(job.id!);
       },
     };
     try {

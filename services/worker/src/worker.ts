@@ -425,20 +425,32 @@ export function createWorker({
    * straight away: then this slot would win it back every time (it claims at once, before an
    * idle worker wakes). Out of the waiting count for those 100 ms only, one call per reserve
    * slot.
+   *
+   * The slot then sits out the delay and as long again (or until a call here ends): when the
+   * call comes due, a worker with a regular slot free takes it. Were this slot free by then,
+   * its worker would race the others for the call and, winning, hand it back once more — and
+   * a worker that missed the wake waits out BullMQ's drainDelay (1 s): calls were seen to wait
+   * over a second, handed back three times, with a regular slot free elsewhere.
    */
   async function handBack(slot: CallSlot): Promise<void> {
     const hold = reserveHoldMs;
     reserveHoldMs = Math.min(RESERVE_HOLD_MAX_MS, hold * 2);
-    await new Promise<void>((resolve) => {
+    await pauseUntilACallEnds(hold);
+    await slot.defer(HAND_BACK_DELAY_MS);
+    await pauseUntilACallEnds(2 * HAND_BACK_DELAY_MS);
+  }
+
+  /** Waits `ms`, or less: until a call of this worker ends. */
+  function pauseUntilACallEnds(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
       const end = () => {
         clearTimeout(timer);
         holds.delete(end);
         resolve();
       };
-      const timer = setTimeout(end, hold);
+      const timer = setTimeout(end, ms);
       holds.add(end);
     });
-    await slot.defer(HAND_BACK_DELAY_MS);
   }
 
   /**

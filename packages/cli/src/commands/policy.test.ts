@@ -133,3 +133,31 @@ describe('toolgate policy test', () => {
     expect(typo.stdout).toBe('');
   });
 });
+
+describe('toolgate doctor: the policy line', () => {
+  it('names the problems of a broken set and how to list them all', async () => {
+    const dir = path.join(cwd, 'doctor');
+    cpSync(path.join(EXAMPLE, 'policies'), dir, { recursive: true });
+    writeFileSync(path.join(dir, 'zz.cedar'), 'forbid (principal, action, resource) when {');
+    const config = path.join(cwd, 'doctor.json');
+    writeFileSync(
+      config,
+      JSON.stringify({
+        // Nothing listens on port 1: the Redis line fails fast; the policy line is what counts.
+        redis: { url: 'redis://127.0.0.1:1' },
+        worker: { queues: ['fast'] },
+        policy: {
+          cedar: { policies: 'doctor', schema: path.join(EXAMPLE, 'toolgate.cedarschema') },
+        },
+      }),
+    );
+    const run = await toolgate('doctor', '--json', '--config', config);
+    const checks = JSON.parse(run.stdout) as { name: string; status: string; detail: string }[];
+    expect(checks.find((c) => c.name === 'policy')).toMatchObject({
+      status: 'fail',
+      detail: expect.stringMatching(/^1 problem in .*doctor: zz\.cedar: line 1: /),
+      fix: expect.stringContaining('toolgate policy check'),
+    });
+    expect(run.code).toBe(1);
+  });
+});

@@ -74,11 +74,7 @@ function readCase(raw: unknown, index: number): PolicyCase {
   if (!isObj(raw)) throw new CaseFileError(at0, 'must be a mapping');
   const name = str(raw.name, at0, 'name', true)!;
   const at = `${at0} (${name})`;
-  known(
-    raw,
-    ['name', 'principal', 'tool', 'action', 'args', 'context', 'expect', 'policies'],
-    at,
-  );
+  known(raw, ['name', 'principal', 'tool', 'action', 'args', 'context', 'expect', 'policies'], at);
 
   const p = obj(raw.principal, at, 'principal', true)!;
   known(p, ['client', 'user', 'groups'], at, 'principal.');
@@ -99,12 +95,7 @@ function readCase(raw: unknown, index: number): PolicyCase {
     throw new CaseFileError(at, `expect: must be one of ${OUTCOMES.join(', ')}`);
 
   const c = obj(raw.context, at, 'context', false) ?? {};
-  known(
-    c,
-    ['codeMode', 'session', 'budget', 'sourceIp', 'conversationId', 'now'],
-    at,
-    'context.',
-  );
+  known(c, ['codeMode', 'session', 'budget', 'sourceIp', 'conversationId', 'now'], at, 'context.');
   const request: PolicyRequest = {
     action,
     principal: {

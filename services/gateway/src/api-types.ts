@@ -77,6 +77,17 @@ export interface PolicySetView {
   truncated?: true;
 }
 
+/** `POST /v1/policy/check` (admins): the decision a call would get with the active set. */
+export interface PolicyCheckAnswer {
+  decision: 'allow' | 'deny' | 'approval';
+  /** The deciding policies: the satisfied forbids of a deny, the satisfied permits otherwise. */
+  policies: string[];
+  /** Policies that failed to evaluate. */
+  errors: string[];
+  reason?: string;
+  hash: string;
+}
+
 /** One session as `GET /v1/sessions` lists it (docs/sessions.md). */
 export interface SessionView {
   id: string;

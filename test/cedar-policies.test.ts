@@ -362,6 +362,30 @@ describe('the example rules, call by call', () => {
   });
 });
 
+describe('GET /v1/policy', () => {
+  it('admins see the active set: hash, load time, each policy with its annotations and text', async () => {
+    const ready = await (await fetch(`${stack.url}/readyz`)).json();
+    const set = await request(KEYS.admin, '/v1/policy');
+    expect(set.status).toBe(200);
+    expect(set.body).toMatchObject({ hash: ready.policy.hash, count: 12 });
+    expect(Date.parse(set.body.loadedAt)).toBeLessThanOrEqual(Date.now());
+    expect(set.body.lastError).toBeUndefined();
+    expect(set.body.truncated).toBeUndefined();
+    expect(set.body.policies).toHaveLength(12);
+    expect(set.body.policies).toContainEqual({
+      id: 'no-shell-in-code-mode',
+      effect: 'forbid',
+      file: 'code-mode.cedar',
+      annotations: {
+        id: 'no-shell-in-code-mode',
+        reason: 'run_shell cannot be called from code mode',
+      },
+      text: expect.stringContaining('when { context.codeMode.nested };'),
+    });
+    expect((await request(KEYS.alice, '/v1/policy')).status).toBe(403);
+  });
+});
+
 describe('without policy.cedar', () => {
   it('a gateway decides as before: explain says so, check is 404', async () => {
     const { cedar: _, ...policy } = stack.config.policy;
@@ -382,6 +406,10 @@ describe('without policy.cedar', () => {
       expect(call.status).toBe(202);
       const explain = await fetch(`${base}/v1/policy/explain?tool=http_get`, { headers: h });
       expect(await explain.json()).toMatchObject({ listed: true, policies: [] });
+      const admin = { authorization: `Bearer ${KEYS.admin}` };
+      const set = await fetch(`${base}/v1/policy`, { headers: admin });
+      expect(set.status).toBe(404);
+      expect((await set.json()).error.code).toBe('not_found');
     } finally {
       await plain.close();
     }
@@ -428,6 +456,9 @@ describe('bad policy files', () => {
       now = await ready();
     }
     expect(now).toMatchObject({ hash: before.hash, reloadFailed: true });
+    const shown = (await request(KEYS.admin, '/v1/policy')).body;
+    expect(shown).toMatchObject({ hash: before.hash, lastError: expect.stringMatching(/invalid/) });
+    expect(shown.lastError).not.toContain('forbid(');
     const metrics = await (await fetch(stack.metricsUrl)).text();
     expect(metrics).toMatch(/toolgate_policy_reload_failures_total\{[^}]*\} [1-9]/);
     expect(metrics).toContain(`hash="${before.hash}"`);

@@ -8,6 +8,7 @@ import { Approvals } from './pages/approvals.js';
 import { CallDetail } from './pages/call-detail.js';
 import { Calls } from './pages/calls.js';
 import { Overview } from './pages/overview.js';
+import { Policies } from './pages/policies.js';
 import { Connect, Secrets } from './pages/secrets.js';
 import { Sessions } from './pages/sessions.js';
 import { SignIn } from './pages/sign-in.js';
@@ -60,6 +61,7 @@ export function App() {
     ['sessions', 'Sessions'],
     ...(who.admin ? [['upstreams', 'Upstreams'] as [string, string]] : []),
     ...(who.admin ? [['secrets', 'Secrets'] as [string, string]] : []),
+    ...(who.admin && who.policies ? [['policies', 'Policies'] as [string, string]] : []),
   ];
   const queues = who.queueDashboard;
   return (
@@ -113,6 +115,7 @@ export function App() {
         {page === 'sessions' && <Sessions admin={who.admin} />}
         {page === 'secrets' && <Secrets who={who} owner={route.slice(1)} />}
         {page === 'connect' && <Connect who={who} target={route.slice(1)} />}
+        {page === 'policies' && <Policies who={who} />}
         {![
           'overview',
           'approvals',
@@ -122,6 +125,7 @@ export function App() {
           'sessions',
           'secrets',
           'connect',
+          'policies',
         ].includes(page) && (
           <p>
             No such page. <a href={href('overview')}>Go to the overview</a>.

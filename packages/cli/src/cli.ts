@@ -5,6 +5,7 @@ import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
 import { keysNewCommand } from './commands/keys.js';
 import { pluginNewCommand } from './commands/plugin.js';
+import { policyCheckCommand, policyTestCommand } from './commands/policy.js';
 import { sandboxPruneCommand } from './commands/sandbox-prune.js';
 import {
   secretsDeleteCommand,
@@ -22,6 +23,8 @@ export const COMMANDS: readonly Command[] = [
   doctorCommand,
   sandboxPruneCommand,
   configCheckCommand,
+  policyCheckCommand,
+  policyTestCommand,
   keysNewCommand,
   secretsSetCommand,
   secretsListCommand,

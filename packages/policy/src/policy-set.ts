@@ -27,6 +27,8 @@ export interface PolicyInfo {
   effect: 'permit' | 'forbid';
   reason?: string;
   approval: boolean;
+  /** Every annotation of the policy (`@id`, `@reason`, `@approval` and the author's own). */
+  annotations: Record<string, string>;
   text: string;
 }
 
@@ -131,12 +133,14 @@ export function loadPolicySet(source: PolicySource): LoadedPolicySet {
         effect: json.json.effect,
         ...(a[REASON_ANNOTATION] === undefined ? {} : { reason: a[REASON_ANNOTATION] }),
         approval: a[APPROVAL_ANNOTATION] === 'required',
+        annotations: { ...a },
         text: policy,
       });
       texts[id] = policy;
     }
   }
-  if (problems.length === 0) {
+  // The files that parsed are validated even when others did not: every problem at once.
+  if (parsedSchema.type === 'success' && Object.keys(texts).length > 0) {
     const validated = validate({
       schema,
       policies: { staticPolicies: texts },

@@ -51,6 +51,41 @@ export interface WhoAmI {
   traceUrl?: string;
   /** Admins, with `server.queueDashboard.enabled`: where BullMQ's dashboard is (`/admin/queues`). */
   queueDashboard?: string;
+  /** Admins, with `policy.cedar` configured: the console shows its Policies page. */
+  policies?: boolean;
+}
+
+/** `GET /v1/policy` (admins): the active Cedar policy set (docs/policy.md). */
+export interface PolicySetView {
+  /** sha256 of the schema and files, 16 hex digits (as /readyz and the metric show it). */
+  hash: string;
+  loadedAt: string;
+  /** Policies in the set (the list below stops at 2,000). */
+  count: number;
+  /** Present when the files on disk were refused at the last reload (a fixed sentence). */
+  lastError?: string;
+  policies: {
+    id: string;
+    effect: 'permit' | 'forbid';
+    file: string;
+    annotations: Record<string, string>;
+    /** The policy's text, cut at 4,096 characters (then `truncated`). */
+    text: string;
+    truncated?: true;
+  }[];
+  /** More than 2,000 policies: the rest are left out. */
+  truncated?: true;
+}
+
+/** `POST /v1/policy/check` (admins): the decision a call would get with the active set. */
+export interface PolicyCheckAnswer {
+  decision: 'allow' | 'deny' | 'approval';
+  /** The deciding policies: the satisfied forbids of a deny, the satisfied permits otherwise. */
+  policies: string[];
+  /** Policies that failed to evaluate. */
+  errors: string[];
+  reason?: string;
+  hash: string;
 }
 
 /** One session as `GET /v1/sessions` lists it (docs/sessions.md). */

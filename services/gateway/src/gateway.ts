@@ -423,6 +423,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       registry,
       traceUrl: config.console.traceUrl,
       ...(board ? { queueDashboard: QUEUE_BOARD_PATH } : {}),
+      policies: policy !== undefined,
     }),
   );
   const clientIds = new Set(config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev']);

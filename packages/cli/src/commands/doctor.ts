@@ -30,6 +30,8 @@ export const doctorCommand: Command = {
     disk              free space for sandbox.workspacesRoot and Docker's root (warns < 5 GB)
     sandbox leftovers (docker) sandbox containers of deployments that are gone (a compose
                       project taken down, a dead worker); \`toolgate sandbox prune\` removes them
+    policy            the Cedar set of policy.cedar parses and validates against its schema
+                      (count and hash, or the problems); skipped without policy.cedar
     upstream <id>     each of upstreams: up (tools, when read), down (why) or never read, as
                       the catalog in Redis has it; for npm: the node image has that version
   Each line is ✓ (fine), ! (works, but look), ✗ (broken) or - (skipped), with the fix below.
@@ -64,6 +66,8 @@ Exit codes: 0 nothing broken (warnings allowed), 1 at least one ✗, 2 bad usage
       );
     }
     if (config) {
+      const { checkPolicy } = await import('../doctor/policy.js');
+      results.push(checkPolicy(config));
       const { checkRedis } = await import('../doctor/redis.js');
       const { checkSandbox } = await import('../doctor/sandbox.js');
       const { checkUpstreams } = await import('../doctor/upstreams.js');

@@ -90,6 +90,8 @@ export function consoleApi(deps: {
   traceUrl: string;
   /** Where the queue dashboard is, when on (told to admins). */
   queueDashboard?: string;
+  /** Whether Cedar policies are configured (told to admins: the Policies page). */
+  policies?: boolean;
 }): Router {
   const router = Router();
   router.get('/v1/me', (_req, res) => {
@@ -101,6 +103,7 @@ export function consoleApi(deps: {
       ...(client.grant ? { scopes: [...client.grant.scopes] } : {}),
       ...(deps.traceUrl ? { traceUrl: deps.traceUrl } : {}),
       ...(client.admin && deps.queueDashboard ? { queueDashboard: deps.queueDashboard } : {}),
+      ...(client.admin && deps.policies ? { policies: true } : {}),
     };
     res.json(body);
   });

@@ -2,6 +2,7 @@
 import type { BudgetUse, PolicyAction } from '@toolgate/policy';
 import type { ToolRegistry } from '@toolgate/registry';
 import { Router } from 'express';
+import type { PolicySetView } from '../api-types.js';
 import type { Client } from '../clients.js';
 import { ApiError } from '../errors.js';
 import { clientOf, objectBody, requireAdmin } from '../http.js';
@@ -13,6 +14,10 @@ export interface PolicyRouteOptions {
 }
 
 const NAME_MAX = 256;
+/** `GET /v1/policy` lists at most this many policies of a set… */
+export const MAX_LISTED = 2_000;
+/** …each text cut at this many characters (4 KiB). */
+export const MAX_TEXT_CHARS = 4_096;
 
 function text(v: unknown, field: string, required = false): string | undefined {
   if (v === undefined && !required) return undefined;
@@ -35,6 +40,39 @@ export function policyRoutes(o: PolicyRouteOptions): Router {
   const router = Router();
   const noPolicies = () =>
     new ApiError('not_found', 'no Cedar policies are configured here (policy.cedar)');
+
+  /**
+   * Admins: the active set and its policies, bounded (at most MAX_LISTED policies, each text cut
+   * at MAX_TEXT_CHARS). A refused reload shows as a fixed sentence: Cedar's messages quote the
+   * files, and `toolgate policy check` or the log says the rest.
+   */
+  router.get('/v1/policy', requireAdmin, (_req, res) => {
+    if (!o.policy) throw noPolicies();
+    const engine = o.policy.engine;
+    const state = engine.state();
+    const all = engine.list();
+    const body: PolicySetView = {
+      hash: state.hash,
+      loadedAt: new Date(state.loadedAt).toISOString(),
+      count: state.policies,
+      ...(state.lastError === undefined
+        ? {}
+        : {
+            lastError:
+              'the policy files on disk are invalid and were not loaded; the set above keeps deciding (toolgate policy check, or the gateway log, says why)',
+          }),
+      policies: all.slice(0, MAX_LISTED).map((p) => ({
+        id: p.id,
+        effect: p.effect,
+        file: p.file,
+        annotations: p.annotations,
+        text: p.text.length > MAX_TEXT_CHARS ? p.text.slice(0, MAX_TEXT_CHARS) : p.text,
+        ...(p.text.length > MAX_TEXT_CHARS ? { truncated: true } : {}),
+      })),
+      ...(all.length > MAX_LISTED ? { truncated: true } : {}),
+    };
+    res.json(body);
+  });
 
   /** For the caller: whether its listings show the tool, and which policies decide that. */
   router.get('/v1/policy/explain', (req, res) => {

@@ -6,16 +6,32 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CodeModeCapabilities, Keys, createRedis, type RedisClient } from '@toolgate/calls';
+import { InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace';
+import {
+  CodeModeCapabilities,
+  Keys,
+  SessionStore,
+  createRedis,
+  type RedisClient,
+} from '@toolgate/calls';
 import { createGateway } from '@toolgate/gateway';
 import { createLogger } from '@toolgate/log';
 import { Type, defineTool } from '@toolgate/registry';
+import { startTelemetry } from '@toolgate/telemetry';
 import { createToolRegistry } from '@toolgate/tools';
 import { SignJWT, importJWK } from 'jose';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startAuthServer, type AuthServer } from './support/auth-server.js';
+import { startCodeModeStack, whyNoCodeMode } from './support/code-mode-stack.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { startTestUpstream, type TestUpstream } from './support/test-upstream.js';
+
+// The gateway's spans, read back (the `toolgate.policy.*` attributes).
+const exporter = new InMemorySpanExporter();
+const telemetry = startTelemetry({
+  serviceName: 'toolgate-test',
+  spanProcessors: [new SimpleSpanProcessor({ exporter })],
+});
 
 const EXAMPLE = fileURLToPath(new URL('../examples/cedar/', import.meta.url));
 
@@ -49,6 +65,19 @@ const EXTRA = `
 @reason("the github upstream is for carol's users")
 forbid (principal, action == Toolgate::Action::"call", resource in Toolgate::Upstream::"github")
 unless { principal in Toolgate::Client::"carol" };
+
+@id("contractors-no-calculator")
+@reason("contractors may not use the calculator")
+forbid (
+  principal in Toolgate::Group::"contractors",
+  action == Toolgate::Action::"call",
+  resource == Toolgate::Tool::"calculator"
+);
+
+@id("no-shell-sessions")
+@reason("run_shell runs only as a call of its own, not in a session")
+forbid (principal, action == Toolgate::Action::"call", resource == Toolgate::Tool::"run_shell")
+when { context.session.active };
 
 @id("file-delete-approvers")
 @reason("only the ops group approves file deletions")
@@ -158,7 +187,7 @@ beforeAll(async () => {
           destructiveApproval: 'policies',
         },
       },
-      auth: { oauth: { issuer: as.issuer, audience, scopes: { 'tools:all': ['*'] } } },
+      auth: { oauth: oauth() },
     },
   });
   redis = createRedis(stack.config.redis, 'command');
@@ -169,8 +198,12 @@ afterAll(async () => {
   await stack?.close();
   await upstream?.close();
   await as?.close();
+  await telemetry.shutdown();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
+
+/** The OAuth settings of a stack whose tokens `token()` mints. */
+const oauth = () => ({ issuer: as.issuer, audience, scopes: { 'tools:all': ['*'] } });
 
 describe('the example rules, call by call', () => {
   it('the support assistant may http_get only *.corp.example (HTTP 403, MCP a tool error)', async () => {
@@ -367,11 +400,11 @@ describe('GET /v1/policy', () => {
     const ready = await (await fetch(`${stack.url}/readyz`)).json();
     const set = await request(KEYS.admin, '/v1/policy');
     expect(set.status).toBe(200);
-    expect(set.body).toMatchObject({ hash: ready.policy.hash, count: 12 });
+    expect(set.body).toMatchObject({ hash: ready.policy.hash, count: 14 });
     expect(Date.parse(set.body.loadedAt)).toBeLessThanOrEqual(Date.now());
     expect(set.body.lastError).toBeUndefined();
     expect(set.body.truncated).toBeUndefined();
-    expect(set.body.policies).toHaveLength(12);
+    expect(set.body.policies).toHaveLength(14);
     expect(set.body.policies).toContainEqual({
       id: 'no-shell-in-code-mode',
       effect: 'forbid',
@@ -384,6 +417,178 @@ describe('GET /v1/policy', () => {
     });
     expect((await request(KEYS.alice, '/v1/policy')).status).toBe(403);
   });
+});
+
+describe('code mode, sessions and traces', () => {
+  it("a script's nested calls are decided with its token's groups: a group's forbid stops that user's, not another's", async () => {
+    const ann = await token('carol', 'ann', ['contractors']);
+    const ben = await token('carol', 'ben', ['platform']);
+    const direct = await request(ann, '/tools/calculator/execute', { json: { expression: '1+1' } });
+    expect(direct.status).toBe(403);
+    const capabilities = new CodeModeCapabilities(redis, Keys.for(stack.config.redis));
+    /** A nested calculator call of a script `credential` started, as its worker mints it. */
+    const nested = async (credential: string, user: string, groups: string[]) => {
+      const parent = await request(credential, '/tools/current_time/execute', { json: {} });
+      const capability = await capabilities.mint(
+        { clientId: 'carol', parentCallId: parent.body.id, user, scopes: ['tools:all'], groups },
+        10,
+        60,
+      );
+      const listed = await stack.call('/v1/code-mode/tools', { key: capability });
+      const call = await stack.call('/v1/code-mode/calls', {
+        key: capability,
+        json: { tool: 'calculator', args: { expression: '6*7' } },
+      });
+      const { tools } = (await listed.json()) as { tools: { name: string }[] };
+      return { tools: tools.map((t) => t.name), status: call.status, body: await call.json() };
+    };
+    const denied = await nested(ann, 'ann', ['contractors']);
+    expect(denied.status).toBe(403);
+    expect(denied.body.error).toEqual({
+      code: 'policy_denied',
+      message: 'contractors may not use the calculator',
+      details: { policies: ['contractors-no-calculator'] },
+    });
+    expect(denied.tools).not.toContain('calculator');
+    const allowed = await nested(ben, 'ben', ['platform']);
+    expect(allowed).toMatchObject({ status: 200, body: { status: 'ok', result: 42 } });
+    expect(allowed.tools).toContain('calculator');
+  });
+
+  it('a policy on context.session decides: run_shell is refused in a session, runs as a call of its own', async () => {
+    // A live session host, as a sandbox worker's beat announces one (this stack runs no
+    // sandbox): a session's calls queue for it, and the policies decide before that.
+    const sessions = new SessionStore(
+      redis,
+      Keys.for(stack.config.redis),
+      stack.config.worker.lostCallTimeoutMs,
+    );
+    await sessions.beat('cedar-test-host');
+    const shell = await request(KEYS.alice, '/v1/sessions', { json: { tool: 'run_shell' } });
+    expect(shell.status).toBe(201);
+    const python = await request(KEYS.alice, '/v1/sessions', { json: { tool: 'run_python' } });
+    expect(python.status).toBe(201);
+    const inSession = (tool: string, args: unknown, session: string) =>
+      stack.call(`/tools/${tool}/execute?wait=false`, {
+        json: args,
+        headers: { 'x-toolgate-session': session },
+      });
+    await sessions.beat('cedar-test-host');
+    const refused = await inSession('run_shell', { command: 'ls' }, shell.body.id);
+    expect(refused.status).toBe(403);
+    expect((await refused.json()).error).toEqual({
+      code: 'policy_denied',
+      message: 'run_shell runs only as a call of its own, not in a session',
+      details: { policies: ['no-shell-sessions'] },
+    });
+    const result = await mcp(KEYS.alice, 'tools/call', {
+      name: 'run_shell',
+      arguments: { command: 'ls' },
+      _meta: { 'toolgate/session': shell.body.id },
+    });
+    expect(result.isError).toBe(true);
+    expect(JSON.parse(result.content[0].text).error).toMatchObject({
+      code: 'policy_denied',
+      details: { policies: ['no-shell-sessions'] },
+    });
+    // The rule is on run_shell in a session only: a python session's call and a shell call
+    // outside any session go on.
+    expect((await inSession('run_python', { code: '1' }, python.body.id)).status).toBe(202);
+    const alone = await request(KEYS.alice, '/tools/run_shell/execute?wait=false', {
+      json: { command: 'ls' },
+    });
+    expect(alone.status).toBe(202);
+    // The audit says which policy refused the session's call.
+    const audit = await request(KEYS.admin, '/v1/audit?client=assistant-a&tool=run_shell&limit=20');
+    expect(audit.body).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          status: 'policy_denied',
+          policy: { decision: 'deny', policies: ['no-shell-sessions'] },
+        }),
+      ]),
+    );
+  });
+
+  it("a call's gateway span carries the decision and the deciding policies", async () => {
+    exporter.reset();
+    const allowed = await request(KEYS.alice, '/tools/calculator/execute', {
+      json: { expression: '2+2' },
+    });
+    expect(allowed.status).toBe(200);
+    const denied = await request(KEYS.bob, '/tools/http_get/execute', {
+      json: { url: 'https://evil.example/' },
+    });
+    expect(denied.status).toBe(403);
+    const span = (tool: string, client: string) =>
+      vi.waitFor(() => {
+        const found = exporter
+          .getFinishedSpans()
+          .find(
+            (s) =>
+              s.name === 'toolgate.call' &&
+              s.attributes['toolgate.tool'] === tool &&
+              s.attributes['toolgate.client'] === client,
+          );
+        if (!found) throw new Error(`no toolgate.call span for ${tool} yet`);
+        return found;
+      }, 5000);
+    expect((await span('calculator', 'assistant-a')).attributes).toMatchObject({
+      'toolgate.policy.decision': 'allow',
+      'toolgate.policy.ids': ['base-call'],
+    });
+    expect((await span('http_get', 'support-assistant')).attributes).toMatchObject({
+      'toolgate.policy.decision': 'deny',
+      'toolgate.policy.ids': ['support-http-corp-only'],
+    });
+  });
+});
+
+// The whole way, with a real sandbox: the script's call carries its token's groups to the
+// worker (CallJob.groups), whose capability carries them to the gateway's nested calls.
+const noCodeMode = await whyNoCodeMode();
+if (noCodeMode) console.warn(`cedar code mode: skipped, ${noCodeMode}`);
+
+describe.skipIf(noCodeMode !== undefined)("a script's nested calls, in a sandbox", () => {
+  let codeMode: Awaited<ReturnType<typeof startCodeModeStack>> | undefined;
+  beforeAll(async () => {
+    codeMode = await startCodeModeStack({
+      config: {
+        clients: [{ id: 'carol', tools: ['*'] }],
+        policy: {
+          cedar: { policies, schema: join(dir, 'toolgate.cedarschema') },
+          loopGuard: { maxCalls: 1000 },
+        },
+        auth: { oauth: oauth() },
+      },
+    });
+  }, 120_000);
+  afterAll(async () => {
+    await codeMode?.close();
+  });
+
+  it("a contractor's script cannot reach the calculator; another user's can", async () => {
+    const script = `print("calculator" in toolgate.tools())
+try:
+    print(toolgate.call("calculator", {"expression": "6*7"}))
+except toolgate.ToolError as e:
+    print(e.code, e.message)`;
+    const run = async (credential: string) => {
+      const res = await codeMode!.stack.call('/tools/run_code_with_tools/execute', {
+        key: credential,
+        json: { code: script },
+      });
+      return (await res.json()) as { status: string; result?: { stdout: string } };
+    };
+    const ann = await run(await token('carol', 'ann', ['contractors']));
+    expect(ann).toMatchObject({ status: 'ok' });
+    expect(ann.result!.stdout).toBe(
+      'False\npolicy_denied contractors may not use the calculator\n',
+    );
+    const ben = await run(await token('carol', 'ben', ['platform']));
+    expect(ben.result!.stdout.split('\n').slice(0, 1)).toEqual(['True']);
+    expect(ben.result!.stdout).toContain('42');
+  }, 90_000);
 });
 
 describe('without policy.cedar', () => {

@@ -161,8 +161,14 @@ describe('a capability carries its caller', () => {
     await server?.stop();
   });
 
-  it('user and scopes come back from peek and take; an API key has neither', async () => {
-    const grant = { clientId: 'carol', parentCallId: 'p1', user: 'ann', scopes: [CALC] };
+  it('user, scopes and groups come back from peek and take; an API key has none', async () => {
+    const grant = {
+      clientId: 'carol',
+      parentCallId: 'p1',
+      user: 'ann',
+      scopes: [CALC],
+      groups: ['platform', 'on-call'],
+    };
     const token = await capabilities.mint(grant, 2, 60);
     expect(await capabilities.peek(token)).toEqual(grant);
     expect(await capabilities.take(token)).toEqual({ ok: true, grant, remaining: 1 });
@@ -177,7 +183,7 @@ describe('a capability carries its caller', () => {
     expect(await capabilities.peek(keyed)).toEqual({ clientId: 'carol', parentCallId: 'p2' });
   });
 
-  it('the identity fields are bounded: a 257-character user or over 4096 bytes of scopes are refused', async () => {
+  it('the identity fields are bounded: a 257-character user, over 4096 bytes of scopes or 256 groups are refused', async () => {
     const base = { clientId: 'carol', parentCallId: 'p3' };
     await expect(capabilities.mint({ ...base, user: 'u'.repeat(257) }, 1, 60)).rejects.toThrow(
       /at most 256 characters/,
@@ -189,6 +195,17 @@ describe('a capability carries its caller', () => {
         60,
       ),
     ).rejects.toThrow(/at most 4096 bytes/);
+    // The groups claim's own bounds (a token past them is refused): never a cut list.
+    const groups = (n: number, length = 8) =>
+      Array.from({ length: n }, (_, i) => `g${i}`.padEnd(length, 'x'));
+    await expect(capabilities.mint({ ...base, groups: groups(257) }, 1, 60)).rejects.toThrow(
+      /at most 256 names/,
+    );
+    await expect(capabilities.mint({ ...base, groups: groups(1, 257) }, 1, 60)).rejects.toThrow(
+      /at most 256 names of at most 256 characters/,
+    );
+    const most = await capabilities.mint({ ...base, groups: groups(256, 256) }, 1, 60);
+    expect((await capabilities.peek(most))?.groups).toHaveLength(256);
     expect(await capabilities.mint({ ...base, user: 'u'.repeat(256) }, 1, 60)).toMatch(/^tgcm_/);
   });
 });

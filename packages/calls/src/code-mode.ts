@@ -21,12 +21,23 @@ export interface CodeModeGrant {
    * token's grant, not the whole client's. Absent: the script was started with an API key.
    */
   scopes?: string[];
+  /**
+   * The token's groups (`policy.cedar.groupsClaim`): the policies decide the nested calls with
+   * them, as they decided the script's call.
+   */
+  groups?: string[];
 }
 
 /** A capability's user is at most this long (the gateway refuses longer user claims). */
 export const MAX_GRANT_USER_CHARS = 256;
 /** A capability's scopes, as JSON, are at most this long (only configured scopes are kept). */
 export const MAX_GRANT_SCOPES_BYTES = 4096;
+/**
+ * A capability's groups: at most this many, each at most MAX_GRANT_USER_CHARS long (the bounds
+ * the gateway puts on a token's groups claim). Past them the script does not start: a cut list
+ * could drop a group a forbid names.
+ */
+export const MAX_GRANT_GROUPS = 256;
 
 /** The identity fields of a capability's hash, checked against the bounds above. */
 function identityFields(grant: CodeModeGrant): Record<string, string> {
@@ -42,21 +53,33 @@ function identityFields(grant: CodeModeGrant): Record<string, string> {
       throw new RangeError(`code-mode scopes are at most ${MAX_GRANT_SCOPES_BYTES} bytes as JSON`);
     fields.scopes = json;
   }
+  if (grant.groups !== undefined) {
+    if (
+      grant.groups.length > MAX_GRANT_GROUPS ||
+      grant.groups.some((g) => g.length > MAX_GRANT_USER_CHARS)
+    )
+      throw new RangeError(
+        `code-mode groups are at most ${MAX_GRANT_GROUPS} names of at most ${MAX_GRANT_USER_CHARS} characters`,
+      );
+    fields.groups = JSON.stringify(grant.groups);
+  }
   return fields;
 }
 
-/** A grant from the hash's fields (HMGET order: client, parent, user, scopes). */
+/** A grant from the hash's fields (HMGET order: client, parent, user, scopes, groups). */
 function grantOf(
   client: string,
   parent: string,
   user: string | null | undefined,
   scopes: string | null | undefined,
+  groups: string | null | undefined,
 ): CodeModeGrant {
   return {
     clientId: client,
     parentCallId: parent,
     ...(user ? { user } : {}),
     ...(scopes ? { scopes: JSON.parse(scopes) as string[] } : {}),
+    ...(groups ? { groups: JSON.parse(groups) as string[] } : {}),
   };
 }
 
@@ -69,12 +92,12 @@ export type CodeModeTake =
  * never both take the last one.
  */
 const TAKE = new LuaScript(`
-local v = redis.call('HMGET', KEYS[1], 'client', 'parent', 'remaining', 'user', 'scopes')
+local v = redis.call('HMGET', KEYS[1], 'client', 'parent', 'remaining', 'user', 'scopes', 'groups')
 if not v[1] then return {0} end
 local remaining = tonumber(v[3])
 if remaining <= 0 then return {-1} end
 redis.call('HINCRBY', KEYS[1], 'remaining', -1)
-return {1, v[1], v[2], remaining - 1, v[4] or '', v[5] or ''}
+return {1, v[1], v[2], remaining - 1, v[4] or '', v[5] or '', v[6] or ''}
 `);
 
 export class CodeModeCapabilities {
@@ -110,12 +133,13 @@ export class CodeModeCapabilities {
       number?,
       string?,
       string?,
+      string?,
     ];
     if (got[0] === 0) return { ok: false, reason: 'unknown' };
     if (got[0] === -1) return { ok: false, reason: 'exhausted' };
     return {
       ok: true,
-      grant: grantOf(got[1]!, got[2]!, got[4], got[5]),
+      grant: grantOf(got[1]!, got[2]!, got[4], got[5], got[6]),
       remaining: Number(got[3]),
     };
   }
@@ -123,14 +147,15 @@ export class CodeModeCapabilities {
   /** Whose capability this is, without taking a call (listings, help). */
   async peek(token: string): Promise<CodeModeGrant | undefined> {
     if (!token.startsWith('tgcm_') || token.length > 100) return undefined;
-    const [client, parent, user, scopes] = await this.redis.hmget(
+    const [client, parent, user, scopes, groups] = await this.redis.hmget(
       this.keys.codeModeCapability(digest(token)),
       'client',
       'parent',
       'user',
       'scopes',
+      'groups',
     );
-    return client && parent ? grantOf(client, parent, user, scopes) : undefined;
+    return client && parent ? grantOf(client, parent, user, scopes, groups) : undefined;
   }
 
   /** The script ended: its token is worthless from now on. */

@@ -82,6 +82,11 @@ export interface CallJob {
    * nested calls get the same grant (docs/code-mode.md, identity). Absent: an API key's call.
    */
   scopes?: string[];
+  /**
+   * The token's groups (`policy.cedar.groupsClaim`), on a call that starts code mode made with
+   * a token that has them: the script's nested calls are decided with the same groups.
+   */
+  groups?: string[];
   /** W3C trace context carriers, so the worker's spans join the gateway's trace. */
   trace?: Record<string, string>;
   /** The session the call runs in, and the worker hosting it (whose own queue takes it). */

@@ -54,6 +54,8 @@ export interface ToolContext {
   user?: string;
   /** The OAuth token's scopes the call was made with (code mode hands them to its script). */
   scopes?: readonly string[];
+  /** The token's groups the call was made with (code mode hands them to its script). */
+  groups?: readonly string[];
   /** Credential rules for this call's requests (absent: none configured). */
   credentials?: CallCredentials;
   /**

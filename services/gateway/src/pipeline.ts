@@ -413,6 +413,10 @@ export class CallPipeline {
         ...(client.grant && startsCodeMode(tool.name, args)
           ? { scopes: client.grant.configured() }
           : {}),
+        // And its groups: a policy on `principal in Toolgate::Group::…` sees them in the script.
+        ...(client.groups !== undefined && startsCodeMode(tool.name, args)
+          ? { groups: [...client.groups] }
+          : {}),
       };
       const trace = injectContext();
       if (trace) job.trace = trace;

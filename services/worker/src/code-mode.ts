@@ -1,6 +1,6 @@
 /**
  * The worker's side of code mode (docs/code-mode.md): for each script, a capability in Redis
- * (client, user, token scopes, parent call, calls remaining; expiring with the script) that stays in this process,
+ * (client, user, token scopes and groups, parent call, calls remaining; expiring with the script) that stays in this process,
  * and the nested calls sent with it to a gateway (`codeMode.gatewayUrl`, any replica), where
  * they take the pipeline like a model's calls.
  */
@@ -96,6 +96,7 @@ export class CodeModeBroker implements CodeModeServices {
     clientId: string;
     user?: string;
     scopes?: readonly string[];
+    groups?: readonly string[];
     timeoutMs: number;
     signal: AbortSignal;
   }): Promise<CodeModeSession> {
@@ -105,6 +106,7 @@ export class CodeModeBroker implements CodeModeServices {
         parentCallId: script.callId,
         ...(script.user === undefined ? {} : { user: script.user }),
         ...(script.scopes === undefined ? {} : { scopes: [...script.scopes] }),
+        ...(script.groups === undefined ? {} : { groups: [...script.groups] }),
       },
       this.o.maxCalls,
       script.timeoutMs / 1000 + CAPABILITY_GRACE_SECONDS,

@@ -75,6 +75,7 @@ export async function runTool(
           clientId: job.clientId,
           ...(job.user === undefined ? {} : { user: job.user }),
           ...(job.scopes === undefined ? {} : { scopes: job.scopes }),
+          ...(job.groups === undefined ? {} : { groups: job.groups }),
           ...(credentials ? { credentials } : {}),
           ...(job.space === undefined ? {} : { space: job.space }),
           signal: controller.signal,

@@ -21,6 +21,7 @@ export async function runWithTools(
     // Who the script acts as: its nested calls are the caller's, not the bare client's.
     ...(ctx.user === undefined ? {} : { user: ctx.user }),
     ...(ctx.scopes === undefined ? {} : { scopes: ctx.scopes }),
+    ...(ctx.groups === undefined ? {} : { groups: ctx.groups }),
     timeoutMs: (timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1000,
     signal: ctx.signal,
   });

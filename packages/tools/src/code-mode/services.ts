@@ -53,6 +53,8 @@ export interface CodeModeServices {
     user?: string;
     /** The OAuth token's scopes the script's call was made with; absent for an API key. */
     scopes?: readonly string[];
+    /** The token's groups, for the policies that decide its nested calls. */
+    groups?: readonly string[];
     /** The script's wall-clock limit: the capability expires a little after it. */
     timeoutMs: number;
     signal: AbortSignal;

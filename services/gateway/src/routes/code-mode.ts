@@ -53,15 +53,21 @@ function bearer(req: Request): string {
 
 /**
  * Who a script's nested calls act as: the Client its own call had. A token's script gets that
- * token's grant (its scopes ∩ the client's tools, the step-up) and user, rebuilt the way the
- * token itself would be; an API key's script is its client. Undefined: the client is gone, or
+ * token's grant (its scopes ∩ the client's tools, the step-up), user and groups, rebuilt the
+ * way the token itself would be; an API key's script is its client. Undefined: the client is gone, or
  * the token's script reached a gateway without OAuth configured (never a wider grant).
  */
 function callerOf(o: CodeModeRouteOptions, grant: CodeModeGrant): Client | undefined {
   const client = o.clients.byId(grant.clientId);
   if (!client) return undefined;
-  if (grant.scopes !== undefined) return o.oauth?.asToken(client, grant.scopes, grant.user);
-  return grant.user === undefined ? client : { ...client, user: grant.user };
+  const caller =
+    grant.scopes !== undefined
+      ? o.oauth?.asToken(client, grant.scopes, grant.user)
+      : grant.user === undefined
+        ? client
+        : { ...client, user: grant.user };
+  // The token's groups, as `OAuthResource.authenticate` adds them: the policies see the same.
+  return caller && grant.groups !== undefined ? { ...caller, groups: grant.groups } : caller;
 }
 
 function unknownCapability(): ApiError {

@@ -8,10 +8,12 @@ import { createServer as createNetServer, type Server as NetServer, type Socket 
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { createSandbox, type Sandbox } from '@toolgate/sandbox';
+import { manifestTool, parseManifest } from '@toolgate/manifest-tools';
+import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { startEgressProxy } from '@toolgate/tools';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KEYS, startStack, type Stack } from '../support/stack.js';
 
 const reason = await whyDriverUnavailable('docker');
 if (reason) console.warn(`egress: skipped, ${reason}`);
@@ -366,3 +368,137 @@ if len(sys.argv) < 4:
     for s in held: s.recv(10)
 print(json.dumps(answers))
 `;
+
+/**
+ * Budgets (docs/budgets.md): what a network-enabled sandbox sends and receives through the
+ * proxy is its call's `egressBytes` — a manifest tool with `network: true` called through the
+ * gateway and the worker, downloading from a loopback server by plain http and through a
+ * CONNECT tunnel — and once the day's bytes are spent, the client's next such call is refused
+ * while another client keeps calling.
+ */
+describe.skipIf(reason !== undefined)('egress bytes charged to the call (docker)', () => {
+  /** What the loopback server answers to every request: 100,000 bytes of body. */
+  const SIZE = 100_000;
+  /** What the tunnelled call uploads. */
+  const UPLOAD = 30_000;
+  let dir: string;
+  let sandbox: Sandbox;
+  let stack: Stack;
+  let web: { server: Server; port: number };
+  let received = 0;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'toolgate-egress-budget-'));
+    const server = createServer((req, res) => {
+      req.on('data', (b: Buffer) => (received += b.length));
+      req.on('end', () => res.end('x'.repeat(SIZE)));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    web = { server, port: (server.address() as { port: number }).port };
+    sandbox = await createSandbox(
+      testSandboxConfig('docker', path.join(dir, 'sb'), { allowNetwork: true, pool: { size: 0 } }),
+      {
+        startEgressProxy: (host, identify, credentialsOf, meterOf) =>
+          startEgressProxy({
+            host,
+            identify,
+            ...(meterOf ? { meterOf } : {}),
+            policy: { allowPrivateNetworks: false, allowHosts: [`127.0.0.1:${web.port}`] },
+          }),
+      },
+    );
+    await sandbox.start();
+    const url = `http://127.0.0.1:${web.port}/big`;
+    const tool = manifestTool({
+      manifest: parseManifest({
+        name: 'fetch_big',
+        description: 'downloads from the test server through the egress proxy',
+        parameters: { type: 'object', properties: { mode: { type: 'string' } } },
+        image: 'shell',
+        command: [
+          'bash',
+          '-c',
+          [
+            'set -eu',
+            'mode=$(jq -r .mode)',
+            // Plain http through the proxy: an absolute URI in the request line.
+            `if [ "$mode" = plain ]; then curl -sS -o /dev/null -w '%{size_download}' ${url}; fi`,
+            // A CONNECT tunnel (-p), uploading and downloading through it.
+            `if [ "$mode" = tunnel ]; then head -c ${UPLOAD} /dev/zero | curl -sS -p --data-binary @- -o /dev/null -w '%{size_upload} %{size_download}' ${url}; fi`,
+          ].join('\n'),
+        ],
+        network: true,
+        output: 'text',
+        timeoutSeconds: 30,
+      }),
+      dir,
+      files: [],
+    });
+    stack = await startStack({
+      tools: [tool],
+      services: { sandbox, workspaces: createWorkspaces(sandbox.config) },
+      config: {
+        clients: [
+          {
+            id: 'alice',
+            key: KEYS.alice,
+            tools: ['*'],
+            limits: { budget: { egressBytes: { day: 200_000 } } },
+          },
+          { id: 'bob', key: KEYS.bob, tools: ['*'] },
+          { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true },
+        ],
+      },
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await stack?.close();
+    await sandbox?.close();
+    web?.server.close();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  const fetchBig = (mode: string, key: string) =>
+    stack.call('/tools/fetch_big/execute', { json: { mode }, key });
+  const used = async () => {
+    const view = (await (await stack.call('/v1/budget', { key: KEYS.alice })).json()) as {
+      budget: { egressBytes: { used: number; limit: number }[] };
+    };
+    return view.budget.egressBytes[0]!.used;
+  };
+
+  it('charges the bytes relayed both ways, by plain http and through a tunnel, then refuses the next call', async () => {
+    const plain = await fetchBig('plain', KEYS.alice);
+    expect(await plain.json()).toMatchObject({ status: 'ok', result: String(SIZE) });
+    // Plain http: the response body, byte for byte (no request body).
+    const afterPlain = await used();
+    expect(afterPlain).toBeGreaterThanOrEqual(SIZE);
+    expect(afterPlain).toBeLessThan(SIZE + 1000);
+
+    // 100,000 of 200,000: still admitted. Through the tunnel every byte counts, both ways: the
+    // upload, the download and the HTTP headers inside.
+    const tunnel = await fetchBig('tunnel', KEYS.alice);
+    expect(await tunnel.json()).toMatchObject({ status: 'ok', result: `${UPLOAD} ${SIZE}` });
+    expect(received).toBe(UPLOAD);
+    const afterTunnel = await used();
+    expect(afterTunnel - afterPlain).toBeGreaterThanOrEqual(UPLOAD + SIZE);
+    expect(afterTunnel - afterPlain).toBeLessThan(UPLOAD + SIZE + 2000);
+
+    const refused = await fetchBig('plain', KEYS.alice);
+    expect(refused.status).toBe(429);
+    const body = (await refused.json()) as {
+      error: { code: string; details: { metric: string; used: number; limit: number } };
+    };
+    expect(body.error.code).toBe('budget_exhausted');
+    expect(body.error.details).toMatchObject({
+      metric: 'egressBytes',
+      used: afterTunnel,
+      limit: 200_000,
+    });
+    // The refused call never ran: nothing more was charged. Bob, without a budget, still calls.
+    expect(await used()).toBe(afterTunnel);
+    const bobs = await fetchBig('plain', KEYS.bob);
+    expect(await bobs.json()).toMatchObject({ status: 'ok', result: String(SIZE) });
+  }, 90_000);
+});

@@ -83,6 +83,8 @@ export function manifestTool({ manifest: m, files }: LoadedManifest): AnyToolSpe
           clientId: ctx.clientId,
           // The proxy adds the rules' headers on the way out; the sandbox never holds a value.
           ...(m.network && ctx.credentials ? { credentials: ctx.credentials } : {}),
+          // Charged to the call's egressBytes as it goes, however the call then ends.
+          ...(m.network && ctx.meter ? { onEgress: (bytes) => ctx.meter?.addEgress(bytes) } : {}),
         });
       } catch (err) {
         throw toToolError(err);

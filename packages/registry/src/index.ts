@@ -1,3 +1,4 @@
+export { CallMeter } from './call-meter.js';
 export { ToolError } from './errors.js';
 export { ToolRegistry, RegistryError } from './registry.js';
 export { ToolScope } from './scope.js';

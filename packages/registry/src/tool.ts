@@ -1,4 +1,5 @@
 import type { Static, TSchema } from '@sinclair/typebox';
+import type { CallMeter } from './call-meter.js';
 import { ToolError } from './errors.js';
 import type { UnenforcedPattern } from './linear-regexp.js';
 
@@ -68,6 +69,11 @@ export interface ToolContext {
   services: ToolServices;
   /** Live output and progress; absent where nobody listens (unit tests). */
   events?: ToolEvents;
+  /**
+   * Where the tool reports what the worker cannot see itself: a network-enabled sandbox's
+   * egress bytes (absent outside a worker).
+   */
+  meter?: CallMeter;
 }
 
 /** Whose workspace and memory a call uses: its user's under `isolation: user`, else its client's. */

@@ -33,6 +33,7 @@ import { defaultOwnerId, prepareRun, silentLogger, type PreparedRun } from './ru
 import type {
   DriverOptions,
   EgressCredentials,
+  EgressMeter,
   OpenRequest,
   ResourceLimits,
   RunRequest,
@@ -413,6 +414,21 @@ export class DockerDriver implements SandboxDriver {
       (req.workspace === undefined || this.propagation);
     let armed: Armed;
     let warm = false;
+    // What the egress proxy relays for this run (never a pooled one: network runs start their
+    // own container), counted here and told to the caller as it goes.
+    let egressBytes = 0;
+    const meter: EgressMeter | undefined = req.network
+      ? {
+          add: (bytes) => {
+            egressBytes += bytes;
+            try {
+              req.onEgress?.(bytes);
+            } catch {
+              // A throwing callback is ignored, as onOutput's is.
+            }
+          },
+        }
+      : undefined;
     if (poolable) {
       warm = pool.readyCount > 0;
       armed = await pool.acquire(req.signal);
@@ -422,6 +438,7 @@ export class DockerDriver implements SandboxDriver {
         workspace: req.workspace,
         clientId: req.clientId,
         credentials: req.credentials,
+        meter,
       });
     }
     const checkedOut = performance.now();
@@ -492,15 +509,19 @@ export class DockerDriver implements SandboxDriver {
       }
       if (exitCode < 0) exitCode = 137;
       watch.throwIfAborted();
+      // The program has ended: whatever its sandbox still holds open (a process left in the
+      // background) is cut now, so nothing is relayed for this run after its count is read.
+      if (armed.address) this.egress?.release(armed.address);
       const collected = performance.now();
       const reportedAt = firstReport || collected;
-      return watch.result('docker', { exitCode, oomKilled, warm }, this.options.hooks, {
+      const result = watch.result('docker', { exitCode, oomKilled, warm }, this.options.hooks, {
         startedAt,
         checkoutMs: checkedOut - startedAt,
         mountMs: mounted - checkedOut,
         execMs: reportedAt - mounted,
         collectMs: collected - reportedAt,
       });
+      return meter ? { ...result, egressBytes } : result;
     } catch (err) {
       watch.kill();
       throw err;
@@ -528,6 +549,8 @@ export class DockerDriver implements SandboxDriver {
       workspace?: string | undefined;
       clientId?: string | undefined;
       credentials?: EgressCredentials | undefined;
+      /** Where the proxy counts the bytes it relays for this container's run. */
+      meter?: EgressMeter | undefined;
       /** open(): exempt from reaper.maxAgeMs while its owner lives. */
       longLived?: boolean;
     },
@@ -678,7 +701,7 @@ export class DockerDriver implements SandboxDriver {
       if (egressNetwork) {
         // Known to the proxy before the program runs (it waits for its call on stdin).
         address = armed.address = await this.egressAddress(container, egressNetwork.info.name);
-        egressNetwork.admit(address, how.clientId, how.credentials);
+        egressNetwork.admit(address, how.clientId, how.credentials, how.meter);
       }
       this.options.hooks?.onStart?.({
         image: key,

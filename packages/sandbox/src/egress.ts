@@ -19,6 +19,7 @@ import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 import type {
   EgressCredentials,
+  EgressMeter,
   EgressProxyHandle,
   SandboxLogger,
   StartEgressProxy,
@@ -88,6 +89,7 @@ export class EgressNetwork {
     private readonly networkId: string,
     private readonly clients: Map<string, string>,
     private readonly credentials: Map<string, EgressCredentials>,
+    private readonly meters: Map<string, EgressMeter>,
   ) {}
 
   /**
@@ -126,10 +128,12 @@ export class EgressNetwork {
       await assertBridgeFiltered();
       const clients = new Map<string, string>();
       const credentials = new Map<string, EgressCredentials>();
+      const meters = new Map<string, EgressMeter>();
       const proxy = await startProxy(
         gateway,
         (address) => clients.get(address),
         (address) => credentials.get(address),
+        (address) => meters.get(address),
       );
       // The bundle is public (roots and a CA certificate); the CA's key stays in the proxy.
       let caFile: string | undefined;
@@ -144,6 +148,7 @@ export class EgressNetwork {
         network.id,
         clients,
         credentials,
+        meters,
       );
       egress.proxy = proxy;
       const port = Number(new URL(proxy.url).port);
@@ -161,22 +166,30 @@ export class EgressNetwork {
 
   /**
    * A container of `clientId` now holds `address` on this network: the proxy counts its
-   * connections against that client's share. Call before its program runs.
+   * connections against that client's share, and the bytes it relays for it into `meter`.
+   * Call before its program runs.
    */
   admit(
     address: string,
     clientId: string | undefined,
     credentials?: EgressCredentials | undefined,
+    meter?: EgressMeter | undefined,
   ): void {
     this.clients.set(address, clientId ?? '');
     if (credentials) this.credentials.set(address, credentials);
     else this.credentials.delete(address);
+    if (meter) this.meters.set(address, meter);
+    else this.meters.delete(address);
   }
 
-  /** The container at `address` is gone: forget it and close what it still holds open. */
+  /**
+   * The container at `address` is done (its run ended) or gone: forget it and close what it
+   * still holds open, so nothing more is relayed for it (or counted into its meter). Idempotent.
+   */
   release(address: string): void {
     this.clients.delete(address);
     this.credentials.delete(address);
+    this.meters.delete(address);
     this.proxy?.disconnect(address);
   }
 

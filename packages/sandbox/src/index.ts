@@ -112,6 +112,7 @@ export type {
   DriverName,
   DriverOptions,
   EgressCredentials,
+  EgressMeter,
   EgressProxyHandle,
   OpenRequest,
   OutputStream,

@@ -30,6 +30,7 @@ export interface PreparedRun {
   callId: string | undefined;
   clientId: string | undefined;
   credentials: EgressCredentials | undefined;
+  onEgress: ((bytes: number) => void) | undefined;
   channel: ChannelHandler | undefined;
 }
 
@@ -84,6 +85,7 @@ export function prepareRun(config: SandboxConfig, request: RunRequest): Prepared
     callId: request.callId,
     clientId: request.clientId,
     credentials: request.credentials,
+    onEgress: request.onEgress,
     channel: request.channel,
   };
 }

@@ -58,6 +58,11 @@ export interface RunRequest {
    * this sandbox's requests to the origins they name. Only its `covers`/`headersFor` are used.
    */
   credentials?: EgressCredentials;
+  /**
+   * Told each payload byte the egress proxy relays for this run's sandbox, as it goes
+   * (network-enabled runs; docs/budgets.md): the call's own count, whatever way it ends.
+   */
+  onEgress?: (bytes: number) => void;
 }
 
 export interface RunResult {
@@ -77,6 +82,11 @@ export interface RunResult {
   driver: DriverName;
   /** Ran in a pre-started container from the warm pool. */
   warm: boolean;
+  /**
+   * Payload bytes the egress proxy relayed for this run, both ways (network-enabled runs; the
+   * sum of what onEgress was told). Counted until the program ended: its connections close then.
+   */
+  egressBytes?: number;
 }
 
 /** One long-lived sandbox running one program with piped stdio (SandboxDriver.open). */
@@ -252,7 +262,13 @@ export type StartEgressProxy = (
   host: string,
   identify: (address: string) => string | undefined,
   credentialsOf?: (address: string) => EgressCredentials | undefined,
+  meterOf?: (address: string) => EgressMeter | undefined,
 ) => Promise<EgressProxyHandle>;
+
+/** Where the egress proxy counts the payload bytes it relays for one sandbox run. */
+export interface EgressMeter {
+  add(bytes: number): void;
+}
 
 /** A call's credential rules as the egress proxy uses them (the registry's CallCredentials). */
 export interface EgressCredentials {

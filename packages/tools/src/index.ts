@@ -65,6 +65,7 @@ export type {
   ScriptTool,
 } from './code-mode/index.js';
 export type {
+  EgressMeter,
   EgressProxy,
   EgressProxyOptions,
   GuardedFetch,

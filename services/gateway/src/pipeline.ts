@@ -166,7 +166,10 @@ export interface PipelineOptions {
 }
 
 const LIVENESS_CACHE_MS = 1000;
-/** Tools whose calls spend `egressBytes` (their bytes are measured: services/worker usage.ts). */
+/**
+ * Tools whose calls spend `egressBytes` (their bytes are measured: services/worker usage.ts),
+ * besides every tool whose sandbox reaches the network (its egress proxy's bytes).
+ */
 const EGRESS_TOOLS = new Set(['http_get', 'http_post']);
 const UNAVAILABLE = 'Redis is unavailable; the call was not accepted';
 /** When a client over its calls in flight may try again: calls end at no predictable time. */
@@ -876,7 +879,7 @@ export class CallPipeline {
   /**
    * Refuses the call, before any work, when a budget it would spend is used up (`calls` for
    * every call, `sandboxSeconds` for sandboxed tools, `upstreamCalls` for upstream tools,
-   * `egressBytes` for the http tools): 429 `budget_exhausted` until the window resets. One
+   * `egressBytes` for the http tools and network-enabled sandboxed tools): 429 `budget_exhausted` until the window resets. One
    * round trip, only for callers with a budget.
    */
   private async checkBudget(client: Client, tool: Tool, req: CallRequest): Promise<void> {
@@ -885,7 +888,7 @@ export class CallPipeline {
     const spends: BudgetMetric[] = ['calls'];
     if (tool.sandbox) spends.push('sandboxSeconds');
     if (tool.category.startsWith('upstream:')) spends.push('upstreamCalls');
-    if (EGRESS_TOOLS.has(tool.name)) spends.push('egressBytes');
+    if (EGRESS_TOOLS.has(tool.name) || tool.sandbox?.network) spends.push('egressBytes');
     const spent = exhaustedBudget(use, spends);
     if (spent) {
       const retryAfter = Math.max(1, Math.ceil((spent.resetsAt - Date.now()) / 1000));

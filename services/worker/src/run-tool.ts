@@ -3,6 +3,7 @@ import {
   ToolError,
   runPrecheck,
   type CallCredentials,
+  type CallMeter,
   type Tool,
   type ToolEvents,
   type ToolServices,
@@ -28,6 +29,8 @@ export interface RunExtras {
   checkResult?: ResultChecker;
   /** The credential rules as this call sees them (docs/credentials.md). */
   credentials?: CallCredentials;
+  /** Where the tool reports what only it sees of its use (a network sandbox's egress bytes). */
+  meter?: CallMeter;
 }
 
 /**
@@ -39,7 +42,7 @@ export async function runTool(
   job: CallJob,
   services: ToolServices,
   shutdown: AbortSignal,
-  { cancel, events, checkResult, credentials }: RunExtras = {},
+  { cancel, events, checkResult, credentials, meter }: RunExtras = {},
 ): Promise<CallOutcome> {
   const started = performance.now();
   const controller = new AbortController();
@@ -81,6 +84,7 @@ export async function runTool(
           signal: controller.signal,
           services,
           ...(events ? { events } : {}),
+          ...(meter ? { meter } : {}),
         }),
       ),
       stopped,

@@ -112,10 +112,12 @@ export async function startSandbox(
         // Network-enabled sandboxes reach only what the http tools may (policy.http).
         // Credential rules: their headers go out through the proxy, which terminates HTTPS
         // only to the hosts they name (docs/credentials.md).
-        startEgressProxy: (host, identify, credentialsOf) =>
+        startEgressProxy: (host, identify, credentialsOf, meterOf) =>
           startEgressProxy({
             host,
             identify,
+            // Each run's relayed bytes, for its call's egressBytes (docs/budgets.md).
+            ...(meterOf ? { meterOf } : {}),
             ...(credentialsOf && credentialRules ? { credentialsOf } : {}),
             policy: config.policy.http,
             maxConnections: config.sandbox.egress.maxConnections,

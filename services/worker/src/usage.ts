@@ -14,8 +14,9 @@ const HTTP_TOOLS = new Set(['http_get', 'http_post']);
  * - sandboxSeconds: a sandbox-queue call's run time on the worker (its sandbox run; for a
  *   session's call, the call's time in its long-lived sandbox).
  * - upstreamCalls: 1 for a call of an upstream MCP tool that ran.
- * - egressBytes: an http tool's body bytes, sent and received. A network-enabled sandbox's
- *   traffic through the egress proxy is not measured per call (docs/budgets.md).
+ * - egressBytes: an http tool's body bytes, sent and received, plus what the call's meter
+ *   measured (`measured`, taken once per call): the payload bytes the egress proxy relayed for
+ *   its network-enabled sandbox, both ways.
  */
 export function usageOf(
   call: CallJob,
@@ -23,9 +24,11 @@ export function usageOf(
   kind: QueueKind,
   outcome: CallOutcome,
   ran: boolean,
+  measured: { egressBytes: number } = { egressBytes: 0 },
 ): CallUsage {
   const usage: CallUsage = { calls: 1, sandboxMs: 0, upstreamCalls: 0, egressBytes: 0 };
   if (!ran || !tool) return usage;
+  usage.egressBytes += measured.egressBytes;
   if (kind === 'sandbox') usage.sandboxMs = Math.max(0, Math.round(outcome.durationMs ?? 0));
   if (tool.category.startsWith('upstream:')) usage.upstreamCalls = 1;
   if (HTTP_TOOLS.has(tool.name)) {

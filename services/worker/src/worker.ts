@@ -33,7 +33,13 @@ import {
 } from '@toolgate/calls';
 import { CLIENT_LIMIT_DEFAULTS, isStdioUpstream, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
-import type { Tool, ToolEvents, ToolRegistry, ToolServices } from '@toolgate/registry';
+import {
+  CallMeter,
+  type Tool,
+  type ToolEvents,
+  type ToolRegistry,
+  type ToolServices,
+} from '@toolgate/registry';
 import { CredentialRules, KeyRing, SecretConfigError, SecretStore } from '@toolgate/secrets';
 import { SpanKind, tracingActive, withSpan } from '@toolgate/telemetry';
 import { createGuardedFetch } from '@toolgate/tools';
@@ -518,6 +524,8 @@ export function createWorker({
     let recorded = false;
     /** The tool's handler was started here (what the call spent beyond one call). */
     let ran = false;
+    /** What only the tool sees of its use (a network sandbox's egress), taken once at the end. */
+    const meter = new CallMeter();
     /** A non-idempotent run under redis.durability: recorded on replicas before anyone hears. */
     let durable = false;
     try {
@@ -558,6 +566,7 @@ export function createWorker({
         ran = true;
         outcome = await runTool(tool, call, services, shutdown.signal, {
           cancel: cancel.signal,
+          meter,
           events: credentials ? redactedEvents(events.events, credentials.used) : events.events,
           checkResult,
           ...(credentials ? { credentials } : {}),
@@ -590,7 +599,7 @@ export function createWorker({
       // A call ended before (recorded) was charged then.
       const charges = recorded
         ? undefined
-        : budgets.charges(call, usageOf(call, tool, kind, outcome, ran));
+        : budgets.charges(call, usageOf(call, tool, kind, outcome, ran, meter.take()));
       await queueEnd(end, !withRecord, charges);
       metrics.executions.inc({ tool: call.tool, client: call.clientId, status: outcome.status });
       metrics.executionDuration.observe({ tool: call.tool }, outcome.durationMs / 1000);

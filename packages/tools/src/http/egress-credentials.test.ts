@@ -26,6 +26,13 @@ let httpsPort: number;
 let httpsPort2: number;
 let httpPort: number;
 let proxy: EgressProxy;
+/** What the proxy relayed for the one "sandbox" here (127.0.0.1), as a driver's meter hears it. */
+const meter = {
+  bytes: 0,
+  add(n: number) {
+    this.bytes += n;
+  },
+};
 const seen: {
   host: string | undefined;
   url: string | undefined;
@@ -94,6 +101,7 @@ beforeAll(async () => {
     },
     lookup: () => Promise.resolve([{ address: '127.0.0.1', family: 4 }]),
     credentialsOf: (address) => (address === '127.0.0.1' ? credentials : undefined),
+    meterOf: (address) => (address === '127.0.0.1' ? meter : undefined),
     upstreamCa: [upstreamCa.certPem],
   });
 });
@@ -122,6 +130,24 @@ async function get(url: string, ca?: string): Promise<{ status: number; body: st
 }
 
 describe('egress proxy: credential injection', () => {
+  it("counts a terminated request's bodies both ways into its sandbox's meter, not the TLS around them", async () => {
+    const agent = new ProxyAgent({ uri: proxy.url, requestTls: { ca: proxy.caBundle! } });
+    meter.bytes = 0;
+    try {
+      const res = await request(`https://api.test:${httpsPort}/upload`, {
+        dispatcher: agent,
+        method: 'POST',
+        body: 'u'.repeat(1000),
+      });
+      expect(await res.body.text()).toBe('hello from upstream');
+    } finally {
+      await agent.close();
+    }
+    expect(seen.at(-1)?.headers.authorization).toBe(`Bearer ${VALUE}`);
+    // 1,000 sent + 19 received, exactly: no handshake, record framing or header is charged.
+    expect(meter.bytes).toBe(1000 + 'hello from upstream'.length);
+  });
+
   it('adds the header to plain http for a host with a rule, not to another host', async () => {
     expect(await get(`http://api.test:${httpPort}/a`)).toEqual({
       status: 200,

@@ -52,6 +52,13 @@ export interface EgressProxyOptions {
    * terminated with `ca`, and each request in it that names that origin only is forwarded.
    */
   credentialsOf?: (address: string) => CallCredentials | undefined;
+  /**
+   * Where the bytes relayed for the sandbox with this source address go (the driver registers
+   * one meter per run with the address; docs/budgets.md): every byte of a tunnel either way,
+   * and the request and response bodies of plain http and of terminated HTTPS. Looked up once
+   * per connection, when it is admitted.
+   */
+  meterOf?: (address: string) => EgressMeter | undefined;
   /** The CA that terminates HTTPS to hosts with a rule; made here when credentialsOf is given. */
   ca?: EgressCa;
   /**
@@ -61,6 +68,11 @@ export interface EgressProxyOptions {
   upstreamCa?: readonly string[];
   lookup?: LookupFunction;
   log?: { warn(obj: object, msg?: string): void; debug(obj: object, msg?: string): void };
+}
+
+/** Counts the payload bytes the proxy relays for one sandbox run. */
+export interface EgressMeter {
+  add(bytes: number): void;
 }
 
 export interface EgressProxy {
@@ -80,6 +92,9 @@ export interface EgressProxy {
   disconnect(address: string): void;
   close(): Promise<void>;
 }
+
+/** Adds a relayed chunk to the meter of the sandbox it was relayed for. */
+type Count = (chunk: Buffer) => void;
 
 const CHECK_TIMEOUT_MS = 10_000;
 /** Headers of one connection (RFC 9110 §7.6.1), never passed on by terminated HTTPS. */
@@ -110,6 +125,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
   const identify = options.identify ?? (() => '');
   const credentialsOf = options.credentialsOf;
+  const meterOf = options.meterOf;
   const ca = options.ca ?? (credentialsOf ? new EgressCa() : undefined);
   const upstreamCa = options.upstreamCa?.length
     ? [...rootCertificates, ...options.upstreamCa]
@@ -128,8 +144,11 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
    * Takes one of the worker's connections for the client behind `socket`; returns the release
    * (call it once, on close) or why not. Synchronous: no await between the check and the count.
    */
-  const admit = (socket: Socket): { release: () => void } | { status: number; reason: string } => {
-    const client = identify(sourceOf(socket));
+  const admit = (
+    socket: Socket,
+  ): { release: () => void; count: Count } | { status: number; reason: string } => {
+    const source = sourceOf(socket);
+    const client = identify(source);
     if (client === undefined)
       return { status: 403, reason: 'refused: not a sandbox of this worker' };
     const mine = openOf.get(client) ?? 0;
@@ -142,7 +161,9 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     open++;
     openOf.set(client, mine + 1);
     let released = false;
+    const meter = meterOf?.(source);
     return {
+      count: meter ? (chunk) => meter.add(chunk.length) : () => undefined,
       release: () => {
         if (released) return;
         released = true;
@@ -196,7 +217,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
         // plain http on this port (one for the HTTPS API of the same name gives nothing here).
         const origin = originOf(target);
         const added = credentials?.covers(origin) ? await credentials.headersFor(origin) : [];
-        forward(req, res, target, added);
+        forward(req, res, target, added, slot.count);
       })
       .catch((err: unknown) => {
         log?.debug({ url: url.origin, reason: reasonOf(err) }, 'egress refused');
@@ -211,6 +232,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     res: import('node:http').ServerResponse,
     target: CheckedTarget,
     added: [string, string][],
+    count: Count,
   ) => {
     const headers = { ...req.headers };
     delete headers['proxy-connection'];
@@ -227,6 +249,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     });
     upstream.on('response', (up) => {
       res.writeHead(up.statusCode ?? 502, up.headers);
+      up.on('data', count);
       up.pipe(res);
     });
     upstream.on('timeout', () => upstream.destroy(new Error('upstream timed out')));
@@ -234,6 +257,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' });
       res.end(`toolgate egress: ${err.message}\n`);
     });
+    req.on('data', count);
     req.pipe(upstream);
   };
 
@@ -269,7 +293,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
         // names https, this host and this port.
         if (ca && credentials?.covers(originOf(target))) {
           client.off('end', gaveUp);
-          terminate(client as Socket, head, target, credentials, ca);
+          terminate(client as Socket, head, target, credentials, ca, slot.count);
           return;
         }
         const upstream: Socket = connect({
@@ -289,7 +313,12 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
           connected = true;
           client.off('end', gaveUp);
           client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-          if (head.length > 0) upstream.write(head);
+          if (head.length > 0) {
+            slot.count(head);
+            upstream.write(head);
+          }
+          upstream.on('data', slot.count);
+          client.on('data', slot.count);
           upstream.pipe(client);
           client.pipe(upstream);
         });
@@ -306,14 +335,17 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
    * adds the rule's headers and sends it on to the checked address over a new TLS connection
    * that verifies the real host's certificate as any client would.
    */
-  const terminated = new WeakMap<object, { target: CheckedTarget; credentials: CallCredentials }>();
+  const terminated = new WeakMap<
+    object,
+    { target: CheckedTarget; credentials: CallCredentials; count: Count }
+  >();
   const inner = createServer((req, res) => {
     const info = terminated.get(req.socket);
     if (!info) {
       res.writeHead(400).end();
       return;
     }
-    const { target, credentials } = info;
+    const { target, credentials, count } = info;
     const host = target.url.hostname;
     const bare = host.replace(/^\[|\]$/g, '');
     // The tunnel was checked, and its credential is meant, for one origin: a request that names
@@ -354,6 +386,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
           const answer = { ...up.headers };
           for (const name of HOP_BY_HOP) delete answer[name];
           res.writeHead(up.statusCode ?? 502, answer);
+          up.on('data', count);
           up.pipe(res);
         });
         upstream.on('timeout', () => upstream.destroy(new Error('upstream timed out')));
@@ -362,6 +395,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
           if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' });
           res.end(`toolgate egress: ${host}: ${err.message}\n`);
         });
+        req.on('data', count);
         req.pipe(upstream);
       },
       (err: unknown) => {
@@ -392,6 +426,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     target: CheckedTarget,
     credentials: CallCredentials,
     authority: EgressCa,
+    count: Count,
   ) => {
     client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     if (head.length > 0) client.unshift(head);
@@ -403,7 +438,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     tls.on('error', () => client.destroy());
     tls.setTimeout(idleTimeoutMs, () => tls.destroy());
     client.once('close', () => tls.destroy());
-    terminated.set(tls, { target, credentials });
+    terminated.set(tls, { target, credentials, count });
     inner.emit('connection', tls);
   };
 

@@ -21,7 +21,7 @@ export {
 } from './address-ranges.js';
 
 export type { HttpToolServices } from './services.js';
-export type { EgressProxy, EgressProxyOptions } from './egress-proxy.js';
+export type { EgressMeter, EgressProxy, EgressProxyOptions } from './egress-proxy.js';
 export type { HttpPolicy, HttpRequest, HttpResult, HttpClientOptions } from './safe-http-client.js';
 export type {
   AddressPolicy,

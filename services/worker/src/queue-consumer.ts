@@ -164,11 +164,16 @@ export class QueueConsumer {
   private async fetch(token: string): Promise<Job | undefined> {
     const worker = this.worker;
     const fetching = worker.getNextJob(token, { block: true });
-    let timer: NodeJS.Timeout | undefined;
-    const stuck = new Promise<'stuck'>((resolve) => {
-      timer = setTimeout(() => resolve('stuck'), FETCH_STUCK_MS);
-    });
-    const result = await Promise.race([fetching, stuck]).finally(() => clearTimeout(timer));
+    let result: Job | undefined | 'stuck';
+    do {
+      let timer: NodeJS.Timeout | undefined;
+      const stuck = new Promise<'stuck'>((resolve) => {
+        timer = setTimeout(() => resolve('stuck'), FETCH_STUCK_MS);
+      });
+      result = await Promise.race([fetching, stuck]).finally(() => clearTimeout(timer));
+      // While Redis itself is away a fetch waits, as every command does: a new worker would
+      // wait the same (a 60 s outage made fourteen of them).
+    } while (result === 'stuck' && this.o.connection.status !== 'ready' && !this.stopping);
     if (result !== 'stuck') return result;
     this.o.log.warn(
       { queue: this.o.queue.name, afterMs: FETCH_STUCK_MS },
@@ -179,7 +184,9 @@ export class QueueConsumer {
     void worker.close(true).catch(() => undefined);
     fetching.then(
       (late) => {
-        if (late) this.adopt(late, token);
+        // Taken again through the worker now in charge: a job keeps its worker, and the
+        // closed one's connections never come back (its completion waited for them for good).
+        if (late) this.adopt(Job.fromJSON(this.worker, late.asJSON(), late.id), token);
       },
       () => undefined,
     );

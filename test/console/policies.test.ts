@@ -1,18 +1,17 @@
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  launchConsoleBrowser,
+  noBrowser as reason,
+  signedInPage,
+} from '../support/console-browser.js';
 import { KEYS, startStack, type Stack } from '../support/stack.js';
 
 // The console's Policies page in a real browser against a real gateway with the example Cedar
 // set: an admin reads the policies and asks what a call would get. A stack of its own: the
 // example's rules would change what the other console tests' calls get.
-const CHROMIUM = '/usr/bin/chromium';
-const DIST = join(import.meta.dirname, '../../console/dist/index.html');
 const EXAMPLE = join(import.meta.dirname, '../../examples/cedar');
-const reason = existsSync(CHROMIUM)
-  ? undefined
-  : `${CHROMIUM} is missing (apt-get install chromium; scripts/test.sh does)`;
 if (reason) console.warn(`console policies: skipped, ${reason}`);
 
 describe.skipIf(reason !== undefined)('console: Policies page (chromium)', () => {
@@ -21,8 +20,6 @@ describe.skipIf(reason !== undefined)('console: Policies page (chromium)', () =>
   const problems: string[] = [];
 
   beforeAll(async () => {
-    if (!existsSync(DIST))
-      throw new Error('console/dist is not built: run `pnpm --filter @toolgate/console build`');
     stack = await startStack({
       config: {
         clients: [
@@ -37,10 +34,7 @@ describe.skipIf(reason !== undefined)('console: Policies page (chromium)', () =>
         },
       },
     });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run'],
-    });
+    browser = await launchConsoleBrowser();
   }, 60_000);
 
   afterAll(async () => {
@@ -48,19 +42,8 @@ describe.skipIf(reason !== undefined)('console: Policies page (chromium)', () =>
     await stack?.close();
   });
 
-  async function signedIn(key: string): Promise<Page> {
-    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-    context.setDefaultTimeout(10_000);
-    const page = await context.newPage();
-    page.on('console', (m) => {
-      if (m.type() === 'error' || m.type() === 'warning') problems.push(`${m.type()}: ${m.text()}`);
-    });
-    page.on('pageerror', (e) => problems.push(`pageerror: ${e.message}`));
-    await page.goto(`${stack.url}/console/`);
-    await page.getByLabel('API key').fill(key);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByText('Signed in as').waitFor();
-    return page;
+  function signedIn(key: string): Promise<Page> {
+    return signedInPage(browser, stack.url, key, problems);
   }
 
   it('lists the set and answers "would this call be allowed?"; not shown to client keys', async () => {

@@ -1,5 +1,5 @@
 /** The `toolgate` command line: picks the subcommand by its words and runs it. */
-import { UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
+import { ExitError, UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
 import { callCommand, toolsCommand } from './commands/remote.js';
 import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
@@ -90,6 +90,10 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     if (err instanceof UsageError) {
       io.err(`${err.message}\n\n${command.help}`);
       return 2;
+    }
+    if (err instanceof ExitError) {
+      if (err.message) io.err(err.message.endsWith('\n') ? err.message : `${err.message}\n`);
+      return err.exitCode;
     }
     throw err;
   }

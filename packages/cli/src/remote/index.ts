@@ -12,3 +12,5 @@ export { follower, outputFormat, render, renderOne } from './output.js';
 export type { Colours, Column, Follower, OutputFormat } from './output.js';
 export { profilePath, readProfile, removeProfile, writeProfile } from './profile.js';
 export type { Profile } from './profile.js';
+export { interrupt } from './interrupt.js';
+export type { Interrupt } from './interrupt.js';

@@ -1,9 +1,17 @@
 /** The `toolgate` command line: picks the subcommand by its words and runs it. */
 import { ExitError, UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
+import { approvalsCommand, approveCommand, denyCommand } from './commands/approvals.js';
+import {
+  callsCancelCommand,
+  callsCommand,
+  callsLogsCommand,
+  callsShowCommand,
+} from './commands/calls.js';
 import { callCommand, toolsCommand } from './commands/remote.js';
 import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
 import { keysNewCommand } from './commands/keys.js';
+import { loginCommand, logoutCommand } from './commands/login.js';
 import { pluginNewCommand } from './commands/plugin.js';
 import { policyCheckCommand, policyTestCommand } from './commands/policy.js';
 import { sandboxPruneCommand } from './commands/sandbox-prune.js';
@@ -30,8 +38,17 @@ export const COMMANDS: readonly Command[] = [
   secretsListCommand,
   secretsDeleteCommand,
   secretsRotateCommand,
+  loginCommand,
+  logoutCommand,
   toolsCommand,
   callCommand,
+  callsCommand,
+  callsShowCommand,
+  callsLogsCommand,
+  callsCancelCommand,
+  approvalsCommand,
+  approveCommand,
+  denyCommand,
   pluginNewCommand,
 ];
 

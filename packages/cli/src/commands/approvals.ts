@@ -120,6 +120,8 @@ Exit codes: 0 listed (Ctrl-C after --follow: 130), 1 not an admin, refused or un
             for (const a of fresh) tools.set(a.id, a.tool);
             out.push(fresh.map((a) => pendingRow('pending', a)));
           } else if (e.type === 'parked') {
+            // Parked while the feed opened: in the snapshot already.
+            if (tools.has(e.approval.id)) return;
             tools.set(e.approval.id, e.approval.tool);
             out.push([pendingRow('parked', e.approval)]);
           } else if (e.type === 'decided') {

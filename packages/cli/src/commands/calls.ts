@@ -341,7 +341,8 @@ export const callsLogsCommand: Command = {
   outcome, then prints the outcome on stderr; reconnects with Last-Event-ID if the connection
   drops. Without -f, a call in flight prints what it wrote so far; a finished call prints its
   result's stdout and stderr (a sandbox call), or the result itself.
-  -o json (or yaml) prints the events themselves, one JSON object a line: {"event", ...data}.
+  The text goes out as it is, into a pipe too; -o json (or yaml) prints the events themselves,
+  one JSON object a line: {"event", ...data}.
 
   -f, --follow        follow until the call ends (Ctrl-C stops following; the call runs on)
 ${CONNECTION}
@@ -352,7 +353,8 @@ Exit codes: 0 printed (Ctrl-C while following: 130), 1 no such call, refused or 
   options: { ...GATEWAY_OPTIONS, follow: { type: 'boolean', short: 'f', default: false } },
   args: { min: 1, max: 1 },
   async run(parsed, io) {
-    const format = outputFormat(parsed, io);
+    // Text by default even into a pipe (`> out.txt`, `| grep`), as `kubectl logs`: it is the output.
+    const format = parsed.values.output === undefined ? 'table' : outputFormat(parsed, io);
     const id = parsed.positionals[0]!;
     const gw = gatewayOf(parsed, io);
     const follow = parsed.values.follow === true;

@@ -181,6 +181,31 @@ describe('toolgate calls', () => {
     expect(done.stdout.split('\n').filter((l) => l.startsWith(id))).toHaveLength(1);
     expect(done.stdout.match(/^ID /gm)).toHaveLength(1);
   });
+
+  it('--follow prints a line when a call changes status: in flight, then ok', async () => {
+    const stop = new AbortController();
+    const live = { out: [] as string[], err: [] as string[] };
+    const run = toolgate(['calls', '-f', '-o', 'json', '--tool', 'ticker'], {
+      live,
+      signal: stop.signal,
+    });
+    const id = await accepted('ticker', { n: 8, ms: 250 });
+    const statuses = () =>
+      live.out
+        .join('')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { id: string; status: string })
+        .filter((c) => c.id === id)
+        .map((c) => c.status);
+    await until('the outcome', () => statuses().includes('ok'));
+    stop.abort();
+    expect((await run).code).toBe(130);
+    const seen = statuses();
+    expect(['queued', 'running']).toContain(seen[0]);
+    expect(seen.at(-1)).toBe('ok');
+    expect(new Set(seen).size).toBe(seen.length);
+  });
 });
 
 describe('toolgate approvals, approve, deny', () => {

@@ -217,15 +217,22 @@ async function followCalls(
   let from = since;
   try {
     for (let first = true; !stop.signal.aborted; first = false) {
-      const answer = await api(io, gw, 'GET', `/v1/calls?${listQuery(parsed, from)}`);
+      // After the first listing, the most the API gives (200): a busy second must not hide calls.
+      const query = listQuery(parsed, from);
+      const answer = await api(
+        io,
+        gw,
+        'GET',
+        `/v1/calls?${first ? query : query.replace(/(^|&)limit=\d+/, '$1limit=200')}`,
+      );
       if (answer.status !== 200) throw new ExitError(1, apiErrorText(answer.status, answer.body));
       const { calls } = answer.body as CallList;
       const fresh = calls
         .filter((c) => printed.get(c.id) !== c.status)
         .sort((a, b) => a.createdAt.localeCompare(b.createdAt));
       for (const c of fresh) printed.set(c.id, c.status);
-      // The first answer shows newest first, like the plain listing; later lines in time order.
-      out.push(first ? [...fresh].reverse() : fresh);
+      // Oldest first: time runs down the screen, new lines at the bottom.
+      out.push(fresh);
       // Ask next from the oldest call still in flight (its status will change), else the newest
       // seen; the gateway's clock, not ours. Before any call: from the gateway's Date header.
       const open = calls.filter(

@@ -150,6 +150,23 @@ describe('toolgate calls', () => {
     expect(kinds).toEqual(['status', 'outcome']);
   });
 
+  it('logs without -f on a call in flight prints the output so far and returns', async () => {
+    const id = await accepted('ticker', { n: 40, ms: 100 });
+    const live = { out: [] as string[], err: [] as string[] };
+    const follow = new AbortController();
+    const watching = toolgate(['calls', 'logs', id, '-f'], { live, signal: follow.signal });
+    await until('tick 3', () => live.out.join('').includes('tick 3\n'));
+    follow.abort();
+    expect((await watching).code).toBe(130);
+    const sofar = await toolgate(['calls', 'logs', id]);
+    expect(sofar.code).toBe(0);
+    expect(sofar.stdout).toMatch(/^tick 1\ntick 2\ntick 3\n/);
+    expect(sofar.stdout).not.toContain('tick 40');
+    const still = await toolgate(['calls', 'show', id, '-o', 'json']);
+    expect(JSON.parse(still.stdout).status).toBe('running');
+    await toolgate(['calls', 'cancel', id]);
+  });
+
   it('cancel stops a running call (cancelled); cancelling it again is exit 1', async () => {
     const id = await accepted('ticker', { n: 200, ms: 100 });
     const run = await toolgate(['calls', 'cancel', id, '-o', 'table']);

@@ -36,7 +36,10 @@ const STATUSES = [
 ];
 /** How often `calls --follow` asks for new calls. */
 const FOLLOW_POLL_MS = 1000;
-/** `calls logs` without -f on a call in flight: the backlog has come when nothing came this long. */
+/**
+ * `calls logs` without -f on a call in flight: the backlog ends at the first event made after the
+ * stream opened (its `at`), or when nothing came this long (a quiet call).
+ */
 const BACKLOG_QUIET_MS = 300;
 
 export function statusColour(status: string, c: Colours): string {
@@ -376,11 +379,28 @@ Exit codes: 0 printed (Ctrl-C while following: 130), 1 no such call, refused or 
     };
     let streamError: string | undefined;
     let sawOutput = false;
+    let openedAt: number | undefined;
     const onEvent = (e: SseEvent) => {
+      // Events of the same chunk after the one that ended it.
+      if (done.signal.aborted) return;
       let data: Record<string, unknown>;
       try {
         data = JSON.parse(e.data) as Record<string, unknown>;
       } catch {
+        return;
+      }
+      // The gateway's own status event (no id) carries when the stream opened; without -f,
+      // what the call writes from then on is not "so far".
+      if (e.event === 'status' && e.id === undefined && typeof data.at === 'number')
+        openedAt ??= data.at;
+      else if (
+        !follow &&
+        e.event !== 'outcome' &&
+        openedAt !== undefined &&
+        typeof data.at === 'number' &&
+        data.at > openedAt
+      ) {
+        done.abort();
         return;
       }
       if (format !== 'table') {

@@ -1,9 +1,17 @@
 /** The `toolgate` command line: picks the subcommand by its words and runs it. */
-import { UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
+import { ExitError, UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
+import { approvalsCommand, approveCommand, denyCommand } from './commands/approvals.js';
+import {
+  callsCancelCommand,
+  callsCommand,
+  callsLogsCommand,
+  callsShowCommand,
+} from './commands/calls.js';
 import { callCommand, toolsCommand } from './commands/remote.js';
 import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
 import { keysNewCommand } from './commands/keys.js';
+import { loginCommand, logoutCommand } from './commands/login.js';
 import { pluginNewCommand } from './commands/plugin.js';
 import { policyCheckCommand, policyTestCommand } from './commands/policy.js';
 import { sandboxPruneCommand } from './commands/sandbox-prune.js';
@@ -30,8 +38,17 @@ export const COMMANDS: readonly Command[] = [
   secretsListCommand,
   secretsDeleteCommand,
   secretsRotateCommand,
+  loginCommand,
+  logoutCommand,
   toolsCommand,
   callCommand,
+  callsCommand,
+  callsShowCommand,
+  callsLogsCommand,
+  callsCancelCommand,
+  approvalsCommand,
+  approveCommand,
+  denyCommand,
   pluginNewCommand,
 ];
 
@@ -90,6 +107,10 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     if (err instanceof UsageError) {
       io.err(`${err.message}\n\n${command.help}`);
       return 2;
+    }
+    if (err instanceof ExitError) {
+      if (err.message) io.err(err.message.endsWith('\n') ? err.message : `${err.message}\n`);
+      return err.exitCode;
     }
     throw err;
   }

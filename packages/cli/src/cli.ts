@@ -1,6 +1,7 @@
 /** The `toolgate` command line: picks the subcommand by its words and runs it. */
 import { UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
 import { callCommand, toolsCommand } from './commands/remote.js';
+import { completionCommand, runComplete } from './commands/completion.js';
 import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
 import { keysNewCommand } from './commands/keys.js';
@@ -33,6 +34,7 @@ export const COMMANDS: readonly Command[] = [
   toolsCommand,
   callCommand,
   pluginNewCommand,
+  completionCommand(() => COMMANDS),
 ];
 
 function usage(): string {
@@ -51,6 +53,8 @@ function usage(): string {
 /** Runs the command line; returns the exit code (undefined: a service now owns the process). */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number | undefined> {
   const [first] = argv;
+  // What the completion scripts call (not listed: no one types it).
+  if (first === '__complete') return runComplete(COMMANDS, argv.slice(1), io);
   if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
     const topic = first === 'help' ? argv.slice(1).join(' ') : '';
     const command = COMMANDS.find((c) => c.name === topic);

@@ -1,5 +1,5 @@
 /** The `toolgate` command line: picks the subcommand by its words and runs it. */
-import { UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
+import { ExitError, UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
 import { callCommand, toolsCommand } from './commands/remote.js';
 import { completionCommand, runComplete } from './commands/completion.js';
 import { configCheckCommand } from './commands/config-check.js';
@@ -94,6 +94,10 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     if (err instanceof UsageError) {
       io.err(`${err.message}\n\n${command.help}`);
       return 2;
+    }
+    if (err instanceof ExitError) {
+      if (err.message) io.err(err.message.endsWith('\n') ? err.message : `${err.message}\n`);
+      return err.exitCode;
     }
     throw err;
   }

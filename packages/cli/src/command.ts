@@ -42,6 +42,20 @@ export class UsageError extends Error {
   }
 }
 
+/**
+ * The command cannot go on (the gateway is unreachable, it refused): `message` (when any) on
+ * stderr and the exit code, without the usage text a UsageError adds.
+ */
+export class ExitError extends Error {
+  constructor(
+    readonly exitCode: number,
+    message = '',
+  ) {
+    super(message);
+    this.name = 'ExitError';
+  }
+}
+
 export function parseCommandArgs(command: Command, argv: readonly string[]): Parsed | 'help' {
   let parsed;
   try {

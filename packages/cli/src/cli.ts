@@ -1,6 +1,7 @@
 /** The `toolgate` command line: picks the subcommand by its words and runs it. */
 import { ExitError, UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
 import { callCommand, toolsCommand } from './commands/remote.js';
+import { auditCommand } from './commands/audit.js';
 import { completionCommand, runComplete } from './commands/completion.js';
 import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
@@ -15,7 +16,10 @@ import {
   secretsSetCommand,
 } from './commands/secrets.js';
 import { gatewayCommand, workerCommand } from './commands/service.js';
+import { sessionsCommand, sessionsEndCommand } from './commands/sessions.js';
+import { statsCommand } from './commands/stats.js';
 import { upCommand } from './commands/up.js';
+import { upstreamsApproveCommand, upstreamsCommand } from './commands/upstreams.js';
 
 export const COMMANDS: readonly Command[] = [
   upCommand,
@@ -33,6 +37,12 @@ export const COMMANDS: readonly Command[] = [
   secretsRotateCommand,
   toolsCommand,
   callCommand,
+  upstreamsCommand,
+  upstreamsApproveCommand,
+  sessionsCommand,
+  sessionsEndCommand,
+  auditCommand,
+  statsCommand,
   pluginNewCommand,
   completionCommand(() => COMMANDS),
 ];

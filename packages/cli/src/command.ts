@@ -11,6 +11,8 @@ export interface CliIo {
   isTTY: boolean;
   /** Standard input, whole (secret values are read from it, never from argv); default process.stdin. */
   readStdin?: () => Promise<string>;
+  /** Stops a command that follows a stream (`--follow`, `-f`); default: SIGINT or SIGTERM. */
+  signal?: AbortSignal;
 }
 
 export interface Parsed {

@@ -8,7 +8,7 @@
  */
 import type { ParseArgsOptionsConfig } from 'node:util';
 import { UsageError, type CliIo, type Command, type Parsed } from '../command.js';
-import { connection } from './remote.js';
+import { GATEWAY_OPTIONS, gatewayOf } from '../remote/index.js';
 
 const SHELLS = ['bash', 'zsh', 'fish'] as const;
 type Shell = (typeof SHELLS)[number];
@@ -98,7 +98,9 @@ export async function completions(
   if (!command) return [];
 
   const rest = before.slice(depth);
-  const flag = rest.length > 0 ? valueFlag(rest.at(-1)!, command.options) : undefined;
+  // The connection flags take a value whether or not the command lists them yet.
+  const options = { ...GATEWAY_OPTIONS, ...command.options };
+  const flag = rest.length > 0 ? valueFlag(rest.at(-1)!, options) : undefined;
   if (flag) return typed((FLAG_VALUES[flag] ?? []).map((value) => ({ value })));
   if (current.startsWith('-')) return typed(flagsOf(command.options));
 
@@ -107,33 +109,27 @@ export async function completions(
   for (let i = 0; i < rest.length; i++) {
     const w = rest[i]!;
     if (!w.startsWith('-')) positional++;
-    else if (valueFlag(w, command.options)) i++;
+    else if (valueFlag(w, options)) i++;
   }
   if (command.name === 'completion' && positional === 0)
     return typed(SHELLS.map((value) => ({ value })));
-  if (command.name === 'call' && positional === 0)
-    return typed(await toolNames(rest, command.options, io));
+  if (command.name === 'call' && positional === 0) return typed(await toolNames(rest, io));
   return [];
 }
 
 /** The tools the key may call, from the gateway's GET /tools; nothing without a key or an answer. */
-async function toolNames(
-  rest: readonly string[],
-  options: ParseArgsOptionsConfig = {},
-  io: CliIo,
-): Promise<Candidate[]> {
-  // The connection flags typed so far count (`toolgate call --gateway URL <TAB>`).
+async function toolNames(rest: readonly string[], io: CliIo): Promise<Candidate[]> {
+  // The connection flags typed so far count (`toolgate call --gateway URL <TAB>`), whichever
+  // flags `call` itself takes.
   const values: Parsed['values'] = {};
   for (let i = 0; i < rest.length; i++) {
-    const name = valueFlag(rest[i]!, options);
-    if (name) values[name] = rest[++i];
-    else {
-      const eq = /^--([^=]+)=(.*)$/.exec(rest[i]!);
-      if (eq) values[eq[1]!] = eq[2];
-    }
+    const eq = /^--(gateway|url|key)=(.*)$/.exec(rest[i]!);
+    const flag = /^--(gateway|url|key)$/.exec(rest[i]!);
+    if (eq) values[eq[1]!] = eq[2];
+    else if (flag) values[flag[1]!] = rest[++i];
   }
-  const { url, headers } = connection({ values, positionals: [] }, io);
-  if (!headers.authorization) return [];
+  const { url, key, headers } = gatewayOf({ values, positionals: [] }, io);
+  if (!key) return [];
   try {
     const res = await fetch(`${url}/tools`, {
       headers,
@@ -143,7 +139,7 @@ async function toolNames(
     const tools = (await res.json()) as { name: string; description?: string }[];
     return tools.map((t) => ({
       value: t.name,
-      description: t.description?.split('\n')[0]?.slice(0, 80),
+      description: t.description?.split('\n')[0]?.replace(/\t/g, ' ').slice(0, 80),
     }));
   } catch {
     return []; // a shell completing must stay quiet

@@ -8,6 +8,8 @@ import {
   callsShowCommand,
 } from './commands/calls.js';
 import { callCommand, toolsCommand } from './commands/remote.js';
+import { auditCommand } from './commands/audit.js';
+import { completionCommand, runComplete } from './commands/completion.js';
 import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
 import { keysNewCommand } from './commands/keys.js';
@@ -22,7 +24,10 @@ import {
   secretsSetCommand,
 } from './commands/secrets.js';
 import { gatewayCommand, workerCommand } from './commands/service.js';
+import { sessionsCommand, sessionsEndCommand } from './commands/sessions.js';
+import { statsCommand } from './commands/stats.js';
 import { upCommand } from './commands/up.js';
+import { upstreamsApproveCommand, upstreamsCommand } from './commands/upstreams.js';
 
 export const COMMANDS: readonly Command[] = [
   upCommand,
@@ -49,7 +54,14 @@ export const COMMANDS: readonly Command[] = [
   approvalsCommand,
   approveCommand,
   denyCommand,
+  upstreamsCommand,
+  upstreamsApproveCommand,
+  sessionsCommand,
+  sessionsEndCommand,
+  auditCommand,
+  statsCommand,
   pluginNewCommand,
+  completionCommand(() => COMMANDS),
 ];
 
 function usage(): string {
@@ -68,6 +80,8 @@ function usage(): string {
 /** Runs the command line; returns the exit code (undefined: a service now owns the process). */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number | undefined> {
   const [first] = argv;
+  // What the completion scripts call (not listed: no one types it).
+  if (first === '__complete') return runComplete(COMMANDS, argv.slice(1), io);
   if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
     const topic = first === 'help' ? argv.slice(1).join(' ') : '';
     const command = COMMANDS.find((c) => c.name === topic);

@@ -151,8 +151,9 @@ describe('server→client requests on a call’s event stream (the lean path)', 
     const after = await hostile.stats();
     // A call returns at its answer and the stream's end (50 ms later here) is still read, so
     // the socket goes back to the pool: a few sockets for 20 calls (4 measured; 19 when the
-    // stream is closed at the answer), while the next call may start before that end.
-    expect(after.accepted - before.accepted).toBeLessThanOrEqual(8);
+    // stream is closed at the answer), while the next call may start before that end — more
+    // often on a loaded machine (9 seen in CI at load 7): at most 12, still far from 19.
+    expect(after.accepted - before.accepted).toBeLessThanOrEqual(12);
   }, 60_000);
 });
 

@@ -5,8 +5,11 @@
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, connect, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Type, defineTool } from '@toolgate/registry';
 import { createSandbox, createWorkspaces, type Sandbox } from '@toolgate/sandbox';
 import { testSandboxConfig, whyDriverUnavailable } from '@toolgate/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -140,6 +143,64 @@ const sleeper = () => {
 // The id the command names when it cancels or leaves a call.
 const CALL_ID = /call (\S+?)[… ]/;
 
+/** Reports progress 1/3, 2/3, 3/3 with a pause after each, and prints a line at the end. */
+const slowSteps = defineTool({
+  name: 'slow_steps',
+  description: 'Three steps with progress',
+  category: 'test',
+  parameters: Type.Object({ ms: Type.Integer({ maximum: 5000 }) }),
+  handler: async ({ ms }, ctx) => {
+    for (let i = 1; i <= 3; i++) {
+      ctx.events?.progress(i, 3, `step ${i}`);
+      await sleep(ms, undefined, { signal: ctx.signal });
+    }
+    ctx.events?.output('stdout', 'all steps done\n');
+    await sleep(ms, undefined, { signal: ctx.signal });
+    return 'done';
+  },
+});
+
+/**
+ * A TCP proxy to the gateway that cuts the first event stream right after it has relayed
+ * `cutAfter`, and records each event request's head (to see the Last-Event-ID of the next).
+ */
+async function cuttingProxy(target: string, cutAfter: string) {
+  const { hostname, port } = new URL(target);
+  const heads: string[] = [];
+  let cut = false;
+  const server: Server = createServer((client) => {
+    const upstream = connect(Number(port), hostname);
+    let events = false;
+    // Sockets are kept alive and reused: every request head on it counts, not only the first.
+    client.on('data', (data: Buffer) => {
+      const head = data.toString('latin1');
+      if (!/^[A-Z]+ \//.test(head)) return;
+      events = /^GET \/v1\/calls\/[^ ]+\/events /.test(head);
+      if (events) heads.push(head);
+    });
+    client.pipe(upstream);
+    upstream.on('data', (chunk: Buffer) => {
+      client.write(chunk);
+      if (events && !cut && chunk.toString('utf8').includes(cutAfter)) {
+        cut = true;
+        client.destroy();
+        upstream.destroy();
+      }
+    });
+    client.on('error', () => upstream.destroy());
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const address = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${address.port}`,
+    heads,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
 describe.skipIf(reason !== undefined)('toolgate call on a terminal (docker sandbox)', () => {
   let stack: Stack;
   let sandbox: Sandbox;
@@ -157,7 +218,7 @@ describe.skipIf(reason !== undefined)('toolgate call on a terminal (docker sandb
     });
     await sandbox.start();
     stack = await startStack({
-      tools: testTools,
+      tools: [...testTools, slowSteps],
       services: { sandbox, workspaces: createWorkspaces(sandbox.config) },
       config: {
         clients: [
@@ -193,6 +254,41 @@ describe.skipIf(reason !== undefined)('toolgate call on a terminal (docker sandb
     expect(screen).toMatch(/✓ run_shell ok in [\d.]+ s, exit code 0/);
   }, 60_000);
 
+  it('shows progress as one line redrawn in place on the terminal, erased before the result', async () => {
+    const term = onTerminal(['call', 'slow_steps', '{"ms":400}'], env());
+    await term.waitFor(/\[1\/3 33%\] step 1/);
+    await term.waitFor(/\[3\/3 100%\] step 3/);
+    expect(await term.exited).toBe(0);
+    const screen = term.screen();
+    // Each step replaces the line before it (carriage return + erase line), no new lines.
+    const erase = '\r\x1b[K';
+    expect(screen).toContain(`[1/3 33%] step 1${erase}[2/3 67%] step 2${erase}[3/3 100%] step 3`);
+    // Output erases the line first; the result follows.
+    expect(screen).toContain(`step 3${erase}all steps done`);
+    expect(screen).toContain(`${erase}done\r\n`);
+    expect(screen).toMatch(/✓ slow_steps ok/);
+  }, 60_000);
+
+  it('resumes a dropped event stream with Last-Event-ID: every line once', async () => {
+    const proxy = await cuttingProxy(stack.url, 'step 1');
+    try {
+      const term = onTerminal(
+        ['call', 'run_shell', '{"command":"for i in 1 2 3; do echo step $i; sleep 1; done"}'],
+        { ...env(), TOOLGATE_URL: proxy.url },
+      );
+      expect(await term.exited).toBe(0);
+      const screen = term.screen();
+      expect(screen).toMatch(/step 1\r?\nstep 2\r?\nstep 3/);
+      expect(screen.match(/step 1/g)).toHaveLength(1);
+      // Two event requests: the second resumes after the last event the first delivered.
+      expect(proxy.heads).toHaveLength(2);
+      expect(proxy.heads[0]).not.toMatch(/last-event-id/i);
+      expect(proxy.heads[1]).toMatch(/last-event-id: \d+/i);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+
   it('one Ctrl-C cancels: the server says cancelled, exit 4, the sandbox is gone', async () => {
     const { marker, args } = sleeper();
     const term = onTerminal(['call', 'run_shell', args], env());
@@ -202,9 +298,11 @@ describe.skipIf(reason !== undefined)('toolgate call on a terminal (docker sandb
       30_000,
     );
     expect(processesWith(marker)).toBeGreaterThan(0);
+    const pressed = performance.now();
     term.ctrlC();
     const id = await term.waitFor(CALL_ID);
     expect(await term.exited).toBe(4);
+    const exitedMs = performance.now() - pressed;
     expect(term.screen()).toMatch(
       /✗ run_shell cancelled.*cancelled: The call was cancelled by alice/,
     );
@@ -223,6 +321,9 @@ describe.skipIf(reason !== undefined)('toolgate call on a terminal (docker sandb
         5000,
       ),
     ).toBe(0);
+    console.warn(
+      `Ctrl-C → exit 4: ${exitedMs.toFixed(0)} ms (1 s of it the grace for a second Ctrl-C); → no process and no container: ${(performance.now() - pressed).toFixed(0)} ms`,
+    );
   }, 60_000);
 
   it('two Ctrl-C leave the call running and print its id (exit 130)', async () => {

@@ -374,6 +374,31 @@ describe.skipIf(reason !== undefined)('toolgate call on a terminal (docker sandb
     expect(rejected.status).toBe(200);
     expect(await term.exited).toBe(3);
     expect(term.screen()).toMatch(/✗ wipe_disk error.*rejected: An administrator \(ops\) rejected/);
+
+    // Not a terminal: the 202 is followed quietly to the outcome, printed as one JSON object.
+    const piping = piped(['call', 'wipe_disk', '{"disk":"sdb"}'], env());
+    const parked = await until(
+      async () =>
+        (await (await stack.call('/v1/approvals', { key: KEYS.admin })).json()) as {
+          id: string;
+          arguments: unknown;
+        }[],
+      (list) => list.length > 0,
+    );
+    expect(parked).toHaveLength(1);
+    const approved = await stack.call(`/v1/approvals/${parked[0]!.id}/approve`, {
+      key: KEYS.admin,
+      json: {},
+    });
+    expect(approved.status).toBe(200);
+    const run = await piping;
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toMatchObject({
+      tool: 'wipe_disk',
+      status: 'ok',
+      result: 'wiped sdb',
+    });
+    expect(run.stderr).toContain("waits for an admin's approval");
   }, 60_000);
 
   it('--json on a terminal, and a pipe: one JSON outcome; exit codes for a tool error and a refusal', async () => {

@@ -73,8 +73,6 @@ export interface FollowOptions {
   live: boolean;
   /** Whether stderr is a terminal: the progress line is drawn only there. */
   stderrIsTTY: boolean;
-  /** Where Ctrl-C is heard (default: this process's SIGINT). */
-  onInterrupt?: (handler: () => void) => () => void;
 }
 
 /** Between the first Ctrl-C and the cancel request: time for a second one that means "leave it". */
@@ -125,7 +123,7 @@ export async function followCall(
     clearTimeout(cancelTimer);
     stop.abort();
   };
-  const removeInterrupt = (o.onInterrupt ?? onSigint)(onInterrupt);
+  const removeInterrupt = onSigint(onInterrupt);
 
   let lastEventId: string | undefined;
   let failures = 0;
@@ -146,10 +144,11 @@ export async function followCall(
           // Too many streams open, or the gateway briefly unavailable: try again.
           if (res.status !== 429 && res.status < 502) return apiError(io, res.status, text);
         } else {
-          connected = true;
-          failures = 0;
           const parser = createParser({
             onEvent(event: EventSourceMessage) {
+              // A stream that ends without one event counts as a failed attempt.
+              connected = true;
+              failures = 0;
               if (event.id) lastEventId = event.id;
               const data = parse(event.data);
               switch (event.event) {

@@ -131,14 +131,14 @@ export const callCommand: Command = {
   Calls the tool with the arguments (a JSON object; default {}).
 
   On a terminal the call is followed live: its stdout and stderr as they come, its progress as
-  one line on stderr, then the result. Ctrl-C cancels the call and waits for the gateway to
-  confirm (exit 4); a second Ctrl-C stops waiting and leaves the call running (its id on
-  stdout, exit 130). A call parked for an admin's approval says so and waits for the decision.
+  one line on stderr, then the result. Ctrl-C cancels the call (after 1 s) and waits for the
+  gateway to confirm (exit 4); a second Ctrl-C within that second leaves the call running (its
+  id on stdout, exit 130). A call parked for an admin's approval says so and waits for the decision.
 
   With --json, or when stdout is not a terminal, it prints one JSON outcome as the API answers
   it: {"id", "tool", "status", "result" | "error", "durationMs", "cached"}.
 
-  --detach             start the call and print its id at once (--json: {"id", "status"})
+  --detach             start the call and print its id at once (--json or a pipe: {"id", "status"})
   --json               one JSON outcome, nothing live
   --wait <true|false>  --wait=false is --detach (kept for scripts)
 ${CONNECTION_HELP}

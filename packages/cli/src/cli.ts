@@ -1,9 +1,19 @@
 /** The `toolgate` command line: picks the subcommand by its words and runs it. */
-import { UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
+import { ExitError, UsageError, parseCommandArgs, type CliIo, type Command } from './command.js';
+import { approvalsCommand, approveCommand, denyCommand } from './commands/approvals.js';
+import {
+  callsCancelCommand,
+  callsCommand,
+  callsLogsCommand,
+  callsShowCommand,
+} from './commands/calls.js';
 import { callCommand, toolsCommand } from './commands/remote.js';
+import { auditCommand } from './commands/audit.js';
+import { completionCommand, runComplete } from './commands/completion.js';
 import { configCheckCommand } from './commands/config-check.js';
 import { doctorCommand } from './commands/doctor.js';
 import { keysNewCommand } from './commands/keys.js';
+import { loginCommand, logoutCommand } from './commands/login.js';
 import { pluginNewCommand } from './commands/plugin.js';
 import { policyCheckCommand, policyTestCommand } from './commands/policy.js';
 import { sandboxPruneCommand } from './commands/sandbox-prune.js';
@@ -14,7 +24,10 @@ import {
   secretsSetCommand,
 } from './commands/secrets.js';
 import { gatewayCommand, workerCommand } from './commands/service.js';
+import { sessionsCommand, sessionsEndCommand } from './commands/sessions.js';
+import { statsCommand } from './commands/stats.js';
 import { upCommand } from './commands/up.js';
+import { upstreamsApproveCommand, upstreamsCommand } from './commands/upstreams.js';
 
 export const COMMANDS: readonly Command[] = [
   upCommand,
@@ -30,9 +43,25 @@ export const COMMANDS: readonly Command[] = [
   secretsListCommand,
   secretsDeleteCommand,
   secretsRotateCommand,
+  loginCommand,
+  logoutCommand,
   toolsCommand,
   callCommand,
+  callsCommand,
+  callsShowCommand,
+  callsLogsCommand,
+  callsCancelCommand,
+  approvalsCommand,
+  approveCommand,
+  denyCommand,
+  upstreamsCommand,
+  upstreamsApproveCommand,
+  sessionsCommand,
+  sessionsEndCommand,
+  auditCommand,
+  statsCommand,
   pluginNewCommand,
+  completionCommand(() => COMMANDS),
 ];
 
 function usage(): string {
@@ -51,6 +80,8 @@ function usage(): string {
 /** Runs the command line; returns the exit code (undefined: a service now owns the process). */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number | undefined> {
   const [first] = argv;
+  // What the completion scripts call (not listed: no one types it).
+  if (first === '__complete') return runComplete(COMMANDS, argv.slice(1), io);
   if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
     const topic = first === 'help' ? argv.slice(1).join(' ') : '';
     const command = COMMANDS.find((c) => c.name === topic);
@@ -90,6 +121,10 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     if (err instanceof UsageError) {
       io.err(`${err.message}\n\n${command.help}`);
       return 2;
+    }
+    if (err instanceof ExitError) {
+      if (err.message) io.err(err.message.endsWith('\n') ? err.message : `${err.message}\n`);
+      return err.exitCode;
     }
     throw err;
   }

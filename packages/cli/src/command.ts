@@ -13,6 +13,8 @@ export interface CliIo {
   stderrIsTTY?: boolean;
   /** Standard input, whole (secret values are read from it, never from argv); default process.stdin. */
   readStdin?: () => Promise<string>;
+  /** Stops a command that follows a stream (`--follow`, `-f`); default: SIGINT or SIGTERM. */
+  signal?: AbortSignal;
 }
 
 export interface Parsed {
@@ -41,6 +43,20 @@ export class UsageError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'UsageError';
+  }
+}
+
+/**
+ * The command cannot go on (the gateway is unreachable, it refused): `message` (when any) on
+ * stderr and the exit code, without the usage text a UsageError adds.
+ */
+export class ExitError extends Error {
+  constructor(
+    readonly exitCode: number,
+    message = '',
+  ) {
+    super(message);
+    this.name = 'ExitError';
   }
 }
 

@@ -1,10 +1,10 @@
 /**
- * Following a call from the terminal: its event stream (GET /v1/calls/{id}/events) read with
- * eventsource-parser, resumed with Last-Event-ID when it drops; Ctrl-C cancels, a second one
- * leaves the call running. Used by `toolgate call`.
+ * Following one call from the terminal for `toolgate call`: its event stream
+ * (GET /v1/calls/{id}/events, through remote/sse.ts, which resumes it with Last-Event-ID) as live
+ * output and a progress line; Ctrl-C cancels, a second one leaves the call running.
  */
-import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { colours, type CliIo } from './command.js';
+import { ExitError, colours, type CliIo } from './command.js';
+import { sse, type Gateway, type SseEvent } from './remote/index.js';
 
 /** A finished call as the API shows it (execute's answer, the events' `outcome`). */
 export interface CallAnswer {
@@ -66,9 +66,10 @@ export function exitCodeOfApiError(status: number, body: unknown): number {
 }
 
 export interface FollowOptions {
-  url: string;
-  headers: Record<string, string>;
+  gw: Gateway;
   id: string;
+  /** The call's status when it was accepted (`pending_approval` is said at once). */
+  status?: string;
   /** Print output and progress as they come (a terminal); else only wait for the outcome. */
   live: boolean;
   /** Whether stderr is a terminal: the progress line is drawn only there. */
@@ -77,13 +78,10 @@ export interface FollowOptions {
 
 /** Between the first Ctrl-C and the cancel request: time for a second one that means "leave it". */
 export const CANCEL_GRACE_MS = 1000;
-const RETRY_MS = [250, 500, 1000, 2000, 5000];
-/** Consecutive failed connections after which the command gives up (~40 s of gateway outage). */
-const MAX_FAILURES = 12;
 
 /**
  * Follows the call to its outcome. Returns the outcome, or a number: the exit code when the
- * command stopped without one (a second Ctrl-C, the gateway gone, a refused stream).
+ * command stopped without one (a second Ctrl-C, a stream the gateway refused).
  */
 export async function followCall(
   io: CliIo,
@@ -103,9 +101,7 @@ export async function followCall(
     screen.clear();
     if (interrupts === 1) {
       io.err(
-        c.yellow(
-          `toolgate: cancelling call ${o.id}… (Ctrl-C again within ${CANCEL_GRACE_MS / 1000} s leaves it running)\n`,
-        ),
+        `${c.yellow(`toolgate: cancelling call ${o.id}… (Ctrl-C again within ${CANCEL_GRACE_MS / 1000} s leaves it running)`)}\n`,
       );
       // A moment's grace, so that a quick second Ctrl-C can still leave the call running.
       cancelTimer = setTimeout(() => {
@@ -123,95 +119,64 @@ export async function followCall(
     clearTimeout(cancelTimer);
     stop.abort();
   };
-  const removeInterrupt = onSigint(onInterrupt);
+  process.on('SIGINT', onInterrupt);
 
-  let lastEventId: string | undefined;
-  let failures = 0;
-  try {
-    while (!outcome && !stop.signal.aborted) {
-      let connected = false;
-      try {
-        const res = await fetch(`${o.url}/v1/calls/${encodeURIComponent(o.id)}/events`, {
-          headers: {
-            ...o.headers,
-            accept: 'text/event-stream',
-            ...(lastEventId ? { 'last-event-id': lastEventId } : {}),
-          },
-          signal: stop.signal,
-        });
-        if (res.status !== 200) {
-          const text = await res.text();
-          // Too many streams open, or the gateway briefly unavailable: try again.
-          if (res.status !== 429 && res.status < 502) return apiError(io, res.status, text);
-        } else {
-          const parser = createParser({
-            onEvent(event: EventSourceMessage) {
-              // A stream that ends without one event counts as a failed attempt.
-              connected = true;
-              failures = 0;
-              if (event.id) lastEventId = event.id;
-              const data = parse(event.data);
-              switch (event.event) {
-                case 'status':
-                  if (data.status === 'pending_approval' && !parked) {
-                    parked = true;
-                    screen.clear();
-                    io.err(
-                      c.yellow(
-                        `toolgate: call ${o.id} waits for an admin's approval (Ctrl-C cancels it)\n`,
-                      ),
-                    );
-                  } else if (parked && data.status !== 'pending_approval') {
-                    parked = false;
-                    io.err(`toolgate: call ${o.id} approved, ${String(data.status)}\n`);
-                  }
-                  break;
-                case 'output':
-                  if (o.live) screen.output(data.stream === 'stderr', String(data.text ?? ''));
-                  break;
-                case 'progress':
-                  if (o.live) screen.progress(data);
-                  break;
-                case 'outcome': {
-                  const { at: _at, ...answer } = data;
-                  outcome = answer as unknown as CallAnswer;
-                  break;
-                }
-                default:
-                  // `error` (the gateway lost Redis mid-stream) and unknown events: reconnect.
-                  break;
-              }
-            },
-          });
-          const decoder = new TextDecoder();
-          for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-            parser.feed(decoder.decode(chunk, { stream: true }));
-            if (outcome) break;
-          }
-        }
-      } catch (err) {
-        if (stop.signal.aborted) break;
-        void err; // the connection dropped or never opened: try again below
-      }
-      if (outcome || stop.signal.aborted) break;
-      if (!connected) failures++;
-      if (failures >= MAX_FAILURES) {
-        screen.clear();
-        io.err(
-          `toolgate: lost the gateway at ${o.url}; call ${o.id} may still be running (toolgate calls show ${o.id})\n`,
-        );
-        return EXIT.toolError;
-      }
-      await sleep(RETRY_MS[Math.min(failures, RETRY_MS.length - 1)]!, stop.signal);
+  const status = (now: unknown) => {
+    if (now === 'pending_approval' && !parked) {
+      parked = true;
+      screen.clear();
+      io.err(
+        `${c.yellow(`toolgate: call ${o.id} waits for an admin's approval (Ctrl-C cancels it)`)}\n`,
+      );
+    } else if (parked && now !== 'pending_approval') {
+      parked = false;
+      io.err(`toolgate: call ${o.id} approved, ${String(now)}\n`);
     }
+  };
+  status(o.status);
+  const onEvent = (event: SseEvent) => {
+    const data = parse(event.data);
+    switch (event.event) {
+      case 'status':
+        status(data.status);
+        break;
+      case 'output':
+        if (o.live) screen.output(data.stream === 'stderr', String(data.text ?? ''));
+        break;
+      case 'progress':
+        if (o.live) screen.progress(data);
+        break;
+      case 'outcome': {
+        const { at: _at, ...answer } = data;
+        outcome = answer as unknown as CallAnswer;
+        stop.abort();
+        break;
+      }
+      default:
+        // `error` (the gateway lost Redis mid-stream; it ends the stream and sse() reopens it).
+        break;
+    }
+  };
+  try {
+    await sse(o.gw, `/v1/calls/${encodeURIComponent(o.id)}/events`, onEvent, stop.signal, {
+      onReconnect: (why) => {
+        screen.clear();
+        io.err(`${c.dim(`toolgate: ${why.replace(/^toolgate: /, '')}; reconnecting`)}\n`);
+      },
+    });
+  } catch (err) {
+    if (!(err instanceof ExitError)) throw err;
+    screen.clear();
+    if (err.message) io.err(`${err.message}\n`);
+    return err.exitCode;
   } finally {
     clearTimeout(cancelTimer);
-    removeInterrupt();
+    process.off('SIGINT', onInterrupt);
     screen.clear();
   }
   if (outcome) return { answer: outcome, streamed: screen.streamed };
   io.err(
-    `toolgate: ${cancelSent ? `stopped waiting; the cancel of call ${o.id} was sent` : `left call ${o.id} running`}. Follow it: toolgate calls logs ${o.id} -f (or GET ${o.url}/v1/calls/${o.id}/events); stop it: toolgate calls cancel ${o.id}\n`,
+    `toolgate: ${cancelSent ? `stopped waiting; the cancel of call ${o.id} was sent` : `left call ${o.id} running`}. Follow it: toolgate calls logs ${o.id} -f; stop it: toolgate calls cancel ${o.id}\n`,
   );
   io.out(`${o.id}\n`);
   return EXIT.interrupted;
@@ -220,9 +185,9 @@ export async function followCall(
 /** POST /v1/calls/{id}/cancel; the cancelled call when the server confirms it at once. */
 async function cancel(o: FollowOptions): Promise<CallAnswer | undefined> {
   try {
-    const res = await fetch(`${o.url}/v1/calls/${encodeURIComponent(o.id)}/cancel`, {
+    const res = await fetch(`${o.gw.url}/v1/calls/${encodeURIComponent(o.id)}/cancel`, {
       method: 'POST',
-      headers: o.headers,
+      headers: o.gw.headers,
     });
     if (res.status !== 200) return undefined; // 202: not confirmed yet; 409: ended on its own
     const view = (await res.json()) as CallAnswer & Record<string, unknown>;
@@ -249,22 +214,6 @@ function pickAnswer(view: Record<string, unknown>): CallAnswer {
   ) as unknown as CallAnswer;
 }
 
-function apiError(io: CliIo, status: number, text: string): number {
-  let body: unknown = text;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    // shown as text
-  }
-  const error = (body as { error?: { code?: string; message?: string } }).error;
-  io.err(
-    error
-      ? `toolgate: ${status} ${error.code ?? ''}: ${error.message ?? ''}\n`
-      : `toolgate: HTTP ${status}: ${text}\n`,
-  );
-  return EXIT.toolError;
-}
-
 function parse(data: string): Record<string, unknown> {
   try {
     const value = JSON.parse(data) as unknown;
@@ -272,23 +221,6 @@ function parse(data: string): Record<string, unknown> {
   } catch {
     return {};
   }
-}
-
-function onSigint(handler: () => void): () => void {
-  process.on('SIGINT', handler);
-  return () => process.off('SIGINT', handler);
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-  });
 }
 
 /**

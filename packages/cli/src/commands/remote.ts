@@ -8,6 +8,7 @@ import {
   type CallAnswer,
   type Streamed,
 } from '../follow-call.js';
+import { DEFAULT_GATEWAY, GATEWAY_OPTIONS, gatewayOf } from '../remote/index.js';
 
 export const CONNECTION_HELP = `  --url <url>  the gateway (default: $TOOLGATE_URL, else http://127.0.0.1:8080)
   --key <key>  the client key (default: $TOOLGATE_KEY); sent as Authorization: Bearer`;
@@ -126,7 +127,7 @@ Exit codes: 0 listed, 1 the gateway refused or cannot be reached, 2 bad usage.
 export const callCommand: Command = {
   name: 'call',
   summary: "call a tool through a running gateway and follow it: toolgate call TOOL '{json}'",
-  help: `usage: toolgate call <tool> ['<json arguments>'] [--detach] [--json] [--url <url>] [--key <key>]
+  help: `usage: toolgate call <tool> ['<json arguments>'] [--detach] [--json] [--gateway <url>] [--key <key>]
 
   Calls the tool with the arguments (a JSON object; default {}).
 
@@ -141,7 +142,9 @@ export const callCommand: Command = {
   --detach             start the call and print its id at once (--json or a pipe: {"id", "status"})
   --json               one JSON outcome, nothing live
   --wait <true|false>  --wait=false is --detach (kept for scripts)
-${CONNECTION_HELP}
+  --gateway <url>      the gateway (default: $TOOLGATE_GATEWAY, the profile, else
+                       ${DEFAULT_GATEWAY}); --url is the same
+  --key <key>          the key (default: $TOOLGATE_KEY, else the profile's for its gateway)
 
 Exit codes:
   0  the call succeeded (status ok), or was started with --detach
@@ -155,7 +158,9 @@ Exit codes:
 Example: toolgate call run_shell '{"command":"for i in 1 2 3; do echo step $i; sleep 1; done"}'
 `,
   options: {
-    ...CONNECTION_OPTIONS,
+    gateway: GATEWAY_OPTIONS.gateway,
+    url: GATEWAY_OPTIONS.url,
+    key: GATEWAY_OPTIONS.key,
     wait: { type: 'string', default: 'true' },
     detach: { type: 'boolean', default: false },
     json: { type: 'boolean', default: false },
@@ -178,7 +183,8 @@ Example: toolgate call run_shell '{"command":"for i in 1 2 3; do echo step $i; s
       throw new UsageError('toolgate call: the arguments must be a JSON object, e.g. \'{"x": 1}\'');
     const detach = parsed.values.detach === true || wait === 'false';
     const json = parsed.values.json === true || !io.isTTY;
-    const { url, headers } = connection(parsed, io);
+    const gw = gatewayOf(parsed, io);
+    const { url, headers } = gw;
     // Scripts (--json, not a terminal) get the synchronous answer as before: the whole result,
     // which the stored copy may cut. A terminal starts the call and follows its event stream.
     const sync = json && !detach;
@@ -208,9 +214,9 @@ Example: toolgate call run_shell '{"command":"for i in 1 2 3; do echo step $i; s
       return EXIT.ok;
     }
     const followed = await followCall(io, {
-      url,
-      headers: headers.authorization ? { authorization: headers.authorization } : {},
+      gw,
       id,
+      status,
       live: !json,
       stderrIsTTY: io.stderrIsTTY === true,
     });
@@ -260,15 +266,16 @@ function printOutcome(
   }
   const took = answer.durationMs === undefined ? '' : ` in ${formatMs(answer.durationMs)}`;
   const cached = answer.cached ? ' (cached)' : '';
-  if (answer.status === 'ok') io.err(c.green(`✓ ${answer.tool} ok${took}${cached}${detail}\n`));
+  if (answer.status === 'ok')
+    io.err(`${c.green(`✓ ${answer.tool} ok${took}${cached}${detail}`)}\n`);
   else {
     const why = answer.error
       ? `${answer.error.code ?? ''}: ${answer.error.message ?? ''}`
       : answer.status;
-    io.err(c.red(`✗ ${answer.tool} ${answer.status}${took}: ${why}\n`));
+    io.err(`${c.red(`✗ ${answer.tool} ${answer.status}${took}: ${why}`)}\n`);
   }
   if (answer.resultTruncated)
-    io.err(c.dim(`  (the stored result was cut: GET /v1/calls/${answer.id})\n`));
+    io.err(`${c.dim(`  (the stored result was cut: GET /v1/calls/${answer.id})`)}\n`);
   return code;
 }
 

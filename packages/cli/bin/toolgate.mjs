@@ -48,6 +48,7 @@ async function main() {
     out: (text) => process.stdout.write(text),
     err: (text) => process.stderr.write(text),
     isTTY: process.stdout.isTTY === true,
+    stderrIsTTY: process.stderr.isTTY === true,
   });
   // undefined: a service (gateway, worker, up) now owns the process and exits it itself.
   if (code !== undefined) process.exitCode = code;

@@ -9,6 +9,8 @@ export interface CliIo {
   err: (text: string) => void;
   /** Whether stdout is a terminal (colours, readable logs). */
   isTTY: boolean;
+  /** Whether stderr is a terminal (a progress line drawn in place); default false. */
+  stderrIsTTY?: boolean;
   /** Standard input, whole (secret values are read from it, never from argv); default process.stdin. */
   readStdin?: () => Promise<string>;
   /** Stops a command that follows a stream (`--follow`, `-f`); default: SIGINT or SIGTERM. */

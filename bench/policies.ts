@@ -110,7 +110,9 @@ console.log(
 );
 
 const key = 'bench-key-0123456789abcdef';
-const clients = `clients:\n  - id: bench\n    key: ${key}\n    rateLimit: { perMinute: 100000000 }\nlog: { level: warn }\n`;
+// Both gateways share the client's in-flight count: calls a side's run left running when its
+// load generator stopped count against the next side's first calls (limits.queued, 64 by default).
+const clients = `clients:\n  - id: bench\n    key: ${key}\n    rateLimit: { perMinute: 100000000 }\n    limits: { queued: ${4 * concurrency} }\nlog: { level: warn }\n`;
 const plainConfig = join(dir, 'plain.yaml');
 writeFileSync(plainConfig, clients);
 const cedarConfig = join(dir, 'cedar.yaml');

@@ -448,7 +448,10 @@ describe('work budget', () => {
 
   /**
    * CPU milliseconds `fn` takes: what a check costs the event loop. (Wall time on a loaded CI
-   * machine also counts the time other processes hold the CPU.)
+   * machine also counts the time other processes hold the CPU.) The bounds are loose on
+   * purpose: a check is a few ms on a quiet machine, CPU time still grows under load (52 ms
+   * once in CI), and what they guard against — a check without its budget — took seconds
+   * (26 s for `echo {,}{,}…`).
    */
   const cpuMs = <T>(fn: () => T): [T, number] => {
     const before = process.cpuUsage();
@@ -458,14 +461,14 @@ describe('work budget', () => {
   };
 
   for (const [mode, policy] of modes) {
-    it.each(bombs)(`${mode}: %s is refused as too_complex in < 50 ms`, (_, command) => {
+    it.each(bombs)(`${mode}: %s is refused as too_complex in < 250 ms`, (_, command) => {
       const [r, elapsed] = cpuMs(() => check(command, policy));
       expect(r).toMatchObject({
         ok: false,
         rule: 'too_complex',
         message: expect.stringMatching(/too complex to check/),
       });
-      expect(elapsed).toBeLessThan(50);
+      expect(elapsed).toBeLessThan(250);
     });
   }
 
@@ -473,7 +476,7 @@ describe('work budget', () => {
     for (const command of ['ls '.repeat(350_000), 'ls;'.repeat(350_000)]) {
       const [rule, elapsed] = cpuMs(() => ruleOf(command));
       expect(rule).toBe('unparseable');
-      expect(elapsed).toBeLessThan(50);
+      expect(elapsed).toBeLessThan(250);
     }
   });
 
@@ -485,7 +488,7 @@ describe('work budget', () => {
       ruleOf(`rm -r ${'file.txt '.repeat(3600)}/`),
     ]);
     expect(verdicts).toEqual([{ ok: true }, 'ok', 'rm_root']);
-    expect(elapsed).toBeLessThan(150);
+    expect(elapsed).toBeLessThan(500);
   });
 
   it('still sees through small brace and variable tricks within the budget', () => {

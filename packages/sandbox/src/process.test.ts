@@ -415,7 +415,9 @@ setInterval(() => undefined, 1000);
       });
       expect(cg).toBeDefined();
       const m = marker();
-      const orphan = spawn('python3', ['-c', 'import time; time.sleep(300)', m], {
+      // Node itself, by its path: a `python3` on PATH may be a shim (pyenv's is a bash script
+      // that forks), and the test counts the processes carrying the marker.
+      const orphan = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 300_000)', m], {
         detached: true,
         stdio: 'ignore',
       });

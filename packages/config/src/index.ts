@@ -11,3 +11,5 @@ export {
   upstreamToolName,
 } from './upstreams.js';
 export type { UpstreamConfig } from './upstreams.js';
+export { ShardMap, HOME_SHARD, shardProblems } from './shards.js';
+export type { Shard, ShardRedis } from './shards.js';

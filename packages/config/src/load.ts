@@ -6,6 +6,7 @@ import { parse as parseYaml } from 'yaml';
 import { sandboxConfigProblems } from '@toolgate/sandbox';
 import { CredentialRules, KeyRing, SecretConfigError } from '@toolgate/secrets';
 import { ConfigSchema, type Config } from './schema.js';
+import { shardProblems } from './shards.js';
 import { upstreamProblems } from './upstreams.js';
 
 /** A bad configuration: `field` names where (a JSON-pointer-like path, or an env var). */
@@ -96,6 +97,7 @@ export function parseConfig(raw: unknown, env: Env = {}): Config {
   checkClients(doc);
   const redisProblem =
     redisProblems(doc)[0] ??
+    shardProblems(doc)[0] ??
     sandboxProblems(doc)[0] ??
     upstreamProblems(doc.upstreams, upstreamContext(doc))[0] ??
     secretProblems(doc)[0];
@@ -164,6 +166,7 @@ export function checkConfig(
     problems.push(...clientProblems(doc as Config));
   if (typeof doc.redis === 'object' && doc.redis !== null)
     problems.push(...redisProblems(doc as Config));
+  if (schemaProblems.length === 0) problems.push(...shardProblems(doc as Config));
   if (schemaProblems.length === 0) problems.push(...sandboxProblems(doc as Config));
   if (schemaProblems.length === 0)
     problems.push(...upstreamProblems((doc as Config).upstreams, upstreamContext(doc as Config)));

@@ -72,6 +72,11 @@ const ClientSchema = Type.Object(
     key: Type.Optional(Type.String({ minLength: 16 })),
     keySha256: Type.Optional(Type.String({ pattern: '^[0-9a-fA-F]{64}$' })),
     tools: Type.Array(Type.String({ minLength: 1 }), { default: ['*'] }),
+    /**
+     * The `redis.shards` entry this client's data lives on (docs/sharding.md); default: a
+     * stable hash of its id over the shards, so clients spread and adding a shard moves few.
+     */
+    shard: Type.Optional(Type.String({ minLength: 1 })),
     rateLimit: Type.Object(
       { perMinute: Type.Integer({ minimum: 1, default: 600 }) },
       { additionalProperties: false, default: {} },
@@ -247,6 +252,84 @@ const closed = { additionalProperties: false, default: {} } as const;
 /** For optional sections: present only when given (a default would switch them on). */
 const closedOptional = { additionalProperties: false } as const;
 
+/**
+ * Where one Redis deployment is: one of `url` (a single server; the default), `sentinel` or
+ * `cluster` (docs/redis-ha.md), its TLS and its durability. The `redis` section, and each of
+ * its shards.
+ */
+const RedisTargetFields = {
+  /** `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS. */
+  url: Type.Optional(Type.String({ pattern: '^rediss?://' })),
+  sentinel: Type.Optional(
+    Type.Object(
+      {
+        /** The master's name the sentinels monitor (`sentinel monitor <name> …`). */
+        name: Type.String({ minLength: 1 }),
+        nodes: Type.Array(HostPort, { minItems: 1 }),
+        /** Password of the master and replicas (`requirepass`). */
+        password: Type.Optional(Type.String()),
+        username: Type.Optional(Type.String()),
+        /** Password of the sentinels themselves, when they have one. */
+        sentinelPassword: Type.Optional(Type.String()),
+      },
+      closedOptional,
+    ),
+  ),
+  cluster: Type.Optional(
+    Type.Object(
+      {
+        /** Some of the cluster's nodes; the rest are found from them. */
+        nodes: Type.Array(HostPort, { minItems: 1 }),
+        password: Type.Optional(Type.String()),
+        username: Type.Optional(Type.String()),
+      },
+      closedOptional,
+    ),
+  ),
+  /**
+   * TLS for sentinel and cluster connections (a `rediss://` url turns it on by itself):
+   * `caFile` is a PEM bundle to trust besides the system's.
+   */
+  tls: Type.Optional(
+    Type.Object(
+      {
+        caFile: Type.Optional(Type.String({ minLength: 1 })),
+        servername: Type.Optional(Type.String({ minLength: 1 })),
+        rejectUnauthorized: Type.Boolean({ default: true }),
+      },
+      closedOptional,
+    ),
+  ),
+  /**
+   * Replicas that must hold an accepted call before the gateway answers, and, for a tool
+   * that is not idempotent, a worker's start of the call before it runs it and the
+   * outcome before its reply (Redis `WAIT`, up to `timeoutMs`; past it the call goes on,
+   * counted in toolgate_redis_unreplicated_total). 0 = don't wait (one server).
+   * docs/redis-ha.md says what each setting guarantees.
+   */
+  durability: Type.Object(
+    {
+      replicas: Type.Integer({ minimum: 0, maximum: 16, default: 0 }),
+      timeoutMs: Type.Integer({ minimum: 1, maximum: 60_000, default: 1000 }),
+    },
+    closed,
+  ),
+};
+
+/** One of `redis.shards`: a Redis deployment some clients' data lives on (docs/sharding.md). */
+const ShardSchema = Type.Object(
+  {
+    /** Named in `clients[].shard`, metrics, logs and errors. */
+    id: Type.String({ pattern: '^[a-z0-9][a-z0-9_-]{0,31}$' }),
+    /** The shard of deployment-wide data (upstream catalogs, the console's series…); one only. */
+    home: Type.Optional(Type.Boolean()),
+    ...RedisTargetFields,
+    /** This shard's key prefix (default `redis.prefix`); on a Cluster, its hash tag. */
+    prefix: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]+$' })),
+  },
+  closedOptional,
+);
+
 export const ConfigSchema = Type.Object(
   {
     server: Type.Object(
@@ -301,64 +384,17 @@ export const ConfigSchema = Type.Object(
      */
     redis: Type.Object(
       {
-        /** `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS. */
-        url: Type.Optional(Type.String({ pattern: '^rediss?://' })),
-        sentinel: Type.Optional(
-          Type.Object(
-            {
-              /** The master's name the sentinels monitor (`sentinel monitor <name> …`). */
-              name: Type.String({ minLength: 1 }),
-              nodes: Type.Array(HostPort, { minItems: 1 }),
-              /** Password of the master and replicas (`requirepass`). */
-              password: Type.Optional(Type.String()),
-              username: Type.Optional(Type.String()),
-              /** Password of the sentinels themselves, when they have one. */
-              sentinelPassword: Type.Optional(Type.String()),
-            },
-            closedOptional,
-          ),
-        ),
-        cluster: Type.Optional(
-          Type.Object(
-            {
-              /** Some of the cluster's nodes; the rest are found from them. */
-              nodes: Type.Array(HostPort, { minItems: 1 }),
-              password: Type.Optional(Type.String()),
-              username: Type.Optional(Type.String()),
-            },
-            closedOptional,
-          ),
-        ),
-        /**
-         * TLS for sentinel and cluster connections (a `rediss://` url turns it on by itself):
-         * `caFile` is a PEM bundle to trust besides the system's.
-         */
-        tls: Type.Optional(
-          Type.Object(
-            {
-              caFile: Type.Optional(Type.String({ minLength: 1 })),
-              servername: Type.Optional(Type.String({ minLength: 1 })),
-              rejectUnauthorized: Type.Boolean({ default: true }),
-            },
-            closedOptional,
-          ),
-        ),
-        /**
-         * Replicas that must hold an accepted call before the gateway answers, and, for a tool
-         * that is not idempotent, a worker's start of the call before it runs it and the
-         * outcome before its reply (Redis `WAIT`, up to `timeoutMs`; past it the call goes on,
-         * counted in toolgate_redis_unreplicated_total). 0 = don't wait (one server).
-         * docs/redis-ha.md says what each setting guarantees.
-         */
-        durability: Type.Object(
-          {
-            replicas: Type.Integer({ minimum: 0, maximum: 16, default: 0 }),
-            timeoutMs: Type.Integer({ minimum: 1, maximum: 60_000, default: 1000 }),
-          },
-          closed,
-        ),
+        ...RedisTargetFields,
         /** Key prefix for every toolgate key and queue; lets deployments share a Redis. */
         prefix: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'toolgate' }),
+        /**
+         * Several Redis deployments, each a url, a Sentinel group or a Cluster as above (or, on
+         * one Cluster, a prefix of its own: a hash tag on the master its slot is on): each
+         * client's data lives on one of them (`clients[].shard`, default a stable hash of its
+         * id), deployment-wide data on the `home` one (docs/sharding.md). Without it, the
+         * Redis above is the one home shard. Set it instead of url, sentinel and cluster.
+         */
+        shards: Type.Optional(Type.Array(ShardSchema, { minItems: 1, maxItems: 64 })),
       },
       closed,
     ),

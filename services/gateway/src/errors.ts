@@ -35,6 +35,7 @@ export type ApiErrorCode =
   | 'code_mode_depth'
   | 'code_mode_sandbox_slot'
   | 'unavailable'
+  | 'shard_unavailable'
   | 'internal';
 
 const STATUS: Record<ApiErrorCode, number> = {
@@ -71,6 +72,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   code_mode_depth: 400,
   code_mode_sandbox_slot: 409,
   unavailable: 503,
+  shard_unavailable: 503,
   internal: 500,
 };
 

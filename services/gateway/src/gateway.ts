@@ -1,76 +1,28 @@
 import { createServer, type Server } from 'node:http';
 import type { Socket } from 'node:net';
-import {
-  Admission,
-  Budgets,
-  budgetConfig,
-  Approvals,
-  AuditLog,
-  CallEvents,
-  CallIndex,
-  CallStore,
-  CodeModeCapabilities,
-  Dispatcher,
-  queueTelemetry,
-  Keys,
-  ResultCache,
-  Series,
-  SessionStore,
-  Stats,
-  StatsBatch,
-  WorkspaceResets,
-  createRedis,
-  ReplicaWait,
-  ConnectionBudget,
-  liveWorkers,
-  warmSandboxes,
-} from '@toolgate/calls';
-import { tracingActive } from '@toolgate/telemetry';
-import type { Config } from '@toolgate/config';
+import { CodeModeCapabilities, liveWorkers } from '@toolgate/calls';
+import { ShardMap, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
+import { PolicyEngine } from '@toolgate/policy';
 import type { ToolRegistry } from '@toolgate/registry';
 import { createGuardedFetch } from '@toolgate/tools';
 import { UpstreamCatalog } from '@toolgate/upstreams';
 import express from 'express';
 import { OAuthResource } from './auth/oauth.js';
-import { resolveClients, type DevMode } from './clients.js';
 import { deferContinue, readJsonBody } from './body/read-json-body.js';
+import { resolveClients, type DevMode } from './clients.js';
 import { ApiError } from './errors.js';
-import { authenticate, chargeRequests, errorHandler, notFound } from './http.js';
+import { authenticate, clientOf, errorHandler, notFound } from './http.js';
+import { createMetrics } from './metrics.js';
 import { approvalRule } from './policy/approval.js';
 import { AuthFailures } from './policy/auth-failures.js';
-import { createMetrics } from './metrics.js';
-import { CallPipeline } from './pipeline.js';
-import { CallLimits } from './policy/limits.js';
 import { CallPolicy } from './policy/cedar.js';
-import { PolicyEngine } from '@toolgate/policy';
-import { policyRoutes } from './routes/policy.js';
-import { adminRoutes, workspaceAdminRoutes } from './routes/admin.js';
-import { budgetRoutes } from './routes/budget.js';
-import { upstreamRoutes } from './routes/upstreams.js';
-import { secretRoutes } from './routes/secrets.js';
-import { KeyRing, SecretStore } from '@toolgate/secrets';
-import { protectedResourceRoutes } from './routes/well-known.js';
-import { QUEUE_BOARD_PATH, queueBoard } from './routes/queue-board.js';
-import { ApprovalFeed } from './approval-feed.js';
-import { HeldConnections } from './held-connections.js';
-import { callRoutes } from './routes/calls.js';
 import { codeModeRoutes } from './routes/code-mode.js';
-import { consoleApi, consoleDir, consolePages } from './routes/console.js';
-import { executeRoutes } from './routes/execute.js';
-import { conversationSessions, sessionRoutes } from './routes/sessions.js';
+import { consoleDir, consolePages } from './routes/console.js';
 import { healthRoutes } from './routes/health.js';
-import { OriginPolicy } from './mcp/origin.js';
-import { mcpRoutes } from './routes/mcp.js';
-import { statsRoutes } from './routes/stats.js';
-import { toolCallRoutes } from './routes/tool-calls.js';
-import { toolRoutes } from './routes/tools.js';
-
-/**
- * How long a call may stay queued before its in-flight entry is taken for a lost one (its
- * worker vanished without saying the call ended); the longest tool timeout is added to it.
- */
-const STALE_QUEUE_WAIT_MS = 30 * 60_000;
+import { QUEUE_BOARD_PATH, queueBoard } from './routes/queue-board.js';
+import { protectedResourceRoutes } from './routes/well-known.js';
+import { openShard, type ShardStack } from './shard-stack.js';
 
 export interface GatewayOptions {
   config: Config;
@@ -97,22 +49,6 @@ const CLOSE_GRACE_MS = 30_000;
 
 export function createGateway({ config, registry, logger }: GatewayOptions): Gateway {
   const log = logger.child({ component: 'gateway' });
-  const keys = Keys.for(config.redis);
-  const redis = createRedis(config.redis, 'command');
-  redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
-  const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
-  // One subscriber connection carries this gateway's replies and the events of watched calls.
-  const subscriber = createRedis(config.redis, 'blocking');
-  // BullMQ's spans (bullmq-otel) when tracing is on: a call's add joins its trace.
-  const dispatcher = new Dispatcher(
-    redis,
-    subscriber,
-    keys,
-    store,
-    queueTelemetry(tracingActive()),
-  );
-  const events = new CallEvents(redis, subscriber, keys);
-  const feed = new ApprovalFeed(redis, subscriber, keys);
   const { clients, dev } = resolveClients(config);
   const metrics = createMetrics();
   // Cedar policies (docs/policy.md): a set that does not parse or validate stops the start.
@@ -129,23 +65,16 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       },
     });
   engine?.watch();
-  const budgets = new Budgets(redis, keys, budgetConfig(config.clients));
+  // The shards (docs/sharding.md): each client's data and calls on one; deployment-wide data
+  // (upstream catalogs, code-mode capabilities, failed sign-ins) on the home one.
+  const shardMap = new ShardMap(config);
+  const homeRedisConfig = shardMap.home.redis;
   // Policies read the caller's budget use (context.budget; no Redis read without a budget).
   const policy =
     engine &&
-    new CallPolicy(engine, metrics, ({ client, user }) => budgets.budgetUse(client, user));
-  const approvals = new Approvals(redis, keys, store, config.policy.approval.ttlSeconds);
-  const audit = new AuditLog(redis, keys, config.audit);
-  const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
-  const series = new Series(redis, keys);
-  const callIndex = new CallIndex(redis, keys, config.calls.ttlSeconds);
-  const stats = new Stats(redis, keys, { series, index: callIndex });
-  const statsBatch = new StatsBatch(redis, stats, (err, calls) =>
-    log.warn({ err, calls }, 'could not count the stats of calls answered here'),
-  );
-  const limits = new CallLimits(redis, keys, config.policy.loopGuard, (kind, client) =>
-    metrics.limited.inc({ kind, client: client.id }),
-  );
+    new CallPolicy(engine, metrics, ({ client, user }) =>
+      stackOf(client).budgets.budgetUse(client, user),
+    );
   // Upstream tools come and go with their catalogs (docs/upstreams.md); this process reads
   // them into the registry and keeps them current.
   const upstreams =
@@ -154,136 +83,82 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       : UpstreamCatalog.open({
           upstreams: config.upstreams,
           registry,
-          redis: config.redis,
+          redis: homeRedisConfig,
           fetch: createGuardedFetch(config.policy.http),
           log: log.child({ component: 'upstreams' }),
           audit: config.audit,
         });
-  const longestTimeoutMs = Math.max(
-    0,
-    ...registry.list().map((t) => t.timeoutMs),
-    ...config.upstreams.map((u) => u.timeoutMs + 2000),
-  );
-  const admission = new Admission(redis, keys, STALE_QUEUE_WAIT_MS + longestTimeoutMs);
-  const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
-  let unreplicatedWarnedAt = 0;
-  const sessions = new SessionStore(redis, keys, config.worker.lostCallTimeoutMs);
-  const pipeline = new CallPipeline({
-    redis,
-    keys,
-    budgets,
-    store,
-    dispatcher,
-    events,
-    index: callIndex,
-    clientIds: [...clients.ids],
-    feed,
+  /** Aborted when close() begins. */
+  const closing = new AbortController();
+  const stackOptions = {
+    config,
     registry,
-    limits,
-    admission,
-    approvals,
-    audit,
-    cache,
-    stats,
-    statsBatch,
+    log,
     metrics,
-    replicas,
-    onUnreplicated(replication) {
-      // One line per burst: a replica that is gone times out every call's WAIT.
-      if (Date.now() - unreplicatedWarnedAt < 10_000) return;
-      unreplicatedWarnedAt = Date.now();
-      log.warn(
-        { acked: replication.acked, wanted: config.redis.durability.replicas, ms: replication.ms },
-        'calls accepted on the Redis master only: WAIT timed out (toolgate_redis_unreplicated_total)',
-      );
-    },
+    clients,
+    dev: dev !== undefined,
     requiresApproval,
-    services: { shellPolicy: config.policy.shell },
-    syncWaitGraceMs: config.server.syncWaitGraceMs,
-    sessions,
-    ...(upstreams ? { heldTool: (name: string) => upstreams.held(name) } : {}),
-    ...(policy ? { policy } : {}),
-  });
+    policy,
+    upstreams,
+    closing: closing.signal,
+    queueDashboard: config.server.queueDashboard.enabled ? QUEUE_BOARD_PATH : undefined,
+  };
+  const stacks = new Map(
+    shardMap.list.map((shard) => [shard.id, openShard(shard, stackOptions, shardMap.sharded)]),
+  );
+  /** The stack of the shard a client's data lives on. */
+  function stackOf(clientId: string): ShardStack {
+    return stacks.get(shardMap.of(clientId).id)!;
+  }
+  const all = [...stacks.values()];
+  const home = stacks.get(shardMap.home.id)!;
+  const redis = home.redis;
+  const keys = home.keys;
+  const sum = async (each: (stack: ShardStack) => Promise<number>) =>
+    (await Promise.all(all.map(each))).reduce((a, b) => a + b, 0);
   metrics.setSources({
     async queueDepth() {
       const out: Record<
         string,
         { waiting: number; active: number; delayed: number; failed: number }
       > = {};
-      for (const kind of ['fast', 'sandbox'] as const) out[kind] = await dispatcher.counts(kind);
+      for (const kind of ['fast', 'sandbox'] as const) {
+        const counts = await Promise.all(all.map((s) => s.dispatcher.counts(kind)));
+        out[kind] = counts.reduce((a, c) => ({
+          waiting: a.waiting + c.waiting,
+          active: a.active + c.active,
+          delayed: a.delayed + c.delayed,
+          failed: a.failed + c.failed,
+        }));
+      }
       return out;
     },
-    approvalsPending: () => approvals.count(),
-    cacheKeys: () => cache.size(),
-    workersAlive: () => liveWorkers(redis, keys),
-    redisUp: () => redis.status === 'ready',
+    approvalsPending: () => sum((s) => s.approvals.count()),
+    cacheKeys: () => sum((s) => s.cache.size()),
+    // Workers serve every shard: the fewest any shard sees is how many serve them all.
+    workersAlive: async () =>
+      Math.min(...(await Promise.all(all.map((s) => liveWorkers(s.redis, s.keys))))),
+    redisUp: () => all.every((s) => s.redis.status === 'ready'),
+    ...(shardMap.sharded
+      ? { shardsUp: () => all.map((s) => ({ shard: s.shard.id, up: s.redis.status === 'ready' })) }
+      : {}),
     budgets: async () =>
       Promise.all(
         [...clients.ids]
-          .filter((id) => budgets.has(id))
-          .map(async (id) => ({ client: id, use: (await budgets.use(id)).client ?? {} })),
+          .filter((id) => stackOf(id).budgets.has(id))
+          .map(async (id) => ({
+            client: id,
+            use: (await stackOf(id).budgets.use(id)).client ?? {},
+          })),
       ),
     policyHash: () => engine?.state().hash,
   });
 
-  // Housekeeping any gateway may do (each step is safe to race): expire pending approvals,
-  // count expired cache entries.
-  let sampledMinute = 0;
-  const queueDepth = async (kind: 'fast' | 'sandbox') => {
-    const c = await dispatcher.counts(kind);
-    return c.waiting + c.delayed;
-  };
-  const sweep = async () => {
-    const expired = await approvals.expireOverdue();
-    for (const record of expired) {
-      metrics.approvalDecisions.inc({ decision: 'expired' });
-      await pipeline.ended(record);
-      await audit.append(
-        audit.entry({
-          event: 'approval',
-          client: record.clientId,
-          tool: record.tool,
-          callId: record.id,
-          status: 'expired',
-          by: 'system',
-        }),
-      );
-    }
-    // The console's gauges, once a minute (whichever gateway's sweep comes first writes it).
-    const minute = Math.floor(Date.now() / 60_000);
-    if (minute !== sampledMinute) {
-      sampledMinute = minute;
-      const [fast, sandbox, workers, warm] = await Promise.all([
-        queueDepth('fast'),
-        queueDepth('sandbox'),
-        liveWorkers(redis, keys),
-        warmSandboxes(redis, keys),
-      ]);
-      await series.sample({ queueFast: fast, queueSandbox: sandbox, workers, warm });
-    }
-    const evicted = await cache.sweep();
-    if (evicted > 0) {
-      metrics.cacheEvictions.inc(evicted);
-      const multi = redis.multi();
-      stats.countCache(multi, 'evictions', evicted);
-      await multi.exec();
-    }
-  };
   const sockets = new Set<Socket>();
-  /** Aborted when close() begins. */
-  const closing = new AbortController();
-  const connectionBudget = new ConnectionBudget(redis, keys, {
-    leaseMs: config.calls.events.streamLeaseSeconds * 1000,
-  });
-  const held = new HeldConnections(
-    connectionBudget,
-    redis,
-    config.calls.events.maxStreamsPerClient,
-    closing.signal,
-  );
   const sweeper = setInterval(() => {
-    if (redis.status === 'ready')
-      sweep().catch((err: unknown) => log.debug({ err }, 'sweep failed'));
+    for (const stack of all)
+      if (stack.redis.status === 'ready')
+        stack.sweep().catch((err: unknown) => log.debug({ err }, 'sweep failed'));
   }, config.server.sweepIntervalMs);
   sweeper.unref();
 
@@ -309,8 +184,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   });
   app.use(
     healthRoutes(
-      redis,
-      keys,
+      all.map((s) => ({ id: s.shard.id, redis: s.redis, keys: s.keys })),
+      shardMap.sharded,
       log,
       upstreams && (() => upstreams.status()),
       upstreams && (() => upstreams.supervisorSummary()),
@@ -338,7 +213,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       failures: authFailures,
       capabilities: new CodeModeCapabilities(redis, keys),
       clients,
-      pipeline,
+      pipelineOf: (clientId: string) => stackOf(clientId).pipeline,
       registry,
       approval: config.codeMode.approval,
       body: readJsonBody({ limitBytes: config.server.bodyLimitBytes }),
@@ -367,78 +242,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       ...(oauth ? { oauth } : {}),
     }),
   );
-  app.use(chargeRequests(limits, redis, audit)); // before the body is read
-  app.use(readJsonBody({ limitBytes: config.server.bodyLimitBytes }));
-  app.use(executeRoutes(pipeline)); // the hot route first
-  app.use(sessionRoutes({ sessions, registry, config: config.sessions, audit }));
-  app.use(toolRoutes(registry, requiresApproval, policy));
-  app.use(policyRoutes({ registry, policy }));
-  app.use(
-    toolCallRoutes(pipeline, {
-      cancelOnDisconnect: config.calls.cancelOnDisconnect,
-      conversationSession: conversationSessions({
-        sessions,
-        registry,
-        config: config.sessions,
-      }),
-      perConversation: config.sessions.perConversation,
-    }),
-  );
-  app.use(
-    mcpRoutes({
-      registry,
-      pipeline,
-      requiresApproval,
-      origins: new OriginPolicy(config.server.allowedOrigins, dev !== undefined),
-      redis,
-      keys,
-      logger: log,
-      syncWaitGraceMs: config.server.syncWaitGraceMs,
-      callTtlSeconds: config.calls.ttlSeconds,
-      held,
-      ...(config.auth.oauth ? { publicOrigin: new URL(config.auth.oauth.audience).origin } : {}),
-      ...(policy ? { policy } : {}),
-    }),
-  );
-  app.use(callRoutes(pipeline, { held }));
-  app.use(budgetRoutes(redis, budgets, clients.ids));
-  app.use(statsRoutes(redis, stats, cache, registry, clients.ids));
-  app.use(
-    adminRoutes({
-      redis,
-      approvals,
-      audit,
-      pipeline,
-      metrics,
-      feed,
-      pendingLimits: clients.pendingLimits,
-      held,
-    }),
-  );
-  app.use(upstreamRoutes({ redis, catalog: upstreams }));
-  app.use(
-    consoleApi({
-      redis,
-      series,
-      registry,
-      traceUrl: config.console.traceUrl,
-      ...(board ? { queueDashboard: QUEUE_BOARD_PATH } : {}),
-      policies: policy !== undefined,
-    }),
-  );
-  const clientIds = new Set(config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev']);
-  app.use(
-    workspaceAdminRoutes({ redis, resets: new WorkspaceResets(redis, keys), clientIds, audit }),
-  );
-  // Sealed here, opened only by workers: the gateway never reads a value back.
-  app.use(
-    secretRoutes({
-      redis,
-      store: new SecretStore(redis, keys, KeyRing.load(config.secrets)),
-      audit,
-      clientIds,
-    }),
-  );
+  // Each client's routes run on its shard's stack.
+  app.use((req, res, next) => stackOf(clientOf(res).id).router(req, res, next));
   app.use(notFound);
   app.use(errorHandler(log));
 
@@ -517,12 +322,8 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         clearInterval(idle);
         clearTimeout(force);
       }
-      await connectionBudget.close();
-      await statsBatch.drain();
-      await dispatcher.close();
       await board?.close();
-      replicas.close();
-      redis.disconnect();
+      await Promise.all(all.map((stack) => stack.close()));
     },
   };
 }

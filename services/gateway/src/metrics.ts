@@ -10,6 +10,8 @@ export interface ScrapeSources {
   cacheKeys(): Promise<number>;
   workersAlive(): Promise<number>;
   redisUp(): boolean;
+  /** With `redis.shards`: each shard and whether this gateway is connected to it. */
+  shardsUp?(): { shard: string; up: boolean }[];
   /** Each client with a `limits.budget` and its use (docs/budgets.md). */
   budgets?(): Promise<{ client: string; use: BudgetUse }[]>;
   /** The active Cedar policy set's hash, with `policy.cedar` (docs/policy.md). */
@@ -164,10 +166,20 @@ export function createMetrics() {
   });
   new Gauge({
     name: 'toolgate_redis_up',
-    help: '1 while the gateway is connected to Redis, else 0',
+    help: '1 while the gateway is connected to Redis (with redis.shards: to every shard), else 0',
     registers: [registry],
     collect() {
       this.set(sources?.redisUp() ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'toolgate_redis_shard_up',
+    help: 'With redis.shards: 1 while the gateway is connected to the shard, else 0 (docs/sharding.md)',
+    labelNames: ['shard'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const { shard, up } of sources?.shardsUp?.() ?? []) this.set({ shard }, up ? 1 : 0);
     },
   });
   const policyDecisions = new Counter({

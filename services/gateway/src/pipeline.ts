@@ -375,7 +375,7 @@ export class CallPipeline {
 
       await this.requireWorkers();
       if (req.wait && !needsApproval && !(await this.o.dispatcher.ready(2000))) {
-        throw new ApiError('unavailable', UNAVAILABLE, { headers: { 'Retry-After': '2' } });
+        throw redisUnavailable(this.o.redis);
       }
       const id = randomUUID();
       if (req.idempotencyKey) {
@@ -1088,21 +1088,41 @@ function alreadyEnded(record: CallRecord): ApiError {
   );
 }
 
-/** Redis connection failures become 503 unavailable. */
+/** Which shard each shard's connection is for, when a deployment has several (markShard). */
+const shardOfRedis = new WeakMap<RedisClient, string>();
+
+/**
+ * Says that `redis` is the connection of shard `id` of a sharded deployment: its outage is
+ * then that shard's, 503 `shard_unavailable` naming it (docs/sharding.md), for its clients only.
+ */
+export function markShard(redis: RedisClient, id: string): void {
+  shardOfRedis.set(redis, id);
+}
+
+/**
+ * The 503 for a Redis that is down: `unavailable`, or on a sharded deployment
+ * `shard_unavailable` with the shard's id (the other shards' clients go on).
+ */
+export function redisUnavailable(redis: RedisClient, cause?: unknown): ApiError {
+  const shard = shardOfRedis.get(redis);
+  const options = { headers: { 'Retry-After': '2' }, ...(cause === undefined ? {} : { cause }) };
+  return shard === undefined
+    ? new ApiError('unavailable', UNAVAILABLE, options)
+    : new ApiError(
+        'shard_unavailable',
+        `Redis shard "${shard}", where this client's data lives, is unavailable; the call was not accepted`,
+        { ...options, details: { shard } },
+      );
+}
+
+/** Redis connection failures become 503 unavailable (shard_unavailable on a sharded deployment). */
 export async function guardRedis<T>(fn: () => Promise<T>, redis: RedisClient): Promise<T> {
   // Lost after being up: fail now rather than wait in the offline queue for the outage's end.
-  if (isConnectionLost(redis)) {
-    throw new ApiError('unavailable', UNAVAILABLE, { headers: { 'Retry-After': '2' } });
-  }
+  if (isConnectionLost(redis)) throw redisUnavailable(redis);
   try {
     return await fn();
   } catch (err) {
-    if (!(err instanceof ApiError) && isRedisDown(err)) {
-      throw new ApiError('unavailable', UNAVAILABLE, {
-        cause: err,
-        headers: { 'Retry-After': '2' },
-      });
-    }
+    if (!(err instanceof ApiError) && isRedisDown(err)) throw redisUnavailable(redis, err);
     throw err;
   }
 }

@@ -148,7 +148,14 @@ export function refusal(
     err.code === 'unknown_tool' || err.code === 'forbidden' || err.code === 'tool_quarantined'
       ? ProtocolErrorCode.InvalidParams
       : ProtocolErrorCode.InternalError;
-  return { error: { code, message: err.message, data: { code: err.code } } };
+  // What a client retries by: when (Retry-After), and for a shard's outage which shard it is.
+  const retryAfter = err.headers['Retry-After'];
+  const data = {
+    code: err.code,
+    ...(err.code === 'shard_unavailable' ? { details: err.details } : {}),
+    ...(retryAfter === undefined ? {} : { retryAfterSeconds: Number(retryAfter) }),
+  };
+  return { error: { code, message: err.message, data } };
 }
 
 export function errorResult(code: string, message: string, details?: unknown): CallToolResult {

@@ -27,7 +27,8 @@ import { CODE_MODE_TOOL, startsCodeMode } from '../code-mode-tools.js';
 export interface CodeModeRouteOptions {
   capabilities: CodeModeCapabilities;
   clients: Clients;
-  pipeline: CallPipeline;
+  /** The pipeline of a client's shard: a nested call runs where its caller's calls do. */
+  pipelineOf: (clientId: string) => CallPipeline;
   registry: ToolRegistry;
   /** `codeMode.approval`: a nested call that needs approval waits for it, or fails at once. */
   approval: 'wait' | 'fail';
@@ -174,7 +175,8 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
     res.on('close', () => {
       if (!res.writableFinished) gone.abort();
     });
-    const response = await o.pipeline.call(client, {
+    const pipeline = o.pipelineOf(client.id);
+    const response = await pipeline.call(client, {
       tool,
       args,
       wait: true,
@@ -190,11 +192,11 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
     else {
       // Parked for approval (or still running past the wait): the script waits for its end.
       const id = response.id;
-      const onGone = () => void o.pipeline.cancel(client, id).catch(() => undefined);
+      const onGone = () => void pipeline.cancel(client, id).catch(() => undefined);
       gone.signal.addEventListener('abort', onGone, { once: true });
       if (gone.signal.aborted) onGone();
       try {
-        await o.pipeline.watch(
+        await pipeline.watch(
           client,
           id,
           (event) => {
@@ -206,7 +208,7 @@ export function codeModeRoutes(o: CodeModeRouteOptions): Router {
         gone.signal.removeEventListener('abort', onGone);
       }
       if (!outcome) {
-        const record = await o.pipeline.get(client, id);
+        const record = await pipeline.get(client, id);
         outcome = record.outcome ?? {
           id,
           tool,

@@ -9,7 +9,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Keys } from '@toolgate/calls';
-import { parseConfig } from '@toolgate/config';
+import { ShardMap, parseConfig } from '@toolgate/config';
 import { createLogger } from '@toolgate/log';
 import type { ToolServices } from '@toolgate/registry';
 import { createHttpServices, createToolRegistry } from '@toolgate/tools';
@@ -747,6 +747,195 @@ describe('helm chart deploy/helm/toolgate', () => {
   it('rejects values outside the schema (values.schema.json) with the field named', () => {
     expect(renderFails(...KEYS, '--set', 'workers.sandbox.driver=podman')).toMatch(/driver/);
     expect(renderFails(...KEYS, '--set', 'redis.prefix=a:b')).toMatch(/prefix/);
+  });
+
+  describe('with redis.shards (values-shards.yaml: three Redis masters)', () => {
+    const SHARDS = ['-f', `${CHART}/values-shards.yaml`];
+    /** values-shards.yaml's list with its third shard replaced (helm's --set cannot drop a field). */
+    const shardList = (third: Record<string, unknown>, ...more: Record<string, unknown>[]) => [
+      '--set-json',
+      `redis.shards=${JSON.stringify([
+        { id: 's0', url: 'redis://redis-s0:6379', home: true },
+        { id: 's1', url: 'redis://redis-s1:6379' },
+        third,
+        ...more,
+      ])}`,
+    ];
+    let sharded: Rendered;
+    let shardedBwrap: Rendered;
+    let shardedDocker: Rendered;
+
+    beforeAll(() => {
+      sharded = render(...SHARDS, ...KEYS);
+      shardedBwrap = render('-f', `${CHART}/values-bwrap.yaml`, ...SHARDS, ...KEYS);
+      shardedDocker = render('-f', `${CHART}/values-docker.yaml`, ...SHARDS, ...KEYS);
+    });
+
+    it('renders valid objects and passes helm lint --strict with each driver', async () => {
+      for (const r of [sharded, shardedBwrap, shardedDocker]) {
+        expect(unknownFields(r.objects)).toEqual([]);
+        expect(await validateAll(r)).toEqual(
+          expect.arrayContaining([
+            'ScaledObject/tg-toolgate-worker-fast',
+            'ScaledObject/tg-toolgate-worker-sandbox',
+          ]),
+        );
+      }
+      for (const driver of ['values-bwrap.yaml', 'values-docker.yaml']) {
+        const { status, stdout } = helm([
+          'lint',
+          CHART,
+          '--strict',
+          '-f',
+          `${CHART}/${driver}`,
+          ...SHARDS,
+          ...KEYS,
+        ]);
+        expect(stdout).toContain('0 chart(s) failed');
+        expect(status).toBe(0);
+      }
+    });
+
+    it('gives every pod the shards instead of a Redis url, and each pod puts a client on the same shard', () => {
+      const file = parseYaml(
+        sharded.get('ConfigMap', 'tg-toolgate-config').data!['toolgate.yaml']!,
+      ) as { redis: Record<string, unknown> };
+      expect(file.redis).toEqual({
+        prefix: 'toolgate',
+        shards: [
+          { id: 's0', url: 'redis://redis-s0:6379', home: true },
+          { id: 's1', url: 'redis://redis-s1:6379' },
+          { id: 's2', url: 'redis://redis-s2:6379' },
+        ],
+      });
+      const placed = new Set<string>();
+      for (const r of [sharded, shardedBwrap, shardedDocker]) {
+        for (const d of DEPLOYMENTS) {
+          // Neither the config nor the env names a single Redis: the loader refuses both at once.
+          expect(Object.keys(containerEnv(r, podSpec(r, d).containers[0]!)), d).not.toContain(
+            'REDIS_URL',
+          );
+          const config = loadedConfig(r, d);
+          expect(config.redis.url, d).toBeUndefined();
+          const map = new ShardMap(config);
+          expect(map.list.map((s) => [s.id, s.home, s.redis.url, s.redis.prefix])).toEqual([
+            ['s0', true, 'redis://redis-s0:6379', 'toolgate'],
+            ['s1', false, 'redis://redis-s1:6379', 'toolgate'],
+            ['s2', false, 'redis://redis-s2:6379', 'toolgate'],
+          ]);
+          // Pinned, and hashed: a gateway and the workers must agree on where a client lives.
+          expect(map.of('assistant').id, d).toBe('s1');
+          placed.add(map.of('ops').id);
+        }
+      }
+      expect(placed.size).toBe(1);
+      // The workers' copy keeps each client's shard, without its key.
+      const worker = loadedConfig(sharded, 'tg-toolgate-worker-sandbox');
+      expect(worker.clients.map((c) => [c.id, c.shard, c.keySha256])).toEqual([
+        ['ops', undefined, '0'.repeat(64)],
+        ['assistant', 's1', '0'.repeat(64)],
+      ]);
+    });
+
+    it('passes a Sentinel shard, its own prefix and tls through to the config', () => {
+      const r = render(
+        ...SHARDS,
+        ...KEYS,
+        ...shardList({
+          id: 's2',
+          sentinel: { name: 'm2', nodes: ['sentinel-s2:26379'] },
+          prefix: 'tg2',
+          tls: { servername: 'redis-s2.example' },
+        }),
+      );
+      const map = new ShardMap(loadedConfig(r, 'tg-toolgate-worker-fast'));
+      expect(map.byId('s2')!.redis).toMatchObject({
+        sentinel: { name: 'm2', nodes: ['sentinel-s2:26379'] },
+        prefix: 'tg2',
+        tls: { servername: 'redis-s2.example' },
+      });
+      expect(map.byId('s2')!.redis.url).toBeUndefined();
+    });
+
+    it('scales each worker pool on the sum of its queue over the shards (one Prometheus trigger, not one per shard)', () => {
+      for (const [queue, perReplica] of [
+        ['fast', '32'],
+        ['sandbox', '4'],
+      ] as const) {
+        const so = sharded.get<{ triggers: { type: string; metadata: Record<string, string> }[] }>(
+          'ScaledObject',
+          `tg-toolgate-worker-${queue}`,
+        );
+        // KEDA scales on the highest of several triggers: one per shard would follow the
+        // busiest shard, while every worker serves all of them. And KEDA's redis,
+        // redis-sentinel and redis-cluster triggers count a list (LLEN), not BullMQ's
+        // prioritized set (the last test of this file).
+        expect(so.spec.triggers.map((t) => t.type)).toEqual(['prometheus']);
+        expect(so.spec.triggers[0]!.metadata.threshold).toBe(perReplica);
+        // Every gateway reports every shard's counts: max across gateways per shard, then sum.
+        expect(so.spec.triggers[0]!.metadata.query).toBe(
+          `sum(max by (shard, state) (toolgate_queue_jobs{namespace="tools",job="tg-toolgate-gateway",queue="${queue}",state=~"waiting|active"}))`,
+        );
+      }
+    });
+
+    it('refuses a bad shard list at render time, naming the field', () => {
+      const fails = (...set: string[]) =>
+        renderFails(...SHARDS, ...KEYS, ...set.flatMap((s) => ['--set', s]));
+      expect(fails('redis.url=redis://redis:6379')).toContain(
+        'set either redis.shards or redis.url, not both',
+      );
+      expect(fails('redis.cluster.nodes={c-0:6379}')).toContain(
+        'set either redis.shards or redis.cluster, not both',
+      );
+      expect(fails('redis.tls.servername=x')).toContain(
+        'set either redis.shards or redis.tls, not both',
+      );
+      const failsWith = (...list: Record<string, unknown>[]) =>
+        renderFails(...SHARDS, ...KEYS, ...shardList(list[0]!, ...list.slice(1)));
+      expect(failsWith({ id: 's2', prefix: 'tg2' })).toContain(
+        'redis.shards[2] (s2) needs exactly one of url, sentinel, cluster (got none)',
+      );
+      expect(
+        failsWith({ id: 's2', url: 'redis://redis-s2:6379', cluster: { nodes: ['c-0:6379'] } }),
+      ).toContain(
+        'redis.shards[2] (s2) needs exactly one of url, sentinel, cluster (got url and cluster)',
+      );
+      expect(failsWith({ id: 's2', sentinel: { name: 'm2' } })).toContain(
+        'redis.shards[2] (s2): sentinel needs name',
+      );
+      expect(failsWith({ id: 's2', cluster: { password: 'p' } })).toContain(
+        'redis.shards[2] (s2): cluster needs nodes',
+      );
+      expect(failsWith({ id: 's1', url: 'redis://redis-s2:6379' })).toContain(
+        'redis.shards[2] (s1): duplicate shard id "s1"',
+      );
+      expect(failsWith({ id: 's2', url: 'redis://redis-s2:6379', home: true })).toContain(
+        'only one of redis.shards is home (got s0 and s2)',
+      );
+      const clients = (shard: string) => [
+        '--set-json',
+        `clients=${JSON.stringify([
+          { id: 'ops', key: '${TOOLGATE_ADMIN_KEY}', admin: true },
+          { id: 'assistant', key: '${TOOLGATE_ASSISTANT_KEY}', shard },
+        ])}`,
+      ];
+      expect(renderFails(...SHARDS, ...KEYS, ...clients('s9'))).toContain(
+        'client "assistant" names shard "s9", which redis.shards does not have (s0, s1, s2)',
+      );
+      // The values schema: a shard's fields are closed, its id is what the config takes.
+      expect(failsWith({ id: 's2', uri: 'redis://redis-s2:6379' })).toMatch(/uri/);
+      expect(failsWith({ id: 'S2', url: 'redis://redis-s2:6379' })).toMatch(/shards\/2\/id/);
+      // Without shards, a pinned client names a shard that does not exist.
+      expect(renderFails(...KEYS, ...clients('s1'))).toContain(
+        'client "assistant" names shard "s1", but redis.shards is not set',
+      );
+      // `home`, the one shard a deployment without redis.shards has, is a shard it names.
+      const home = render(...KEYS, ...clients('home'));
+      expect(new ShardMap(loadedConfig(home, 'tg-toolgate-gateway')).of('assistant').id).toBe(
+        'home',
+      );
+    });
   });
 });
 

@@ -54,11 +54,15 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
 {{/*
-The Redis part of the config: exactly one of url, sentinel, cluster (checked here, so a bad
-values file fails at render time with the field named).
+The Redis part of the config: exactly one of url, sentinel, cluster, or shards (checked here, so
+a bad values file fails at render time with the field named).
 */}}
 {{- define "toolgate.redisConfig" -}}
 {{- $r := .Values.redis -}}
+{{- if $r.shards -}}
+{{- include "toolgate.redisShardsConfig" . -}}
+{{- else -}}
+{{- include "toolgate.checkClientShards" (list . (list)) -}}
 {{- $modes := list -}}
 {{- if $r.url }}{{ $modes = append $modes "redis.url" }}{{ end -}}
 {{- if $r.sentinel }}{{ $modes = append $modes "redis.sentinel" }}{{ end -}}
@@ -82,6 +86,63 @@ values file fails at render time with the field named).
 {{- end -}}
 {{- if $r.tls }}{{ $_ := set $out "tls" $r.tls }}{{ end -}}
 {{- toYaml $out -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+redis.shards: each entry goes to the config as it is, after the checks toolgate's loader would
+make at pod start (docs/sharding.md), so a bad list fails the render instead of every pod.
+*/}}
+{{- define "toolgate.redisShardsConfig" -}}
+{{- $r := .Values.redis -}}
+{{- range $field := list "url" "sentinel" "cluster" "tls" -}}
+{{- if index $r $field -}}
+{{- fail (printf "toolgate: set either redis.shards or redis.%s, not both: each shard says where its Redis is (and its own tls)" $field) -}}
+{{- end -}}
+{{- end -}}
+{{- $ids := list -}}
+{{- $homes := list -}}
+{{- range $i, $shard := $r.shards -}}
+{{- $at := printf "redis.shards[%d] (%s)" $i $shard.id -}}
+{{- if has $shard.id $ids -}}
+{{- fail (printf "toolgate: %s: duplicate shard id %q" $at $shard.id) -}}
+{{- end -}}
+{{- $ids = append $ids $shard.id -}}
+{{- if $shard.home }}{{ $homes = append $homes $shard.id }}{{ end -}}
+{{- $targets := list -}}
+{{- range $field := list "url" "sentinel" "cluster" -}}
+{{- if index $shard $field }}{{ $targets = append $targets $field }}{{ end -}}
+{{- end -}}
+{{- if ne (len $targets) 1 -}}
+{{- fail (printf "toolgate: %s needs exactly one of url, sentinel, cluster (got %s)" $at (default "none" (join " and " $targets))) -}}
+{{- end -}}
+{{- if and $shard.sentinel (not (and $shard.sentinel.name $shard.sentinel.nodes)) -}}
+{{- fail (printf "toolgate: %s: sentinel needs name (the master's name) and nodes (host:port of each sentinel)" $at) -}}
+{{- end -}}
+{{- if and $shard.cluster (not $shard.cluster.nodes) -}}
+{{- fail (printf "toolgate: %s: cluster needs nodes (host:port of one or more cluster nodes)" $at) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (len $homes) 1 -}}
+{{- fail (printf "toolgate: only one of redis.shards is home (got %s)" (join " and " $homes)) -}}
+{{- end -}}
+{{- include "toolgate.checkClientShards" (list . $ids) -}}
+{{- toYaml (dict "prefix" $r.prefix "shards" $r.shards) -}}
+{{- end -}}
+
+{{/* A client's `shard` names one of redis.shards. Call with (list . <shard ids>). */}}
+{{- define "toolgate.checkClientShards" -}}
+{{- $root := index . 0 -}}
+{{- $ids := index . 1 -}}
+{{- range $root.Values.clients -}}
+{{- if and .shard (not (has .shard $ids)) -}}
+{{- if $ids -}}
+{{- fail (printf "toolgate: client %q names shard %q, which redis.shards does not have (%s)" .id .shard (join ", " $ids)) -}}
+{{- else if ne .shard "home" -}}
+{{- fail (printf "toolgate: client %q names shard %q, but redis.shards is not set" .id .shard) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The toolgate config file (TOOLGATE_CONFIG) the gateway and both worker pools read. */}}
@@ -193,7 +254,12 @@ checksum/secret: {{ toYaml .Values.secret.values | sha256sum }}
 {{- $selector = printf "namespace=%q,job=%q" $root.Release.Namespace (printf "%s-gateway" (include "toolgate.fullname" $root)) -}}
 {{- end -}}
 {{- /* Every gateway reports the same Redis counts: max across gateways, never sum. */ -}}
+{{- if $root.Values.redis.shards -}}
+{{- /* Sharded: workers serve every shard, so the pool's work is the sum over shards. */ -}}
+sum(max by (shard, state) (toolgate_queue_jobs{ {{- $selector }},queue="{{ $queue }}",state=~"waiting|active"}))
+{{- else -}}
 sum(max by (state) (toolgate_queue_jobs{ {{- $selector }},queue="{{ $queue }}",state=~"waiting|active"}))
+{{- end -}}
 {{- end -}}
 
 {{/* NetworkPolicy egress every toolgate pod needs: DNS, and Redis on redis.ports. */}}

@@ -889,9 +889,7 @@ export function createWorker({
           sandboxConcurrency: config.worker.sandboxConcurrency,
           sandboxReserve: config.worker.sandboxReserve,
           tools: registry.size,
-          ...(shards.sharded
-            ? { shards: lanes.filter((l) => l.up).map((l) => l.shard.id) }
-            : {}),
+          ...(shards.sharded ? { shards: lanes.filter((l) => l.up).map((l) => l.shard.id) } : {}),
         },
         'worker started',
       );
@@ -911,18 +909,16 @@ export function createWorker({
             () => res.writeHead(500).end(),
           );
         } else if (req.url === '/healthz') {
-          res
-            .writeHead(200, { 'content-type': 'application/json' })
-            .end(
-              JSON.stringify({
-                status: 'ok',
-                workerId: id,
-                // Which shards it takes calls of (docs/sharding.md#workers).
-                ...(shards.sharded
-                  ? { shards: Object.fromEntries(lanes.map((l) => [l.shard.id, l.up])) }
-                  : {}),
-              }),
-            );
+          res.writeHead(200, { 'content-type': 'application/json' }).end(
+            JSON.stringify({
+              status: 'ok',
+              workerId: id,
+              // Which shards it takes calls of (docs/sharding.md#workers).
+              ...(shards.sharded
+                ? { shards: Object.fromEntries(lanes.map((l) => [l.shard.id, l.up])) }
+                : {}),
+            }),
+          );
         } else {
           res.writeHead(404).end();
         }

@@ -210,6 +210,11 @@ describe('a worker serving three Redis shards', () => {
       ),
     );
     for (const { client, id } of calls) expect(await ended(sides, client, id)).toBe('ok');
+    // The worker's connections on a shard that is not home (this test's one is not counted).
+    const clients = (await sides.s1.redis.client('LIST')) as string;
+    console.warn(
+      `sharded worker: ${clients.trim().split('\n').length - 1} connections on shard s1`,
+    );
     for (const { client, id } of calls) {
       for (const shard of SHARDS) {
         const found = await sides[shard].redis.keys(`*${id}*`);
@@ -250,6 +255,9 @@ describe('a worker serving three Redis shards', () => {
     expect(await ended(sides, 'ben', ben)).toBe('ok');
     // ben's call takes the next slot freed (or the one after, had a completion just fetched):
     // not the 13th start, after ann's backlog.
+    console.warn(
+      `sharded fairness: ben's call on s1 was start #${starts.indexOf('ben') + 1} of ${starts.length}, ann's 12 queued on s0`,
+    );
     expect(starts.indexOf('ben')).toBeGreaterThanOrEqual(0);
     expect(starts.indexOf('ben')).toBeLessThanOrEqual(4);
   });

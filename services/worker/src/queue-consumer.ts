@@ -124,6 +124,11 @@ export class QueueConsumer {
   private readonly held = new Map<string, string>();
   private readonly slots = new Set<Promise<void>>();
   private stopping = false;
+  /** Resolves when `stop` begins: a call waiting for a slot goes back to its queue. */
+  private readonly stopped: Promise<void>;
+  private stop_: () => void = () => undefined;
+  /** A call this consumer took that waits for a slot (a shared pool's). */
+  private waitingCall: { job: Job; token: string } | undefined;
   /** The last fetch (the loop's, or an end's) found the queue empty. */
   private drained = false;
   private loopDone: Promise<void> | undefined;
@@ -133,6 +138,7 @@ export class QueueConsumer {
 
   constructor(private readonly o: QueueConsumerOptions) {
     this.pool = typeof o.slots === 'number' ? new SlotPool(o.slots) : o.slots;
+    this.stopped = new Promise((resolve) => (this.stop_ = resolve));
     this.worker = this.newWorker();
   }
 
@@ -251,6 +257,15 @@ export class QueueConsumer {
     this.stopping = true;
     clearInterval(this.renewTimer);
     this.pool.wake(this);
+    this.stop_();
+    const waiting = this.waitingCall;
+    if (waiting) {
+      // Not run here: back to its queue for another worker, before BullMQ's worker closes.
+      this.waitingCall = undefined;
+      if (!this.pool.withdraw(this)) this.pool.release();
+      this.held.delete(waiting.job.id!);
+      await waiting.job.moveToDelayed(Date.now() + 1, waiting.token).catch(() => undefined);
+    }
     await Promise.all(this.slots);
     await this.worker.close(true);
     // A blocked fetch ends with its connection; one stuck in a Cluster client's reconnection
@@ -299,7 +314,14 @@ export class QueueConsumer {
       const waiting = this.pool.take(this);
       if (waiting) {
         this.held.set(job.id!, token);
-        await waiting;
+        this.waitingCall = { job, token };
+        const granted = await Promise.race([
+          waiting.then(() => true),
+          this.stopped.then(() => false),
+        ]);
+        // Stopping: `stop` puts it back.
+        if (!granted || !this.waitingCall) return;
+        this.waitingCall = undefined;
       }
       this.adopt(job, token);
     }

@@ -37,6 +37,17 @@ export class SlotPool {
     return new Promise<void>((grant) => this.waiting.push({ who, grant }));
   }
 
+  /**
+   * Withdraws `who`'s waiting call (its consumer stops): true if it had no slot yet; false if
+   * it was granted one meanwhile, which the caller then releases.
+   */
+  withdraw(who: object): boolean {
+    const i = this.waiting.findIndex((w) => w.who === who);
+    if (i < 0) return false;
+    this.waiting.splice(i, 1);
+    return true;
+  }
+
   /** A slot whatever the count: a call a late fetch took (it holds its lock already). */
   force(): void {
     this.taken++;

@@ -318,8 +318,17 @@ describe('a worker serving three Redis shards', () => {
     servers.s1 = await startServer('s1', port);
     const ben = await enqueue(sides, 'ben', 'fast', 10, 'ben');
     expect(await ended(sides, 'ben', ben)).toBe('ok');
-    // Down again: close() does not wait for it.
+    // Down again: named down, and close() does not wait for it.
     await servers.s1.stop();
+    for (;;) {
+      const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+      if (/^toolgate_worker_shard_up\{shard="s1"[^}]*\} 0$/m.test(text)) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const down = (await (await fetch(`http://127.0.0.1:${metricsPort}/healthz`)).json()) as {
+      shards: Record<string, boolean>;
+    };
+    expect(down.shards).toEqual({ s0: true, s1: false, s2: true });
     const closing = Date.now();
     await w.close();
     worker = undefined;

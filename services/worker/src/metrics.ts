@@ -33,7 +33,7 @@ export function createMetrics() {
   });
   const shardUp = new Gauge({
     name: 'toolgate_worker_shard_up',
-    help: "Whether the worker serves a Redis shard's queues (1) or waits for its Redis (0), by shard (docs/sharding.md)",
+    help: 'Whether the worker serves a Redis shard (1) or waits for its Redis, at start or in an outage (0), by shard (docs/sharding.md)',
     labelNames: ['shard'] as const,
     registers: [registry],
   });

@@ -326,6 +326,12 @@ export function createWorker({
       up: false,
     };
     lane.cancelSubscriber.on('message', onCancel(lane));
+    // Served and reachable: what /healthz and toolgate_worker_shard_up say of the shard.
+    const reachable = (up: boolean) => {
+      if (lane.up) metrics.shardUp.set({ shard: shard.id }, up ? 1 : 0);
+    };
+    redis.on('ready', () => reachable(true));
+    redis.on('close', () => reachable(false));
     /**
      * A consumer of one BullMQ queue. A call's lock lapses like a lease: 1/2 of
      * lostCallTimeoutMs, renewed every 1/6, BullMQ's stalled check every 1/4
@@ -915,7 +921,11 @@ export function createWorker({
               workerId: id,
               // Which shards it takes calls of (docs/sharding.md#workers).
               ...(shards.sharded
-                ? { shards: Object.fromEntries(lanes.map((l) => [l.shard.id, l.up])) }
+                ? {
+                    shards: Object.fromEntries(
+                      lanes.map((l) => [l.shard.id, l.up && l.redis.status === 'ready']),
+                    ),
+                  }
                 : {}),
             }),
           );

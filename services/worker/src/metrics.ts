@@ -31,6 +31,12 @@ export function createMetrics() {
     labelNames: ['queue', 'client'] as const,
     registers: [registry],
   });
+  const shardUp = new Gauge({
+    name: 'toolgate_worker_shard_up',
+    help: 'Whether the worker serves a Redis shard (1) or waits for its Redis, at start or in an outage (0), by shard (docs/sharding.md)',
+    labelNames: ['shard'] as const,
+    registers: [registry],
+  });
   const unreplicated = new Counter({
     name: 'toolgate_redis_unreplicated_total',
     help: 'Non-idempotent calls that went on although Redis WAIT timed out before redis.durability.replicas replicas held their start (step=start) or outcome (step=outcome) (docs/redis-ha.md)',
@@ -93,6 +99,7 @@ export function createMetrics() {
     inFlight,
     deferred,
     unreplicated,
+    shardUp,
     cacheLookups,
     sandboxStart,
     sandboxRun,

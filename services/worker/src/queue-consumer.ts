@@ -19,6 +19,7 @@ import {
   type RedisClient,
 } from '@toolgate/calls';
 import type { Logger } from '@toolgate/log';
+import { SlotPool } from './slot-pool.js';
 
 /** How long an idle consumer blocks for new calls before it looks again (seconds). */
 const DRAIN_DELAY_S = 1;
@@ -28,6 +29,11 @@ const FETCH_STUCK_MS = 8000;
 const STOP_FETCH_WAIT_MS = 2000;
 /** Why BullMQ failed a call whose workers stopped twice while running it. */
 const STALLED_TWICE = 'its workers stopped twice while running it';
+
+/** A slot's hold on its pool's slot: `given` once handed back before its call left. */
+interface SlotHold {
+  given: boolean;
+}
 
 /** A call a worker took from its queue: the call, and its history. */
 export interface QueuedCall {
@@ -71,7 +77,11 @@ export interface QueueConsumerOptions {
   connection: RedisClient;
   /** This worker's id: BullMQ's worker name and the start of each lock's token. */
   workerId: string;
-  slots: number;
+  /**
+   * How many calls run at once: a number of this consumer's own, or a pool it shares with the
+   * worker's consumers of the same kind on other shards.
+   */
+  slots: number | SlotPool;
   /** A held call's lock: renewed every third of it; a lapsed one is a dead worker's. */
   lockMs: number;
   /** How often BullMQ's stalled-job check runs (any worker's check serves the queue). */
@@ -109,12 +119,16 @@ class CallWorker extends Worker {
  */
 export class QueueConsumer {
   private worker: CallWorker;
-  private free: number;
+  private readonly pool: SlotPool;
   /** Calls held here: id → lock token. */
   private readonly held = new Map<string, string>();
   private readonly slots = new Set<Promise<void>>();
-  private slotFreed: (() => void) | undefined;
   private stopping = false;
+  /** Resolves when `stop` begins: a call waiting for a slot goes back to its queue. */
+  private readonly stopped: Promise<void>;
+  private stop_: () => void = () => undefined;
+  /** A call this consumer took that waits for a slot (a shared pool's). */
+  private waitingCall: { job: Job; token: string } | undefined;
   /** The last fetch (the loop's, or an end's) found the queue empty. */
   private drained = false;
   private loopDone: Promise<void> | undefined;
@@ -123,7 +137,8 @@ export class QueueConsumer {
   private readonly tokenBase = randomUUID().slice(0, 8);
 
   constructor(private readonly o: QueueConsumerOptions) {
-    this.free = o.slots;
+    this.pool = typeof o.slots === 'number' ? new SlotPool(o.slots) : o.slots;
+    this.stopped = new Promise((resolve) => (this.stop_ = resolve));
     this.worker = this.newWorker();
   }
 
@@ -186,22 +201,21 @@ export class QueueConsumer {
       (late) => {
         // Taken again through the worker now in charge: a job keeps its worker, and the
         // closed one's connections never come back (its completion waited for them for good).
-        if (late) this.adopt(Job.fromJSON(this.worker, late.asJSON(), late.id), token);
+        if (!late) return;
+        this.pool.force();
+        this.adopt(Job.fromJSON(this.worker, late.asJSON(), late.id), token);
       },
       () => undefined,
     );
     return undefined;
   }
 
-  /** Runs a call in a slot of its own (the loop's calls, and a late fetch's). */
+  /** Runs a call in the pool's slot it was given (the loop's calls, and a late fetch's). */
   private adopt(job: Job, token: string): void {
-    this.free--;
-    const slot: Promise<void> = this.slot(job, token).finally(() => {
+    const hold: SlotHold = { given: false };
+    const slot: Promise<void> = this.slot(job, token, hold).finally(() => {
       this.slots.delete(slot);
-      this.free++;
-      const wake = this.slotFreed;
-      this.slotFreed = undefined;
-      wake?.();
+      if (!hold.given) this.pool.release();
     });
     this.slots.add(slot);
   }
@@ -242,7 +256,16 @@ export class QueueConsumer {
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.renewTimer);
-    this.slotFreed?.();
+    this.pool.wake(this);
+    this.stop_();
+    const waiting = this.waitingCall;
+    if (waiting) {
+      // Not run here: back to its queue for another worker, before BullMQ's worker closes.
+      this.waitingCall = undefined;
+      if (!this.pool.withdraw(this)) this.pool.release();
+      this.held.delete(waiting.job.id!);
+      await waiting.job.moveToDelayed(Date.now() + 1, waiting.token).catch(() => undefined);
+    }
     await Promise.all(this.slots);
     await this.worker.close(true);
     // A blocked fetch ends with its connection; one stuck in a Cluster client's reconnection
@@ -263,8 +286,8 @@ export class QueueConsumer {
     /** Whether the last fetch failed: one warning per outage, not one per retry. */
     let failing = false;
     while (!this.stopping) {
-      if (this.free <= 0) {
-        await new Promise<void>((resolve) => (this.slotFreed = resolve));
+      if (this.pool.free <= 0) {
+        await this.pool.whenFree(this);
         continue;
       }
       const token = this.token();
@@ -285,7 +308,44 @@ export class QueueConsumer {
       if (failing) log.info({ queue: this.o.queue.name }, 'taking calls again');
       failing = false;
       this.drained = !job;
-      if (job) this.adopt(job, token);
+      if (!job) continue;
+      // Taken while another shard's consumer filled the last slot: it waits for the next one
+      // freed, its lock renewed meanwhile.
+      const waiting = this.pool.take(this);
+      if (waiting) {
+        this.held.set(job.id!, token);
+        this.waitingCall = { job, token };
+        const granted = await Promise.race([
+          waiting.then(() => true),
+          this.stopped.then(() => false),
+        ]);
+        // Stopping: `stop` puts it back.
+        if (!granted || !this.waitingCall) return;
+        this.waitingCall = undefined;
+      }
+      this.adopt(job, token);
+    }
+  }
+
+  /**
+   * A call's end on a shared pool: should its shard's Redis go (or be gone), its slot goes back
+   * to the pool at once: the tool is done, only the end waits, for as long as the shard is down,
+   * and the other shards' calls should not wait with it.
+   */
+  private async givingUpIfDown(ending: Promise<void>, hold: SlotHold): Promise<void> {
+    if (!this.pool.shared) return ending;
+    const connection = this.o.connection;
+    const giveBack = () => {
+      if (hold.given) return;
+      hold.given = true;
+      this.pool.release();
+    };
+    if (connection.status !== 'ready') giveBack();
+    connection.once('close', giveBack);
+    try {
+      await ending;
+    } finally {
+      connection.off('close', giveBack);
     }
   }
 
@@ -294,7 +354,7 @@ export class QueueConsumer {
   }
 
   /** Runs calls in one slot, each call's completion taking the next waiting one. */
-  private async slot(first: Job, token: string): Promise<void> {
+  private async slot(first: Job, token: string, hold: SlotHold): Promise<void> {
     let next: Job | undefined = first;
     while (next) {
       const job: Job = next;
@@ -315,7 +375,7 @@ export class QueueConsumer {
               [TelemetryAttributes.JobName]: job.name,
               [TelemetryAttributes.WorkerName]: this.o.workerId,
             });
-            return this.run(job, token);
+            return this.run(job, token, hold);
           },
           job.opts.telemetry?.metadata,
         );
@@ -326,16 +386,17 @@ export class QueueConsumer {
   }
 
   /** Runs one call; the next job when its end took one. */
-  private async run(job: Job, token: string): Promise<Job | undefined> {
+  private async run(job: Job, token: string, hold: SlotHold): Promise<Job | undefined> {
     const { log, queue } = this.o;
     const data = job.data as CallJob;
     /**
      * Whether a call's end should take the next one in the same script (BullMQ's `fetchNext`):
      * unless the last fetch found the queue empty. Then the consumer's loop waits on the queue's
      * marker and takes the next call itself, and an end's fetch would find nothing (a dozen
-     * commands for nothing when calls come one at a time).
+     * commands for nothing when calls come one at a time). Nor while another shard's consumer
+     * waits for one of the slots this one shares with it: the slot goes there instead.
      */
-    const fetchNext = () => !this.stopping && !this.drained;
+    const fetchNext = () => !this.stopping && !this.drained && !this.pool.contended(this);
     let next: Job | undefined;
     let settled = false;
     const fail = async (reason: string) => {
@@ -371,16 +432,25 @@ export class QueueConsumer {
     const slot: CallSlot = {
       end: async (end, publish, charges) => {
         settled = true;
-        // Released before the job completes: the waiting gateway hears first, and a lookup in
-        // between finds the ended stub (the job is gone once completed).
-        await queue.release(
-          data,
-          { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
-          { publish, ...(charges ? { charges } : {}) },
-        );
-        const fetching = fetchNext();
-        next = await this.worker.nextOf(await job.moveToCompleted(null, token, fetching), token);
-        if (fetching) this.drained = next === undefined;
+        const ending = async () => {
+          // Released before the job completes: the waiting gateway hears first, and a lookup in
+          // between finds the ended stub (the job is gone once completed).
+          await queue.release(
+            data,
+            { json: JSON.stringify(end.outcome), event: JSON.stringify(end) },
+            { publish, ...(charges ? { charges } : {}) },
+          );
+          const fetching = fetchNext() && !hold.given;
+          next = await this.worker.nextOf(await job.moveToCompleted(null, token, fetching), token);
+          if (fetching) this.drained = next === undefined;
+        };
+        await this.givingUpIfDown(ending(), hold);
+        // Its slot went to other shards as Redis went away mid-fetch: the call it took anyway
+        // runs beside them (one over, for one call).
+        if (next && hold.given) {
+          hold.given = false;
+          this.pool.force();
+        }
       },
       defer: async (delayMs) => {
         settled = true;

@@ -1,5 +1,5 @@
 /** The worker process: plugins, sandbox driver, queues, metrics, and how it drains. */
-import type { Config } from '@toolgate/config';
+import { ShardMap, type Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import { Keys, createRedis } from '@toolgate/calls';
 import { loadToolRegistry } from '@toolgate/plugins';
@@ -23,7 +23,9 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
   );
   const metrics = createMetrics();
   const id = newWorkerId();
-  const memoryRedis = createRedis(config.redis, 'command');
+  // The sandbox reaper and workspaces go by the home shard (createWorker serves every shard).
+  const home = new ShardMap(config).home.redis;
+  const memoryRedis = createRedis(home, 'command');
   // A worker that does not consume the sandbox queue never starts a sandbox driver.
   const {
     sandbox,
@@ -32,7 +34,7 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
   } = config.worker.queues.includes('sandbox')
     ? await startSandbox(config, logger, metrics, {
         redis: memoryRedis,
-        keys: Keys.for(config.redis),
+        keys: Keys.for(home),
         workerId: id,
       })
     : { sandbox: undefined, services: {} };
@@ -40,7 +42,7 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
     ...sandboxServices,
     http: createHttpServices(config.policy.http),
     shellPolicy: config.policy.shell,
-    memory: createMemoryStore(memoryRedis, { keys: Keys.for(config.redis) }),
+    memory: createMemoryStore(memoryRedis, { keys: Keys.for(home) }),
     toolCatalog: createToolCatalog(registry, config.clients),
   } as ToolServices;
   const worker = createWorker({

@@ -29,9 +29,16 @@ import {
   type CallOutcome,
   type QueueKind,
   type QueueName,
+  type RedisClient,
   type Replication,
 } from '@toolgate/calls';
-import { CLIENT_LIMIT_DEFAULTS, isStdioUpstream, type Config } from '@toolgate/config';
+import {
+  CLIENT_LIMIT_DEFAULTS,
+  ShardMap,
+  isStdioUpstream,
+  type Config,
+  type Shard,
+} from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import {
   CallMeter,
@@ -48,6 +55,7 @@ import { createMetrics, type WorkerMetrics } from './metrics.js';
 import { usageOf } from './usage.js';
 import { QueueConsumer, type CallEnd, type CallSlot, type QueuedCall } from './queue-consumer.js';
 import { Recorder } from './recorder.js';
+import { SlotPool } from './slot-pool.js';
 import { runTool } from './run-tool.js';
 import { createResultChecker } from './result-check.js';
 import { SessionHost } from './sessions/session-host.js';
@@ -73,6 +81,10 @@ const HAND_BACK_DELAY_MS = 100;
  * own calls run one at a time, so a slot may wait behind its session's earlier call).
  */
 const SESSION_SLOTS = 16;
+/** How long a sharded worker's start waits for its shards before it serves those that answer. */
+const SHARD_START_WAIT_MS = 10_000;
+/** How long a sharded worker's close waits on a shard whose Redis is down. */
+const SHARD_DOWN_STOP_MS = 2000;
 
 /**
  * What running a call needs of its job: the call, and its starts so far (1, or 2 once a dead
@@ -88,6 +100,35 @@ interface RunnableJob {
 /** Cancels heard for calls not running here are remembered this long (a job may start late). */
 const CANCEL_MEMORY_MS = 10 * 60_000;
 const CANCEL_MEMORY_MAX = 10_000;
+
+/**
+ * What a worker keeps on one shard's Redis (docs/sharding.md#workers): everything built on
+ * one Redis, so a call runs with its client's shard's.
+ */
+interface Lane {
+  shard: Shard;
+  log: Logger;
+  redis: RedisClient;
+  keys: Keys;
+  store: CallStore;
+  cache: ResultCache;
+  leases: RunLeases;
+  budgets: Budgets;
+  credentials: ReturnType<typeof startCredentials>;
+  replicas: ReplicaWait;
+  recorder: Recorder;
+  heartbeat: Heartbeat;
+  consumers: QueueConsumer[];
+  sessions: SessionHost | undefined;
+  cancelSubscriber: RedisClient;
+  unreplicatedWarnedAt: number;
+  /** Taking its calls. */
+  up: boolean;
+}
+
+function pause(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
 
 export interface WorkerOptions {
   config: Config;
@@ -167,14 +208,27 @@ export function createWorker({
           log.child({ component: 'upstreams' }),
         );
   let upstreamCatalog: UpstreamCatalog | undefined;
-  const keys = Keys.for(config.redis);
-  const redis = createRedis(config.redis, 'blocking');
-  redis.on('error', (err) => log.debug({ err: err.message }, 'redis error'));
+  const shards = new ShardMap(config);
+  /**
+   * The slots of each kind, shared by the consumers of every shard: at most `concurrency` fast
+   * and `sandboxConcurrency + sandboxReserve` sandbox calls at once however many shards there
+   * are, and a shard waiting for a slot gets the next one freed (docs/sharding.md#workers).
+   */
+  const pools = {
+    fast: new SlotPool(config.worker.concurrency, shards.sharded),
+    sandbox: new SlotPool(
+      config.worker.sandboxConcurrency + config.worker.sandboxReserve,
+      shards.sharded,
+    ),
+    session: new SlotPool(SESSION_SLOTS, shards.sharded),
+  };
+  // Deployment-wide things live on the home shard: code mode's capabilities, the catalogs.
+  const homeRedis = createRedis(shards.home.redis, 'blocking');
   // Code mode: scripts' nested calls go to a gateway under a capability (docs/code-mode.md).
   const codeMode =
     given.codeMode ??
     new CodeModeBroker({
-      capabilities: new CodeModeCapabilities(redis, keys),
+      capabilities: new CodeModeCapabilities(homeRedis, Keys.for(shards.home.redis)),
       gatewayUrl: config.codeMode.gatewayUrl,
       maxCalls: config.codeMode.maxCalls,
       maxResultBytes: config.codeMode.maxResultBytes,
@@ -185,27 +239,6 @@ export function createWorker({
     codeMode,
     ...(upstreamCalls ? { upstreams: upstreamCalls } : {}),
   };
-  const audit = new AuditLog(redis, keys, config.audit);
-  const index = new CallIndex(redis, keys, config.calls.ttlSeconds);
-  const stats = new Stats(redis, keys, { series: new Series(redis, keys), index });
-  const cache = new ResultCache(redis, keys, config.calls.maxResultBytes);
-  const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
-  const heartbeat = new Heartbeat(
-    redis,
-    keys,
-    id,
-    (dead) => {
-      log.warn({ workers: dead }, 'worker heartbeat stopped');
-      onLostCalls?.();
-    },
-    () => metrics.warmTotal(),
-  );
-  const leases = new RunLeases(redis, keys);
-  /** Spend budgets: charged with each call's end (docs/budgets.md). */
-  const budgets = new Budgets(redis, keys, budgetConfig(config.clients));
-  const credentialRules = startCredentials(config, redis, keys);
-  const replicas = new ReplicaWait(config.redis, keys, config.redis.durability);
-  let unreplicatedWarnedAt = 0;
   const sandboxInFlight = new Map(config.clients.map((c) => [c.id, c.limits.sandboxInFlight]));
   const userSandboxInFlight = new Map(
     config.clients.flatMap((c) =>
@@ -215,101 +248,24 @@ export function createWorker({
     ),
   );
   /**
-   * Sandbox calls this worker runs or is taking a lease for. Counted before the lease's await,
-   * so two calls starting at once never both see a normal slot free: a call that finds all
-   * `sandboxConcurrency` of them taken is in the reserve (`sandboxReserve`), where only a
-   * client with no sandbox call running anywhere may run.
+   * Sandbox calls this worker runs or is taking a lease for, on every shard. Counted before the
+   * lease's await, so two calls starting at once never both see a normal slot free: a call that
+   * finds all `sandboxConcurrency` of them taken is in the reserve (`sandboxReserve`), where only
+   * a client with no sandbox call running anywhere may run.
    */
   let sandboxTaken = 0;
   let reserveHoldMs = RESERVE_HOLD_MIN_MS;
   /** Reserve holds in progress: a call ending here ends them, so a held call can take its slot. */
   const holds = new Set<() => void>();
   const shutdown = new AbortController();
-  const recorder = new Recorder({
-    redis,
-    keys,
-    store,
-    registry,
-    audit,
-    stats,
-    metrics,
-    log,
-  });
   /** BullMQ's spans (bullmq-otel) when tracing is on: a call's add and run join its trace. */
   const telemetry = queueTelemetry(tracingActive());
-  /**
-   * A consumer of one BullMQ queue. A call's lock lapses like a lease: 1/2 of
-   * lostCallTimeoutMs, renewed every 1/6, BullMQ's stalled check every 1/4
-   * (docs/reliability.md).
-   */
-  const consumer = (
-    kind: QueueKind,
-    name: QueueName,
-    slots: number,
-    handle: (call: QueuedCall, slot: CallSlot) => Promise<void>,
-  ): QueueConsumer => {
-    const connection = createRedis(config.redis, 'blocking');
-    return new QueueConsumer({
-      queue: new CallQueue(connection, keys, kind, name),
-      connection,
-      workerId: id,
-      slots,
-      lockMs: Math.round(config.worker.lostCallTimeoutMs / 2),
-      stalledEveryMs: Math.round(config.worker.lostCallTimeoutMs / 4),
-      // A sandbox call's cancel marker backs up a cancel message this worker missed.
-      ...(kind === 'sandbox' && name === kind
-        ? { cancelMarker: (c: string) => keys.cancelled(c) }
-        : {}),
-      ...(telemetry ? { telemetry } : {}),
-      log,
-      handle,
-      ...(onLostCalls ? { onLost: onLostCalls } : {}),
-    });
-  };
-  /**
-   * The queues this worker takes: `concurrency` fast slots; `sandboxConcurrency` plus
-   * `sandboxReserve` sandbox slots.
-   */
-  const consumers = queues.map((kind) =>
-    kind === 'fast'
-      ? consumer(kind, kind, config.worker.concurrency, handleFast)
-      : consumer(
-          kind,
-          kind,
-          config.worker.sandboxConcurrency + config.worker.sandboxReserve,
-          handleSandbox,
-        ),
-  );
-  /**
-   * Sessions (docs/sessions.md) live on workers that run sandboxes: their calls come through
-   * this worker's own queue, so any gateway reaches the worker that holds a session's sandbox.
-   */
-  const sessions =
-    queues.includes('sandbox') && (services as Partial<ToolServices>).sandbox
-      ? new SessionHost({
-          workerId: id,
-          config,
-          store: new SessionStore(redis, keys, config.worker.lostCallTimeoutMs),
-          services,
-          subscriber: createRedis(config.redis, 'blocking'),
-          killChannel: keys.sessionKills,
-          log,
-        })
-      : undefined;
-  if (sessions) {
-    consumers.push(
-      consumer('sandbox', keys.sessionQueue(id), SESSION_SLOTS, (call, slot) =>
-        handleSession(sessions, call, slot),
-      ),
-    );
-  }
   let metricsServer: Server | undefined;
-  /** Calls running here, by id: aborting one cancels it (reason: who cancelled). */
+  /** Calls running here, by id, on any shard: aborting one cancels it (reason: who cancelled). */
   const running = new Map<string, AbortController>();
   /** Cancels heard on the channel, by call id → who, for calls that start after the message. */
   const cancels = new Map<string, { by: string; at: number }>();
-  const cancelSubscriber = createRedis(config.redis, 'blocking');
-  cancelSubscriber.on('message', (_channel: string, message: string) => {
+  const onCancel = (lane: Lane) => (_channel: string, message: string) => {
     let id: unknown, by: unknown;
     try {
       ({ id, by } = JSON.parse(message) as { id?: unknown; by?: unknown });
@@ -321,10 +277,225 @@ export function createWorker({
     rememberCancel(id, who);
     const controller = running.get(id);
     if (controller && !controller.signal.aborted) {
-      log.info({ callId: id, by: who }, 'cancelling a running call');
+      lane.log.info({ callId: id, by: who }, 'cancelling a running call');
       controller.abort(who);
     }
-  });
+  };
+
+  /**
+   * Everything the worker keeps on one shard's Redis: its connections and stores, its
+   * consumers (fast, sandbox, this worker's session queue), its heartbeat and cancel channel.
+   * A client's calls and data are all on its shard, so a call is run with its lane's.
+   */
+  function openLane(shard: Shard, redis: RedisClient): Lane {
+    const laneLog = shards.sharded ? log.child({ shard: shard.id }) : log;
+    const keys = Keys.for(shard.redis);
+    redis.on('error', (err) => laneLog.debug({ err: err.message }, 'redis error'));
+    const audit = new AuditLog(redis, keys, config.audit);
+    const index = new CallIndex(redis, keys, config.calls.ttlSeconds);
+    const stats = new Stats(redis, keys, { series: new Series(redis, keys), index });
+    const store = new CallStore(redis, keys, config.calls.ttlSeconds, config.calls.maxResultBytes);
+    const lane: Lane = {
+      shard,
+      log: laneLog,
+      redis,
+      keys,
+      store,
+      cache: new ResultCache(redis, keys, config.calls.maxResultBytes),
+      heartbeat: new Heartbeat(
+        redis,
+        keys,
+        id,
+        (dead) => {
+          laneLog.warn({ workers: dead }, 'worker heartbeat stopped');
+          onLostCalls?.();
+        },
+        () => metrics.warmTotal(),
+      ),
+      leases: new RunLeases(redis, keys),
+      /** Spend budgets: charged with each call's end (docs/budgets.md). */
+      budgets: new Budgets(redis, keys, budgetConfig(config.clients)),
+      // A client's secrets live on its shard.
+      credentials: startCredentials(config, redis, keys),
+      replicas: new ReplicaWait(shard.redis, keys, shard.redis.durability),
+      unreplicatedWarnedAt: 0,
+      recorder: new Recorder({ redis, keys, store, registry, audit, stats, metrics, log: laneLog }),
+      consumers: [],
+      sessions: undefined,
+      cancelSubscriber: createRedis(shard.redis, 'blocking'),
+      up: false,
+    };
+    lane.cancelSubscriber.on('message', onCancel(lane));
+    // Served and reachable: what /healthz and toolgate_worker_shard_up say of the shard.
+    const reachable = (up: boolean) => {
+      if (lane.up) metrics.shardUp.set({ shard: shard.id }, up ? 1 : 0);
+    };
+    redis.on('ready', () => reachable(true));
+    redis.on('close', () => reachable(false));
+    /**
+     * A consumer of one BullMQ queue. A call's lock lapses like a lease: 1/2 of
+     * lostCallTimeoutMs, renewed every 1/6, BullMQ's stalled check every 1/4
+     * (docs/reliability.md).
+     */
+    const consumer = (
+      kind: QueueKind,
+      name: QueueName,
+      slots: SlotPool,
+      handle: (call: QueuedCall, slot: CallSlot) => Promise<void>,
+    ): QueueConsumer => {
+      const connection = createRedis(shard.redis, 'blocking');
+      return new QueueConsumer({
+        queue: new CallQueue(connection, keys, kind, name),
+        connection,
+        workerId: id,
+        slots,
+        lockMs: Math.round(config.worker.lostCallTimeoutMs / 2),
+        stalledEveryMs: Math.round(config.worker.lostCallTimeoutMs / 4),
+        // A sandbox call's cancel marker backs up a cancel message this worker missed.
+        ...(kind === 'sandbox' && name === kind
+          ? { cancelMarker: (c: string) => keys.cancelled(c) }
+          : {}),
+        ...(telemetry ? { telemetry } : {}),
+        log: laneLog,
+        handle,
+        ...(onLostCalls ? { onLost: onLostCalls } : {}),
+      });
+    };
+    // The queues this worker takes, with the worker's slots of each kind.
+    lane.consumers = queues.map((kind) =>
+      kind === 'fast'
+        ? consumer(kind, kind, pools.fast, (call, slot) => handleFast(lane, call, slot))
+        : consumer(kind, kind, pools.sandbox, (call, slot) => handleSandbox(lane, call, slot)),
+    );
+    /**
+     * Sessions (docs/sessions.md) live on workers that run sandboxes: their calls come through
+     * this worker's own queue, so any gateway reaches the worker that holds a session's sandbox.
+     */
+    if (queues.includes('sandbox') && (services as Partial<ToolServices>).sandbox) {
+      const sessions = new SessionHost({
+        workerId: id,
+        config,
+        store: new SessionStore(redis, keys, config.worker.lostCallTimeoutMs),
+        services,
+        subscriber: createRedis(shard.redis, 'blocking'),
+        killChannel: keys.sessionKills,
+        log: laneLog,
+      });
+      lane.sessions = sessions;
+      lane.consumers.push(
+        consumer('sandbox', keys.sessionQueue(id), pools.session, (call, slot) =>
+          handleSession(lane, sessions, call, slot),
+        ),
+      );
+    }
+    return lane;
+  }
+
+  const lanes = shards.list.map((shard) =>
+    openLane(shard, shard.home ? homeRedis : createRedis(shard.redis, 'blocking')),
+  );
+  const homeLane = lanes.find((l) => l.shard.home)!;
+  /** Lanes whose start is still waiting for their Redis (sharded only), and how to stop it. */
+  const starting = new Map<Lane, Promise<void>>();
+  let closing = false;
+
+  /**
+   * Starts taking one shard's calls: listening for cancels before taking jobs, so no cancel of
+   * a call this worker runs goes unheard. (A SUBSCRIBE sent while the connection runs its ready
+   * check turns that check into an error and a reconnect that forgets the channel: subscribe
+   * once it is ready.)
+   */
+  async function serveLane(lane: Lane): Promise<void> {
+    await waitReady(lane.redis);
+    await waitReady(lane.cancelSubscriber);
+    await lane.cancelSubscriber.subscribe(lane.keys.cancels);
+    await Promise.all(lane.consumers.map((c) => c.ready()));
+    await lane.sessions?.start();
+    if (closing) return;
+    for (const consumer of lane.consumers) consumer.start();
+    lane.up = true;
+    metrics.shardUp.set({ shard: lane.shard.id }, 1);
+  }
+
+  /** Beats on a shard: its gateways count this worker live from now on. */
+  async function beatLane(lane: Lane): Promise<void> {
+    if (!closing) await lane.heartbeat.start();
+  }
+
+  /** The upstream catalog, on the home shard (deployment-wide). */
+  async function openCatalog(): Promise<void> {
+    if (config.upstreams.length === 0) return;
+    upstreamCatalog = UpstreamCatalog.open({
+      upstreams: config.upstreams,
+      registry,
+      redis: shards.home.redis,
+      fetch: createGuardedFetch(config.policy.http),
+      log: log.child({ component: 'upstreams' }),
+      audit: config.audit,
+      ...(stdioServers ? { stdio: stdioServers, workerId: id } : {}),
+    });
+    stdioServers?.startEager();
+    await upstreamCatalog.ready();
+  }
+
+  /**
+   * A shard's start that does not hold up the others' (sharded only): tried again until its
+   * Redis answers or the worker closes, each failure logged with the shard's id. It beats once
+   * the catalog is open, or after SHARD_START_WAIT_MS if the home shard is what is down.
+   */
+  async function startLaneUntilUp(lane: Lane, catalog: Promise<unknown>): Promise<void> {
+    metrics.shardUp.set({ shard: lane.shard.id }, 0);
+    while (!closing) {
+      try {
+        await serveLane(lane);
+        break;
+      } catch (err) {
+        if (closing) return;
+        lane.log.warn(
+          { err: (err as Error).message },
+          "shard unreachable: the worker serves the others; this one's calls wait until it answers",
+        );
+        await pause(1000);
+      }
+    }
+    if (closing) return;
+    lane.log.info('serving the shard');
+    await Promise.race([catalog, pause(SHARD_START_WAIT_MS)]);
+    await beatLane(lane);
+  }
+
+  /**
+   * Runs a step of closing a lane; with several shards, gives up on it once the shard's Redis
+   * has been down for SHARD_DOWN_STOP_MS (its commands would wait for it to come back). One
+   * Redis is waited for, as before shards (start.ts bounds the whole drain).
+   */
+  async function unlessDown(lane: Lane, step: string, work: () => Promise<unknown>): Promise<void> {
+    const done = work().then(
+      () => true,
+      (err: unknown) => {
+        lane.log.warn({ err, step }, 'could not stop cleanly');
+        return true;
+      },
+    );
+    if (!shards.sharded) {
+      await done;
+      return;
+    }
+    let downSince: number | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<false>((resolve) => {
+      timer = setInterval(() => {
+        if (lane.redis.status === 'ready') {
+          downSince = undefined;
+          return;
+        }
+        downSince ??= Date.now();
+        if (Date.now() - downSince >= SHARD_DOWN_STOP_MS) resolve(false);
+      }, 100);
+    });
+    const finished = await Promise.race([done, gaveUp]).finally(() => clearInterval(timer));
+    if (!finished) lane.log.warn({ step }, 'shard down: the worker stops without waiting for it');
+  }
 
   /** Remembers a cancel (oldest first in the map): forgotten after CANCEL_MEMORY_MS, or first when full. */
   function rememberCancel(id: string, by: string): void {
@@ -348,18 +519,29 @@ export function createWorker({
   const checkResult = createResultChecker(registry, metrics, log);
 
   /** Runs a fast call in its slot. */
-  async function handleFast(call: QueuedCall, slot: CallSlot): Promise<void> {
-    await run({ data: call.job, attemptsStarted: call.restarts + 1 }, 'fast', slot.end);
+  async function handleFast(lane: Lane, call: QueuedCall, slot: CallSlot): Promise<void> {
+    await run(lane, { data: call.job, attemptsStarted: call.restarts + 1 }, 'fast', slot.end);
   }
 
   /**
    * Runs a session's call in its sandbox. No running lease: the session's sandbox exists
    * already, and its calls run one at a time.
    */
-  async function handleSession(host: SessionHost, call: QueuedCall, slot: CallSlot): Promise<void> {
+  async function handleSession(
+    lane: Lane,
+    host: SessionHost,
+    call: QueuedCall,
+    slot: CallSlot,
+  ): Promise<void> {
     const tool = registry.get(call.job.tool);
     const bound = tool && call.job.session ? host.bind(tool, call.job) : undefined;
-    await run({ data: call.job, attemptsStarted: call.restarts + 1 }, 'sandbox', slot.end, bound);
+    await run(
+      lane,
+      { data: call.job, attemptsStarted: call.restarts + 1 },
+      'sandbox',
+      slot.end,
+      bound,
+    );
   }
 
   /**
@@ -367,7 +549,7 @@ export function createWorker({
    * back for a moment (its client runs its share already), leaving the slot to the next call,
    * which is another client's if one is waiting.
    */
-  async function handleSandbox(call: QueuedCall, slot: CallSlot): Promise<void> {
+  async function handleSandbox(lane: Lane, call: QueuedCall, slot: CallSlot): Promise<void> {
     const { job } = call;
     const reserve = ++sandboxTaken > config.worker.sandboxConcurrency;
     let granted: boolean;
@@ -376,7 +558,7 @@ export function createWorker({
       const leaseMs = (registry.get(job.tool)?.timeoutMs ?? 0) + LEASE_GRACE_MS;
       // In the reserve, only a client's first running call: cap 1.
       const userCap = job.user === undefined ? undefined : userSandboxInFlight.get(job.clientId);
-      granted = await leases.acquire(
+      granted = await lane.leases.acquire(
         job.clientId,
         'sandbox',
         job.id,
@@ -411,6 +593,7 @@ export function createWorker({
     };
     try {
       await run(
+        lane,
         { data: job, attemptsStarted: call.restarts + 1, cancelledBy: call.cancelledBy },
         'sandbox',
         (end, publish, charges) => {
@@ -464,15 +647,17 @@ export function createWorker({
    * tool is ended by its slot (which knows whether its end was recorded).
    */
   function run(
+    lane: Lane,
     job: RunnableJob,
     kind: QueueKind,
     queueEnd: CallEnd,
     bound?: Tool,
   ): Promise<CallOutcome> {
-    return traced(job, kind, queueEnd, bound);
+    return traced(lane, job, kind, queueEnd, bound);
   }
 
   function traced(
+    lane: Lane,
     job: RunnableJob,
     kind: QueueKind,
     queueEnd: CallEnd,
@@ -493,7 +678,7 @@ export function createWorker({
         },
       },
       async (span) => {
-        const outcome = await execute(job, kind, queueEnd, bound);
+        const outcome = await execute(lane, job, kind, queueEnd, bound);
         span.setAttribute('toolgate.status', outcome.status);
         if (outcome.error) span.setAttribute('toolgate.error_code', outcome.error.code);
         return outcome;
@@ -503,12 +688,15 @@ export function createWorker({
 
   /** `bound`: the tool as a session runs it (SessionHost.bind), instead of the registry's. */
   async function execute(
+    lane: Lane,
     job: RunnableJob,
     kind: QueueKind,
     queueEnd: CallEnd,
     bound?: Tool,
   ): Promise<CallOutcome> {
     const call = job.data;
+    const { redis, keys, store, cache, recorder, budgets, credentials: credentialRules } = lane;
+    const log = lane.log;
     const tool =
       bound ??
       registry.get(call.tool) ??
@@ -556,8 +744,8 @@ export function createWorker({
         }
       } else {
         if (!tool.idempotent) {
-          await startReplicated(call);
-          durable = replicas.enabled;
+          await startReplicated(lane, call);
+          durable = lane.replicas.enabled;
         }
         if (kind === 'sandbox') events.status('running');
         // Decrypted values this call injects never leave it: out of its live output and its
@@ -594,7 +782,7 @@ export function createWorker({
       const end = events.idle ? events.finish(outcome) : await events.finishWrites(outcome);
       const withRecord = !recorded && call.replyTo === undefined;
       const finished = { call, kind, outcome, ...(withRecord ? { end } : {}) };
-      if (durable) await recordReplicated(finished);
+      if (durable) await recordReplicated(lane, finished);
       else if (!recorded) recorder.add(finished);
       // A call ended before (recorded) was charged then.
       const charges = recorded
@@ -624,10 +812,10 @@ export function createWorker({
    * run here: if the start was lost the new master hands the call out afresh; if not, the call
    * fails with this error.
    */
-  async function startReplicated(call: CallJob): Promise<void> {
-    if (!replicas.enabled) return;
+  async function startReplicated(lane: Lane, call: CallJob): Promise<void> {
+    if (!lane.replicas.enabled) return;
     try {
-      unreplicated(await replicas.confirm(), 'start');
+      unreplicated(lane, await lane.replicas.confirm(), 'start');
     } catch (err) {
       throw new Error(
         `Redis failed over as ${call.tool} was starting, before its start reached a replica; it was not run, so that it cannot run twice`,
@@ -643,10 +831,13 @@ export function createWorker({
    * `worker_lost`. Redis failing over meanwhile fails the job without a reply: the outcome the
    * client then reads is the one the new master has.
    */
-  async function recordReplicated(finished: Parameters<Recorder['add']>[0]): Promise<void> {
+  async function recordReplicated(
+    lane: Lane,
+    finished: Parameters<Recorder['add']>[0],
+  ): Promise<void> {
     try {
-      await recorder.now(finished);
-      unreplicated(await replicas.confirm(), 'outcome');
+      await lane.recorder.now(finished);
+      unreplicated(lane, await lane.replicas.confirm(), 'outcome');
     } catch (err) {
       throw new Error(
         `${finished.call.tool} ran, but Redis failed over before its outcome was recorded on a replica`,
@@ -655,13 +846,18 @@ export function createWorker({
     }
   }
 
-  function unreplicated(replication: Replication, step: 'start' | 'outcome'): void {
+  function unreplicated(lane: Lane, replication: Replication, step: 'start' | 'outcome'): void {
     if (replication.replicated) return;
     metrics.unreplicated.inc({ step });
-    if (Date.now() - unreplicatedWarnedAt < 10_000) return;
-    unreplicatedWarnedAt = Date.now();
-    log.warn(
-      { acked: replication.acked, wanted: replicas.durability.replicas, ms: replication.ms, step },
+    if (Date.now() - lane.unreplicatedWarnedAt < 10_000) return;
+    lane.unreplicatedWarnedAt = Date.now();
+    lane.log.warn(
+      {
+        acked: replication.acked,
+        wanted: lane.replicas.durability.replicas,
+        ms: replication.ms,
+        step,
+      },
       'non-idempotent calls go on with their start or outcome on the Redis master only: WAIT timed out (toolgate_redis_unreplicated_total)',
     );
   }
@@ -669,29 +865,29 @@ export function createWorker({
   return {
     id,
     async start() {
-      await waitReady(redis);
-      // Listening before taking jobs: no cancel of a call this worker runs goes unheard. (A
-      // SUBSCRIBE sent while the connection runs its ready check turns that check into an
-      // error and a reconnect that forgets the channel: subscribe once it is ready.)
-      await waitReady(cancelSubscriber);
-      await cancelSubscriber.subscribe(keys.cancels);
-      await Promise.all(consumers.map((c) => c.ready()));
-      await sessions?.start();
-      for (const consumer of consumers) consumer.start();
-      if (config.upstreams.length > 0) {
-        upstreamCatalog = UpstreamCatalog.open({
-          upstreams: config.upstreams,
-          registry,
-          redis: config.redis,
-          fetch: createGuardedFetch(config.policy.http),
-          log: log.child({ component: 'upstreams' }),
-          audit: config.audit,
-          ...(stdioServers ? { stdio: stdioServers, workerId: id } : {}),
-        });
-        stdioServers?.startEager();
-        await upstreamCatalog.ready();
+      if (!shards.sharded) {
+        // One Redis: the worker does not start without it.
+        await serveLane(homeLane);
+        await openCatalog();
+        await beatLane(homeLane);
+      } else {
+        const catalog = openCatalog().catch((err: unknown) =>
+          log.warn({ err }, 'the upstream catalog did not open'),
+        );
+        for (const lane of lanes) {
+          starting.set(
+            lane,
+            startLaneUntilUp(lane, catalog).finally(() => starting.delete(lane)),
+          );
+        }
+        // Serving the shards that answer; one that does not is named and joins once it does.
+        await Promise.race([Promise.all(starting.values()), pause(SHARD_START_WAIT_MS)]);
+        for (const lane of starting.keys())
+          lane.log.warn(
+            { afterMs: SHARD_START_WAIT_MS },
+            'worker started without this shard: its Redis does not answer yet',
+          );
       }
-      await heartbeat.start();
       log.info(
         {
           queues,
@@ -699,6 +895,7 @@ export function createWorker({
           sandboxConcurrency: config.worker.sandboxConcurrency,
           sandboxReserve: config.worker.sandboxReserve,
           tools: registry.size,
+          ...(shards.sharded ? { shards: lanes.filter((l) => l.up).map((l) => l.shard.id) } : {}),
         },
         'worker started',
       );
@@ -718,9 +915,20 @@ export function createWorker({
             () => res.writeHead(500).end(),
           );
         } else if (req.url === '/healthz') {
-          res
-            .writeHead(200, { 'content-type': 'application/json' })
-            .end(JSON.stringify({ status: 'ok', workerId: id }));
+          res.writeHead(200, { 'content-type': 'application/json' }).end(
+            JSON.stringify({
+              status: 'ok',
+              workerId: id,
+              // Which shards it takes calls of (docs/sharding.md#workers).
+              ...(shards.sharded
+                ? {
+                    shards: Object.fromEntries(
+                      lanes.map((l) => [l.shard.id, l.up && l.redis.status === 'ready']),
+                    ),
+                  }
+                : {}),
+            }),
+          );
         } else {
           res.writeHead(404).end();
         }
@@ -740,20 +948,32 @@ export function createWorker({
     },
     async close() {
       log.info('worker stopping: finishing in-flight calls');
+      closing = true;
       // Stopping waits for the calls in progress; tools see shutdown only if they outlive it.
-      await Promise.all(consumers.map((c) => c.stop()));
-      await sessions?.close();
-      await recorder.drain();
+      // A shard that is down is not waited for (its calls' ends wait for it to come back).
+      await Promise.all(
+        lanes.map((lane) =>
+          unlessDown(lane, 'finishing its calls', async () => {
+            await Promise.all(lane.consumers.map((c) => c.stop()));
+            await lane.sessions?.close();
+            await lane.recorder.drain();
+          }),
+        ),
+      );
       shutdown.abort();
       await upstreamCatalog?.close();
       await upstreamCalls?.close();
       // Before the sandbox driver closes (the caller's): each server's sandbox ends here.
       await stdioServers?.close();
-      await heartbeat.stop();
+      await Promise.all(
+        lanes.map((lane) => unlessDown(lane, 'its heartbeat', () => lane.heartbeat.stop())),
+      );
       metricsServer?.close();
-      cancelSubscriber.disconnect();
-      replicas.close();
-      redis.disconnect();
+      for (const lane of lanes) {
+        lane.cancelSubscriber.disconnect();
+        lane.replicas.close();
+        lane.redis.disconnect();
+      }
       log.info('worker stopped');
     },
   };

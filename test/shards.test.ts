@@ -12,16 +12,6 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { createRedis, Keys } from '@toolgate/calls';
-import type { Config } from '@toolgate/config';
-import { createLogger } from '@toolgate/log';
-import {
-  createHttpServices,
-  createMemoryStore,
-  createToolCatalog,
-  createToolRegistry,
-} from '@toolgate/tools';
-import { createWorker, type ToolWorker } from '@toolgate/worker';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedisServer, type RedisServer } from './support/redis-server.js';
@@ -34,33 +24,7 @@ const AOF = ['--appendonly', 'yes', '--appendfsync', 'always'];
 let servers: Record<'s0' | 's1' | 's2', RedisServer>;
 let aofDir: string;
 let stack: Stack;
-const workers: ToolWorker[] = [];
 const prefix = `sh${randomUUID().slice(0, 6)}`;
-
-/** One worker per shard, each a plain one-Redis worker of that shard. */
-async function startWorker(config: Config, shard: string): Promise<ToolWorker> {
-  const redis = config.redis.shards!.find((s) => s.id === shard)!;
-  const own: Config = {
-    ...config,
-    redis: { ...config.redis, shards: undefined, url: redis.url!, prefix },
-  } as Config;
-  const registry = createToolRegistry(testTools);
-  const memory = createRedis(own.redis, 'command');
-  const worker = createWorker({
-    config: own,
-    registry,
-    logger: createLogger('test', { level: 'silent' }),
-    services: {
-      http: createHttpServices(own.policy.http),
-      shellPolicy: own.policy.shell,
-      memory: createMemoryStore(memory, { keys: Keys.for(own.redis) }),
-      toolCatalog: createToolCatalog(registry, own.clients),
-    },
-  } as Parameters<typeof createWorker>[0]);
-  await worker.start();
-  workers.push(worker);
-  return worker;
-}
 
 beforeAll(async () => {
   aofDir = mkdtempSync(join(tmpdir(), 'toolgate-shard-aof-'));
@@ -70,8 +34,8 @@ beforeAll(async () => {
     startRedisServer(),
   ]);
   servers = { s0: s0!, s1: s1!, s2: s2! };
+  // One gateway and one worker, each serving all three shards.
   stack = await startStack({
-    worker: false,
     tools: testTools,
     config: {
       redis: {
@@ -90,12 +54,10 @@ beforeAll(async () => {
       ],
     },
   });
-  for (const shard of ['s0', 's1', 's2']) await startWorker(stack.config, shard);
 }, 60_000);
 
 afterAll(async () => {
   await stack?.close();
-  await Promise.all(workers.map((w) => w.close()));
   await Promise.all(Object.values(servers ?? {}).map((s) => s.stop()));
   rmSync(aofDir, { recursive: true, force: true });
 });

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { parseConfig, type Config } from '@toolgate/config';
+import { ShardMap, parseConfig, type Config } from '@toolgate/config';
 import { createGateway, type Gateway } from '@toolgate/gateway';
 import { createLogger, type Logger } from '@toolgate/log';
 import type { AnyToolSpec, ToolServices } from '@toolgate/registry';
@@ -73,7 +73,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       level: (process.env.TEST_LOG_LEVEL as 'silent' | undefined) ?? 'silent',
     });
   const registry = createToolRegistry(options.tools ?? []);
-  const memoryRedis = createRedis(config.redis, 'command');
+  // As services/worker/src/start.ts: the memory tool's store is on the home shard.
+  const home = new ShardMap(config).home.redis;
+  const memoryRedis = createRedis(home, 'command');
   const worker =
     options.worker === false
       ? undefined
@@ -85,7 +87,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
           services: {
             http: createHttpServices(config.policy.http),
             shellPolicy: config.policy.shell,
-            memory: createMemoryStore(memoryRedis, { keys: Keys.for(config.redis) }),
+            memory: createMemoryStore(memoryRedis, { keys: Keys.for(home) }),
             toolCatalog: createToolCatalog(registry, config.clients),
             ...options.services,
           } as ToolServices,

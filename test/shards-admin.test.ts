@@ -51,6 +51,7 @@ beforeAll(async () => {
         ],
       },
       secrets: { key: randomBytes(32).toString('hex') },
+      server: { port: 0, host: '127.0.0.1', queueDashboard: { enabled: true } },
       clients: [
         { id: 'alice', key: KEYS.alice, tools: ['*'], shard: 's0', limits: { budget } },
         { id: 'bob', key: KEYS.bob, tools: ['*'], shard: 's1', limits: { budget } },
@@ -285,6 +286,26 @@ describe('admin views across three shards', () => {
     );
     const after = await asAdmin<AdminSessionList>('/v1/admin/sessions');
     expect(after.body.sessions.map((s) => s.id)).toEqual([bobSession]);
+  });
+
+  it('shows every shard’s queues on the BullMQ dashboard, named by shard', async () => {
+    const jobs = await stack.call('/tools/sleep/execute', {
+      key: CAROL,
+      json: { ms: 1 },
+      headers: { prefer: 'respond-async' },
+    });
+    expect(jobs.status).toBe(202);
+    const res = await stack.call('/admin/queues/api/queues?activeQueue=s2:fast&status=latest', {
+      key: KEYS.admin,
+    });
+    expect(res.status).toBe(200);
+    const { queues } = (await res.json()) as {
+      queues: { name: string; description?: string }[];
+    };
+    for (const shard of ['s0', 's1', 's2'])
+      for (const kind of ['fast', 'sandbox'])
+        expect(queues.map((q) => q.name)).toContain(`${shard}:${kind}`);
+    expect(queues.find((q) => q.name === 's2:fast')?.description).toMatch(/on shard s2$/);
   });
 
   it('with one shard killed, listings answer from the others and name the missing shard', async () => {

@@ -226,8 +226,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   // BullMQ's dashboard signs its requests in itself (a bearer key or the console's cookie).
   const board = config.server.queueDashboard.enabled
     ? queueBoard({
-        redis,
-        keys,
+        shards: all.map((s) => ({ id: s.shard.id, redis: s.redis, keys: s.keys })),
         actions: config.server.queueDashboard.actions,
         clients,
         failures: authFailures,

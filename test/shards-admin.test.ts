@@ -56,7 +56,7 @@ beforeAll(async () => {
         { id: 'alice', key: KEYS.alice, tools: ['*'], shard: 's0', limits: { budget } },
         { id: 'bob', key: KEYS.bob, tools: ['*'], shard: 's1', limits: { budget } },
         { id: 'carol', key: CAROL, tools: ['*'], shard: 's2', limits: { budget } },
-        { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true, shard: 's0' },
+        { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true, shard: 's1' },
       ],
     },
   });
@@ -253,22 +253,27 @@ describe('admin views across three shards', () => {
     );
   });
 
-  it('resets workspaces, sets secrets and ends sessions on the client’s own shard', async () => {
+  it('sets secrets and ends sessions on the client’s shard, resets workspaces where workers read them', async () => {
+    // The admin is on s1: a reset goes to the home shard (s0), where every worker's workspaces
+    // read resets (services/worker/src/start.ts), not to the admin's.
     expect((await asAdmin(`/v1/workspaces/carol`, { method: 'DELETE' })).status).toBe(202);
     const resets = `${prefix}:workspace-resets`;
-    expect(await onShard(servers.s2, (r) => r.hexists(resets, 'carol'))).toBe(1);
-    expect(await onShard(servers.s0, (r) => r.hexists(resets, 'carol'))).toBe(0);
+    for (const [id, server] of Object.entries(servers))
+      expect([id, await onShard(server, (r) => r.hexists(resets, 'carol'))]).toEqual([
+        id,
+        id === 's0' ? 1 : 0,
+      ]);
 
-    const put = await asAdmin(`/v1/secrets/bob/API_TOKEN`, {
+    const put = await asAdmin(`/v1/secrets/carol/API_TOKEN`, {
       method: 'PUT',
       json: { value: 'x1' },
     });
     expect(put.status).toBe(201);
     for (const [id, server] of Object.entries(servers)) {
-      const keys = await onShard(server, (r) => r.keys(`${prefix}:secret:bob`));
-      expect(keys).toEqual(id === 's1' ? [`${prefix}:secret:bob`] : []);
+      const keys = await onShard(server, (r) => r.keys(`${prefix}:secret:carol`));
+      expect(keys).toEqual(id === 's2' ? [`${prefix}:secret:carol`] : []);
     }
-    const listed = await asAdmin<{ secrets: { name: string }[] }>(`/v1/secrets/bob`);
+    const listed = await asAdmin<{ secrets: { name: string }[] }>(`/v1/secrets/carol`);
     expect(listed.body.secrets.map((s) => s.name)).toEqual(['API_TOKEN']);
 
     const bobSession = await sessionOn('s1', 'bob');
@@ -310,8 +315,8 @@ describe('admin views across three shards', () => {
 
   it('with one shard killed, listings answer from the others and name the missing shard', async () => {
     expect((await asAdmin<ShardList>('/v1/shards')).body).toEqual([
-      { id: 's0', home: true, state: 'up', clients: ['alice', 'ops'] },
-      { id: 's1', home: false, state: 'up', clients: ['bob'] },
+      { id: 's0', home: true, state: 'up', clients: ['alice'] },
+      { id: 's1', home: false, state: 'up', clients: ['bob', 'ops'] },
       { id: 's2', home: false, state: 'up', clients: ['carol'] },
     ]);
     // A client is not an admin: no shard list.

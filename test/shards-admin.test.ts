@@ -253,15 +253,15 @@ describe('admin views across three shards', () => {
     );
   });
 
-  it('sets secrets and ends sessions on the client’s shard, resets workspaces where workers read them', async () => {
-    // The admin is on s1: a reset goes to the home shard (s0), where every worker's workspaces
-    // read resets (services/worker/src/start.ts), not to the admin's.
+  it('resets workspaces, sets secrets and ends sessions on the client’s shard, not the admin’s', async () => {
+    // The admin is on s1: carol's reset id goes to her shard (s2), where workers read it
+    // (services/worker/src/client-stores.ts).
     expect((await asAdmin(`/v1/workspaces/carol`, { method: 'DELETE' })).status).toBe(202);
     const resets = `${prefix}:workspace-resets`;
     for (const [id, server] of Object.entries(servers))
       expect([id, await onShard(server, (r) => r.hexists(resets, 'carol'))]).toEqual([
         id,
-        id === 's0' ? 1 : 0,
+        id === 's2' ? 1 : 0,
       ]);
 
     const put = await asAdmin(`/v1/secrets/carol/API_TOKEN`, {

@@ -80,7 +80,6 @@ export function shardAdminRoutes(o: ShardAdminOptions): Router {
   const { stacks, shards } = o;
   const stackOf = (clientId: string) => stacks.find((s) => s.shard.id === shards.of(clientId).id)!;
   const configured = new Set(o.clientIds);
-  const home = stacks.find((s) => s.shard.home)!;
   const router = Router();
 
   /** Runs `read` on every shard; a shard whose Redis is down is named instead of failing all. */
@@ -118,25 +117,19 @@ export function shardAdminRoutes(o: ShardAdminOptions): Router {
     return typeof c === 'string' && configured.has(c) ? c : undefined;
   };
 
-  // One client's secrets: on its shard (its calls' worker lane opens them there), whoever the
-  // admin is.
-  router.all(['/v1/secrets/:client', '/v1/secrets/:client/:name'], (req, res, next) => {
-    const client = (req.params as { client: string }).client;
-    if (!admin(res) || !configured.has(client)) {
-      next();
-      return;
-    }
-    on(stackOf(client), req, res, next);
-  });
-  // Workspace resets: on the home shard, where every worker's workspaces read them
-  // (services/worker/src/start.ts), whichever shard the admin or the client is on.
-  router.delete('/v1/workspaces/:client', (req, res, next) => {
-    if (!admin(res)) {
-      next();
-      return;
-    }
-    on(home, req, res, next);
-  });
+  // One client's data (its secrets, its workspaces' reset ids): on its shard, where its worker
+  // lane reads them (docs/sharding.md), whoever the admin is.
+  router.all(
+    ['/v1/workspaces/:client', '/v1/secrets/:client', '/v1/secrets/:client/:name'],
+    (req, res, next) => {
+      const client = (req.params as { client: string }).client;
+      if (!admin(res) || !configured.has(client)) {
+        next();
+        return;
+      }
+      on(stackOf(client), req, res, next);
+    },
+  );
   router.get(['/v1/stats', '/v1/budget', '/v1/calls'], (req, res, next) => {
     const client = namedClient(req);
     if (!admin(res) || client === undefined) {

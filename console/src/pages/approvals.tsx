@@ -37,6 +37,8 @@ export function Approvals({ who }: { who: WhoAmI }) {
   const [live, setLive] = useState(false);
   const [error, setError] = useState<unknown>(undefined);
   /** Calls this operator tried to decide after another decision had won. */
+  /** Sharded: the shards whose parked calls the snapshot could not read (Redis down). */
+  const [missing, setMissing] = useState<string[]>([]);
   const [lost, setLost] = useState<ReadonlySet<string>>(new Set());
 
   useEffect(() => {
@@ -78,10 +80,11 @@ export function Approvals({ who }: { who: WhoAmI }) {
         const data = JSON.parse(m.data) as unknown;
         switch (m.event as ApprovalEvent['type']) {
           case 'snapshot': {
-            const { pending, byClient } = data as Payload<'snapshot'>;
+            const { pending, byClient, unavailableShards } = data as Payload<'snapshot'>;
             for (const p of pending) known.set(p.id, p);
             setPending(pending);
             setCounts(byClient);
+            setMissing(unavailableShards ?? []);
             break;
           }
           case 'parked': {
@@ -139,6 +142,12 @@ export function Approvals({ who }: { who: WhoAmI }) {
         {live ? 'Live: updates as calls are parked, decided or expire.' : 'Connecting…'}
       </p>
       <ErrorNote error={error} />
+      {missing.length > 0 && (
+        <p class="error" role="alert">
+          Redis shard{missing.length > 1 ? 's' : ''} {missing.join(', ')} unavailable: calls parked
+          there are not shown.
+        </p>
+      )}
       <PendingByClient counts={counts} />
       <h2>Pending ({pending.length})</h2>
       <div aria-live="polite">

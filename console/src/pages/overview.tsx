@@ -1,8 +1,9 @@
 /**
  * The last hour from `/v1/series`, refreshed every 10 s: traffic, errors, latency, capacity;
- * and each client's spend budget from `/v1/budget` (docs/budgets.md).
+ * each client's spend budget from `/v1/budget` (docs/budgets.md); for admins of a sharded
+ * deployment, each Redis shard's state and clients from `/v1/shards` (docs/sharding.md).
  */
-import type { BudgetReport, BudgetView, SeriesView } from '@toolgate/gateway';
+import type { BudgetReport, BudgetView, SeriesView, ShardList } from '@toolgate/gateway';
 import { useMemo } from 'preact/hooks';
 import { get } from '../api.js';
 import { ErrorNote, Page, usePoll } from '../components.js';
@@ -99,8 +100,41 @@ export function Overview() {
           </div>
         </>
       )}
+      {fleet && <Shards />}
       <Budgets />
     </Page>
+  );
+}
+
+/** The Redis shards (admins; only when there is more than one): up or down, and whose data. */
+function Shards() {
+  const { data } = usePoll((s) => get<ShardList>('/v1/shards', s), 10_000, []);
+  if (!data || data.length < 2) return null;
+  return (
+    <section aria-label="Shards">
+      <h2>Redis shards</h2>
+      <table>
+        <thead>
+          <tr>
+            <th>Shard</th>
+            <th>State</th>
+            <th>Clients</th>
+          </tr>
+        </thead>
+        <tbody>
+          {data.map((s) => (
+            <tr key={s.id}>
+              <td>
+                {s.id}
+                {s.home ? ' (home)' : ''}
+              </td>
+              <td class={s.state === 'down' ? 'error' : undefined}>{s.state}</td>
+              <td>{s.clients.join(', ')}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
   );
 }
 

@@ -237,6 +237,8 @@ export type ApprovalEvent =
       total: number;
       /** Per configured client: its calls pending, and its `limits.pendingApprovals`. */
       byClient: Record<string, PendingCount>;
+      /** Sharded: the shards whose pending calls could not be read (their Redis is down). */
+      unavailableShards?: string[];
     }
   | { type: 'parked'; approval: PendingApproval }
   | {
@@ -251,6 +253,12 @@ export type ApprovalEvent =
   | { type: 'cancelled'; id: string; client: string; by: string };
 
 /** One client's calls parked for approval, against its limit. */
+/**
+ * `GET /v1/shards` (admin): the Redis shards, whether each is up (as this gateway sees it), and
+ * the configured clients whose data lives on each.
+ */
+export type ShardList = { id: string; home: boolean; state: 'up' | 'down'; clients: string[] }[];
+
 export interface PendingCount {
   pending: number;
   limit: number;

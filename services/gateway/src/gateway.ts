@@ -21,6 +21,7 @@ import { codeModeRoutes } from './routes/code-mode.js';
 import { consoleDir, consolePages } from './routes/console.js';
 import { healthRoutes } from './routes/health.js';
 import { QUEUE_BOARD_PATH, queueBoard } from './routes/queue-board.js';
+import { shardAdminRoutes, shardListRoutes } from './routes/shard-admin.js';
 import { protectedResourceRoutes } from './routes/well-known.js';
 import { openShard, type ShardStack } from './shard-stack.js';
 
@@ -225,8 +226,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   // BullMQ's dashboard signs its requests in itself (a bearer key or the console's cookie).
   const board = config.server.queueDashboard.enabled
     ? queueBoard({
-        redis,
-        keys,
+        shards: all.map((s) => ({ id: s.shard.id, redis: s.redis, keys: s.keys })),
         actions: config.server.queueDashboard.actions,
         clients,
         failures: authFailures,
@@ -242,7 +242,19 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       ...(oauth ? { oauth } : {}),
     }),
   );
-  // Each client's routes run on its shard's stack.
+  // Admin views span the shards; each client's routes run on its shard's stack.
+  const clientIds = config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev'];
+  app.use(shardListRoutes({ stacks: all, shards: shardMap, clientIds }));
+  if (shardMap.sharded)
+    app.use(
+      shardAdminRoutes({
+        stacks: all,
+        shards: shardMap,
+        clientIds,
+        pendingLimits: clients.pendingLimits,
+        registry,
+      }),
+    );
   app.use((req, res, next) => stackOf(clientOf(res).id).router(req, res, next));
   app.use(notFound);
   app.use(errorHandler(log));

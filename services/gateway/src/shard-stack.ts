@@ -96,6 +96,11 @@ export interface ShardStack {
   series: Series;
   stats: Stats;
   budgets: Budgets;
+  sessions: SessionStore;
+  /** Parked, decided and expired calls of this shard's clients, as they happen. */
+  feed: ApprovalFeed;
+  /** Held connections (event streams) of this shard's clients. */
+  held: HeldConnections;
   /** The routes of the clients whose data is on this shard (after authentication). */
   router: Router;
   /** Expires overdue approvals, samples the console's series, counts cache evictions. */
@@ -325,6 +330,9 @@ export function openShard(shard: Shard, o: ShardStackOptions, sharded: boolean):
     series,
     stats,
     budgets,
+    sessions,
+    feed,
+    held,
     router,
     sweep,
     async close() {

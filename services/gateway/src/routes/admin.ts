@@ -30,6 +30,40 @@ function stringParam(req: Request, name: string): string | undefined {
   return v;
 }
 
+/** The query of `GET /v1/audit`, checked (`invalid_request` otherwise). */
+export function auditQuery(req: Request): AuditQuery {
+  const event = stringParam(req, 'event');
+  if (
+    event !== undefined &&
+    ![
+      'call',
+      'refused',
+      'approval',
+      'cancel',
+      'upstream',
+      'secret',
+      'session',
+      'workspace',
+    ].includes(event)
+  ) {
+    throw new ApiError(
+      'invalid_request',
+      '"event" must be call, refused, approval, cancel, upstream, secret, session or workspace',
+    );
+  }
+  const callId = stringParam(req, 'callId');
+  if (callId !== undefined && !isCallId(callId)) {
+    throw new ApiError('invalid_request', '"callId" must be a call id');
+  }
+  return {
+    limit: intParam(req, 'limit', 100, 1000),
+    ...(stringParam(req, 'client') ? { client: stringParam(req, 'client')! } : {}),
+    ...(stringParam(req, 'tool') ? { tool: stringParam(req, 'tool')! } : {}),
+    ...(event ? { event: event as AuditQuery['event'] } : {}),
+    ...(callId ? { callId } : {}),
+  };
+}
+
 /** Admin-only: human approval of parked calls, and the audit log. */
 export function adminRoutes(deps: {
   redis: RedisClient;
@@ -172,36 +206,7 @@ export function adminRoutes(deps: {
   });
 
   router.get('/v1/audit', async (req, res) => {
-    const event = stringParam(req, 'event');
-    if (
-      event !== undefined &&
-      ![
-        'call',
-        'refused',
-        'approval',
-        'cancel',
-        'upstream',
-        'secret',
-        'session',
-        'workspace',
-      ].includes(event)
-    ) {
-      throw new ApiError(
-        'invalid_request',
-        '"event" must be call, refused, approval, cancel, upstream, secret, session or workspace',
-      );
-    }
-    const callId = stringParam(req, 'callId');
-    if (callId !== undefined && !isCallId(callId)) {
-      throw new ApiError('invalid_request', '"callId" must be a call id');
-    }
-    const query: AuditQuery = {
-      limit: intParam(req, 'limit', 100, 1000),
-      ...(stringParam(req, 'client') ? { client: stringParam(req, 'client')! } : {}),
-      ...(stringParam(req, 'tool') ? { tool: stringParam(req, 'tool')! } : {}),
-      ...(event ? { event: event as AuditQuery['event'] } : {}),
-      ...(callId ? { callId } : {}),
-    };
+    const query = auditQuery(req);
     const { entries, partial } = await guardRedis(() => audit.recent(query), redis);
     // The answer is an array (AuditList); that the scan stopped early goes in a header.
     if (partial) res.set('Toolgate-Partial', 'true');

@@ -5,7 +5,7 @@ import { MAX_USER_LENGTH } from '../auth/oauth.js';
 import { ApiError } from '../errors.js';
 import type { HeldConnections } from '../held-connections.js';
 import { clientOf } from '../http.js';
-import type { CallPipeline } from '../pipeline.js';
+import type { CallListQuery, CallPipeline } from '../pipeline.js';
 import { openEventStream } from '../sse.js';
 import { callListItem, callView, outcomeView } from '../views.js';
 
@@ -33,39 +33,44 @@ function param(req: Request, name: string): string | undefined {
   return v;
 }
 
+/** The query of `GET /v1/calls`, checked (`invalid_request` otherwise). */
+export function callListQuery(req: Request): CallListQuery {
+  const status = param(req, 'status');
+  if (status !== undefined && !STATUSES.includes(status as CallStatus)) {
+    throw new ApiError('invalid_request', `"status" must be one of ${STATUSES.join(', ')}`);
+  }
+  const sinceText = param(req, 'since');
+  const since = sinceText === undefined ? 0 : Date.parse(sinceText);
+  if (Number.isNaN(since)) throw new ApiError('invalid_request', '"since" must be an ISO time');
+  const limitText = param(req, 'limit') ?? '50';
+  if (!/^\d+$/.test(limitText) || Number(limitText) < 1 || Number(limitText) > MAX_LIST) {
+    throw new ApiError('invalid_request', `"limit" must be an integer from 1 to ${MAX_LIST}`);
+  }
+  const client = param(req, 'client');
+  const tool = param(req, 'tool');
+  const user = param(req, 'user');
+  if (user !== undefined && (user.length === 0 || user.length > MAX_USER_LENGTH)) {
+    throw new ApiError(
+      'invalid_request',
+      `"user" must be 1 to ${MAX_USER_LENGTH} characters (a token's user claim)`,
+    );
+  }
+  return {
+    since,
+    limit: Number(limitText),
+    ...(client ? { client } : {}),
+    ...(user === undefined ? {} : { user }),
+    ...(tool ? { tool } : {}),
+    ...(status ? { status: status as CallStatus } : {}),
+  };
+}
+
 export function callRoutes(pipeline: CallPipeline, options: CallRouteOptions): Router {
   const router = Router();
 
   /** `GET /v1/calls?client=&user=&tool=&status=&since=&limit=`: recent calls, newest first. */
   router.get('/v1/calls', async (req, res) => {
-    const status = param(req, 'status');
-    if (status !== undefined && !STATUSES.includes(status as CallStatus)) {
-      throw new ApiError('invalid_request', `"status" must be one of ${STATUSES.join(', ')}`);
-    }
-    const sinceText = param(req, 'since');
-    const since = sinceText === undefined ? 0 : Date.parse(sinceText);
-    if (Number.isNaN(since)) throw new ApiError('invalid_request', '"since" must be an ISO time');
-    const limitText = param(req, 'limit') ?? '50';
-    if (!/^\d+$/.test(limitText) || Number(limitText) < 1 || Number(limitText) > MAX_LIST) {
-      throw new ApiError('invalid_request', `"limit" must be an integer from 1 to ${MAX_LIST}`);
-    }
-    const client = param(req, 'client');
-    const tool = param(req, 'tool');
-    const user = param(req, 'user');
-    if (user !== undefined && (user.length === 0 || user.length > MAX_USER_LENGTH)) {
-      throw new ApiError(
-        'invalid_request',
-        `"user" must be 1 to ${MAX_USER_LENGTH} characters (a token's user claim)`,
-      );
-    }
-    const { calls, partial } = await pipeline.list(clientOf(res), {
-      since,
-      limit: Number(limitText),
-      ...(client ? { client } : {}),
-      ...(user === undefined ? {} : { user }),
-      ...(tool ? { tool } : {}),
-      ...(status ? { status: status as CallStatus } : {}),
-    });
+    const { calls, partial } = await pipeline.list(clientOf(res), callListQuery(req));
     const body: CallList = { calls: calls.map(callListItem), ...(partial ? { partial } : {}) };
     res.json(body);
   });

@@ -1,7 +1,7 @@
 /**
  * BullMQ's own dashboard (Bull Board) at /admin/queues, for operators: the `fast` and `sandbox`
- * queues and each live worker's session queue, read from this gateway's own BullMQ Queue
- * objects. Admin clients only, signed in as on the console (docs/console.md).
+ * queues and each live worker's session queue (of every Redis shard, named after it), read
+ * from this gateway's own BullMQ Queue objects. Admin clients only, signed in as on the console (docs/console.md).
  */
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
@@ -45,10 +45,19 @@ export const QUEUE_BOARD_CSP =
   "img-src 'self' data:; connect-src 'self'; font-src 'self' data:; object-src 'none'; " +
   "base-uri 'self'; frame-ancestors 'none'; form-action 'self'";
 
-export interface QueueBoardOptions {
-  /** The gateway's command connection: the board's Queue objects share it. */
+/** One Redis shard's queues: its command connection (the board's Queue objects share it). */
+export interface BoardShard {
+  id: string;
   redis: RedisClient;
   keys: Keys;
+}
+
+export interface QueueBoardOptions {
+  /**
+   * Every shard (docs/sharding.md). With more than one, each queue is named after its shard
+   * (`s1:fast`) and the board groups them by shard.
+   */
+  shards: readonly BoardShard[];
   /** `server.queueDashboard.actions`: off, every queue is read-only and writes are refused. */
   actions: boolean;
   clients: Clients;
@@ -153,12 +162,24 @@ class BoardQueues {
   constructor(private readonly o: QueueBoardOptions) {}
 
   initial(): BullMQAdapter[] {
-    return SHARED_QUEUES.map((kind) =>
-      this.adapter(
-        kind,
-        kind === 'fast' ? 'calls of in-process tools' : 'calls of sandboxed tools',
+    return this.o.shards.flatMap((shard) =>
+      SHARED_QUEUES.map((kind) =>
+        this.adapter(
+          shard,
+          kind,
+          kind === 'fast' ? 'calls of in-process tools' : 'calls of sandboxed tools',
+        ),
       ),
     );
+  }
+
+  private get sharded(): boolean {
+    return this.o.shards.length > 1;
+  }
+
+  /** The board's name of a shard's queue: the queue's own, after its shard's id when sharded. */
+  private boardName(shard: BoardShard, queue: string): string {
+    return this.sharded ? `${shard.id}:${queue}` : queue;
   }
 
   attach(board: ReturnType<typeof createBullBoard>): void {
@@ -180,31 +201,46 @@ class BoardQueues {
   }
 
   private async follow(): Promise<void> {
-    let workers: string[];
-    try {
-      workers = await this.o.redis.zrangebyscore(
-        this.o.keys.workers,
-        Date.now() - WORKER_ALIVE_MS,
-        '+inf',
-      );
-    } catch (err) {
-      // Redis away: the board shows what it had, and says so on its own requests.
-      this.o.log.debug({ err }, 'queue board: could not list the live workers');
-      return;
+    const wanted = new Map<string, { shard: BoardShard; queue: string; worker: string }>();
+    const shared = new Set<string>();
+    let read = 0;
+    for (const shard of this.o.shards) {
+      for (const kind of SHARED_QUEUES) shared.add(this.boardName(shard, kind));
+      let workers: string[];
+      try {
+        workers = await shard.redis.zrangebyscore(
+          shard.keys.workers,
+          Date.now() - WORKER_ALIVE_MS,
+          '+inf',
+        );
+      } catch (err) {
+        // Redis away: the board shows what it had of this shard, and says so on its requests.
+        this.o.log.debug({ err, shard: shard.id }, 'queue board: could not list the live workers');
+        for (const name of this.open.keys())
+          if (name.startsWith(this.boardName(shard, ''))) shared.add(name);
+        continue;
+      }
+      read++;
+      for (const worker of workers) {
+        const queue = shard.keys.sessionQueue(worker);
+        wanted.set(this.boardName(shard, queue), { shard, queue, worker });
+      }
     }
+    if (read === 0) return;
     this.syncedAt = Date.now();
-    const wanted = new Map<string, string>(workers.map((id) => [this.o.keys.sessionQueue(id), id]));
     for (const name of [...this.open.keys()]) {
-      if ((SHARED_QUEUES as readonly string[]).includes(name) || wanted.has(name)) continue;
+      if (shared.has(name) || wanted.has(name)) continue;
       this.board?.removeQueue(name);
       const queue = this.open.get(name);
       this.open.delete(name);
       await queue?.close().catch(() => undefined);
     }
-    for (const [name, worker] of wanted) {
+    for (const [name, { shard, queue, worker }] of wanted) {
       if (this.open.has(name)) continue;
       try {
-        this.board?.addQueue(this.adapter(name, `calls of the sessions on worker ${worker}`));
+        this.board?.addQueue(
+          this.adapter(shard, queue, `calls of the sessions on worker ${worker}`),
+        );
       } catch (err) {
         // A worker id BullMQ cannot name a queue after (a ':'): that worker has no such queue.
         this.o.log.debug({ err, name }, 'queue board: skipped a queue');
@@ -212,13 +248,16 @@ class BoardQueues {
     }
   }
 
-  private adapter(name: string, description: string): BullMQAdapter {
-    const queue = new Queue(name, queueOptions(this.o.redis, this.o.keys));
-    queue.on('error', (err) => this.o.log.debug({ err, queue: name }, 'queue board: queue error'));
-    this.open.set(name, queue);
+  private adapter(shard: BoardShard, name: string, description: string): BullMQAdapter {
+    const queue = new Queue(name, queueOptions(shard.redis, shard.keys));
+    queue.on('error', (err) =>
+      this.o.log.debug({ err, queue: name, shard: shard.id }, 'queue board: queue error'),
+    );
+    this.open.set(this.boardName(shard, name), queue);
     const adapter = new BullMQAdapter(queue, {
       readOnlyMode: !this.o.actions,
-      description,
+      description: this.sharded ? `${description}, on shard ${shard.id}` : description,
+      ...(this.sharded ? { prefix: `${shard.id}:`, delimiter: ':' } : {}),
     });
     // The arguments as the API shows them (GET /v1/calls/{id}): secret-named fields replaced,
     // secret-shaped text masked.

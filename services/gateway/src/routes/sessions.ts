@@ -7,12 +7,13 @@ import {
   SESSION_TOOLS,
   isCallId,
   type AuditLog,
+  type SessionRecord,
   type SessionStore,
   type SessionTool,
 } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
-import { Router } from 'express';
+import { Router, type Request } from 'express';
 import type { AdminSessionList, SessionList } from '../api-types.js';
 import { actorOf, type Client } from '../clients.js';
 import { ApiError } from '../errors.js';
@@ -32,6 +33,34 @@ export interface SessionRouteOptions {
 /** Sessions an admin's page lists at most (GET /v1/admin/sessions?limit=, default 100). */
 export const ADMIN_SESSIONS_MAX = 500;
 const ADMIN_SESSIONS_DEFAULT = 100;
+
+/** `?limit=` of GET /v1/admin/sessions, checked (`invalid_request` otherwise). */
+export function adminSessionsLimit(req: Request): number {
+  const raw = req.query.limit;
+  if (raw === undefined) return ADMIN_SESSIONS_DEFAULT;
+  if (typeof raw !== 'string' || !/^\d+$/.test(raw) || +raw < 1 || +raw > ADMIN_SESSIONS_MAX) {
+    throw new ApiError(
+      'invalid_request',
+      `"limit" must be an integer from 1 to ${ADMIN_SESSIONS_MAX}`,
+    );
+  }
+  return Number(raw);
+}
+
+/** A session as GET /v1/admin/sessions lists it. */
+export function adminSessionView(s: SessionRecord): AdminSessionList['sessions'][number] {
+  return {
+    id: s.id,
+    clientId: s.clientId,
+    tool: s.tool,
+    workerId: s.workerId,
+    createdAt: new Date(s.createdAt).toISOString(),
+    lastUsedAt: new Date(s.lastUsedAt).toISOString(),
+    expiresAt: new Date(s.expiresAt).toISOString(),
+    ...(s.memoryBytes === undefined ? {} : { memoryBytes: s.memoryBytes }),
+  };
+}
+
 /** A conversation id longer than this is refused: it becomes part of a Redis key. */
 export const CONVERSATION_ID_MAX = 256;
 
@@ -173,29 +202,9 @@ export function sessionRoutes({ sessions, registry, config, audit }: SessionRout
 
   /** Every client's sessions, for admins: a bounded page, oldest first. */
   router.get('/v1/admin/sessions', async (req, res) => {
-    const raw = req.query.limit;
-    let limit = ADMIN_SESSIONS_DEFAULT;
-    if (raw !== undefined) {
-      if (typeof raw !== 'string' || !/^\d+$/.test(raw) || +raw < 1 || +raw > ADMIN_SESSIONS_MAX) {
-        throw new ApiError(
-          'invalid_request',
-          `"limit" must be an integer from 1 to ${ADMIN_SESSIONS_MAX}`,
-        );
-      }
-      limit = Number(raw);
-    }
-    const page = await sessions.listAll(limit);
+    const page = await sessions.listAll(adminSessionsLimit(req));
     const body: AdminSessionList = {
-      sessions: page.sessions.map((s) => ({
-        id: s.id,
-        clientId: s.clientId,
-        tool: s.tool,
-        workerId: s.workerId,
-        createdAt: new Date(s.createdAt).toISOString(),
-        lastUsedAt: new Date(s.lastUsedAt).toISOString(),
-        expiresAt: new Date(s.expiresAt).toISOString(),
-        ...(s.memoryBytes === undefined ? {} : { memoryBytes: s.memoryBytes }),
-      })),
+      sessions: page.sessions.map(adminSessionView),
       total: page.total,
       truncated: page.truncated,
     };

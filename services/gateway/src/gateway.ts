@@ -22,7 +22,9 @@ import { consoleDir, consolePages } from './routes/console.js';
 import { healthRoutes } from './routes/health.js';
 import { QUEUE_BOARD_PATH, queueBoard } from './routes/queue-board.js';
 import { protectedResourceRoutes } from './routes/well-known.js';
+import { shardMoveRoutes } from './routes/shard-moves.js';
 import { openShard, type ShardStack } from './shard-stack.js';
+import { ShardMoves } from './shard-moves.js';
 
 export interface GatewayOptions {
   config: Config;
@@ -106,9 +108,22 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const stacks = new Map(
     shardMap.list.map((shard) => [shard.id, openShard(shard, stackOptions, shardMap.sharded)]),
   );
+  // Where moves put clients, and the moves this gateway runs (docs/sharding.md).
+  const moves = new ShardMoves({
+    shardMap,
+    stacks,
+    clientIds: clients.ids,
+    log: log.child({ component: 'shard-moves' }),
+    drainTimeoutMs:
+      Math.max(
+        0,
+        ...registry.list().map((t) => t.timeoutMs),
+        ...config.upstreams.map((u) => u.timeoutMs + 2000),
+      ) + 30_000,
+  });
   /** The stack of the shard a client's data lives on. */
   function stackOf(clientId: string): ShardStack {
-    return stacks.get(shardMap.of(clientId).id)!;
+    return stacks.get(moves.shardOf(clientId).id)!;
   }
   const all = [...stacks.values()];
   const home = stacks.get(shardMap.home.id)!;
@@ -242,8 +257,12 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       ...(oauth ? { oauth } : {}),
     }),
   );
-  // Each client's routes run on its shard's stack.
-  app.use((req, res, next) => stackOf(clientOf(res).id).router(req, res, next));
+  app.use(shardMoveRoutes(moves));
+  // Each client's routes run on its shard's stack; a moving client's wait for its new one.
+  app.use((req, res, next) => {
+    const id = clientOf(res).id;
+    moves.hold(id).then(() => stackOf(id).router(req, res, next), next);
+  });
   app.use(notFound);
   app.use(errorHandler(log));
 
@@ -323,6 +342,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         clearTimeout(force);
       }
       await board?.close();
+      await moves.close();
       await Promise.all(all.map((stack) => stack.close()));
     },
   };

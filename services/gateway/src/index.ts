@@ -4,6 +4,7 @@ export { ApiError } from './errors.js';
 export { DIALECTS } from './dialects/index.js';
 export type { Gateway, GatewayOptions } from './gateway.js';
 export type { ApiErrorCode } from './errors.js';
+export type { ShardView } from './shard-moves.js';
 export type {
   AnthropicTool,
   AnthropicToolSearchTool,

@@ -257,7 +257,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       ...(oauth ? { oauth } : {}),
     }),
   );
-  app.use(shardMoveRoutes(moves));
+  app.use(shardMoveRoutes(moves, readJsonBody({ limitBytes: config.server.bodyLimitBytes })));
   // Each client's routes run on its shard's stack; a moving client's wait for its new one.
   app.use((req, res, next) => {
     const id = clientOf(res).id;

@@ -2,12 +2,13 @@
  * The shards and client moves between them, for admins (docs/sharding.md, "Moving a client"):
  * GET /v1/shards, POST /v1/shards/moves, GET /v1/shards/moves/{id}.
  */
-import { Router } from 'express';
+import { Router, type RequestHandler } from 'express';
 import { ApiError } from '../errors.js';
 import { objectBody, requireAdmin } from '../http.js';
 import type { ShardMoves } from '../shard-moves.js';
 
-export function shardMoveRoutes(moves: ShardMoves): Router {
+/** `body`: the JSON body reader (these routes come before the shards' routers, which read it). */
+export function shardMoveRoutes(moves: ShardMoves, body: RequestHandler): Router {
   const router = Router();
   router.use('/v1/shards', requireAdmin);
 
@@ -15,7 +16,7 @@ export function shardMoveRoutes(moves: ShardMoves): Router {
     res.json({ shards: moves.shards() });
   });
 
-  router.post('/v1/shards/moves', async (req, res) => {
+  router.post('/v1/shards/moves', body, async (req, res) => {
     const body = objectBody(req);
     const { client, shard } = body;
     if (typeof client !== 'string' || client === '' || typeof shard !== 'string' || shard === '')

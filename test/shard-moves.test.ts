@@ -175,16 +175,18 @@ describe('moving a client between shards', () => {
     const held = calc(CAROL).then(async (res) => ({
       status: res.status,
       body: (await res.json()) as { id: string; status: string; result: unknown },
-      moveState: ((await (
-        await stack.call(`/v1/shards/moves/${move.id}`, { key: KEYS.admin })
-      ).json()) as Move).state,
+      moveState: (
+        (await (
+          await stack.call(`/v1/shards/moves/${move.id}`, { key: KEYS.admin })
+        ).json()) as Move
+      ).state,
     }));
     // alice (another shard) is not held meanwhile.
     const alice = await calc(KEYS.alice);
     expect(alice.status).toBe(200);
-    const aliceState = ((await (
-      await stack.call(`/v1/shards/moves/${move.id}`, { key: KEYS.admin })
-    ).json()) as Move).state;
+    const aliceState = (
+      (await (await stack.call(`/v1/shards/moves/${move.id}`, { key: KEYS.admin })).json()) as Move
+    ).state;
     expect(aliceState).toBe('draining');
 
     const ended = await moveEnd(move.id);
@@ -288,7 +290,11 @@ describe('moving a client between shards', () => {
     it('toolgate shards lists the shards and their clients; shards move moves one and exits 0', async () => {
       const listed = await toolgate(['shards', '-o', 'json']);
       expect(listed.code).toBe(0);
-      const shards = JSON.parse(listed.stdout) as { id: string; home: boolean; clients: string[] }[];
+      const shards = JSON.parse(listed.stdout) as {
+        id: string;
+        home: boolean;
+        clients: string[];
+      }[];
       expect(shards.map((s) => s.id)).toEqual(['s0', 's1', 's2']);
       expect(shards.find((s) => s.id === 's0')).toMatchObject({ home: true, clients: ['alice'] });
       const table = await toolgate(['shards', '-o', 'table']);

@@ -141,7 +141,10 @@ export class ShardPlacements {
   async progress(
     id: string,
     fields: Partial<
-      Pick<ShardMoveRecord, 'state' | 'inFlight' | 'keysCopied' | 'keysDeleted' | 'endedAt' | 'error'>
+      Pick<
+        ShardMoveRecord,
+        'state' | 'inFlight' | 'keysCopied' | 'keysDeleted' | 'endedAt' | 'error'
+      >
     >,
   ): Promise<void> {
     await this.redis.hset(

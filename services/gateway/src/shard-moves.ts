@@ -88,7 +88,10 @@ export class ShardMoves {
   /** The shard a client is on now: where a move put it, else its configured one. */
   shardOf(clientId: string): Shard {
     const moved = this.placed.get(clientId);
-    return (moved === undefined ? undefined : this.o.shardMap.byId(moved)) ?? this.o.shardMap.of(clientId);
+    return (
+      (moved === undefined ? undefined : this.o.shardMap.byId(moved)) ??
+      this.o.shardMap.of(clientId)
+    );
   }
 
   /**
@@ -122,7 +125,7 @@ export class ShardMoves {
   /** Re-reads placements and moves; `sweep` also rolls back moves whose gateway is gone. */
   private async refresh(sweep = false): Promise<void> {
     try {
-      let { placements, moving } = await this.placements.read();
+      const { placements, moving } = await this.placements.read();
       if (sweep && moving.size > 0) {
         const elsewhere = new Map([...moving].filter(([, id]) => !this.running.has(id)));
         const released = await this.placements.abandonLost(elsewhere);

@@ -20,7 +20,10 @@ export function shardMoveRoutes(moves: ShardMoves, body: RequestHandler): Router
     const body = objectBody(req);
     const { client, shard } = body;
     if (typeof client !== 'string' || client === '' || typeof shard !== 'string' || shard === '')
-      throw new ApiError('invalid_request', 'give {"client": "<client id>", "shard": "<shard id>"}');
+      throw new ApiError(
+        'invalid_request',
+        'give {"client": "<client id>", "shard": "<shard id>"}',
+      );
     const move = await moves.move(client, shard);
     res.status(202).location(`/v1/shards/moves/${move.id}`).json(move);
   });

@@ -56,12 +56,12 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export class ShardMoves {
   private readonly placements: ShardPlacements;
-  private readonly subscriber: RedisClient;
+  private readonly subscriber: RedisClient | undefined;
   private placed = new Map<string, string>();
   private moving = new Map<string, string>();
   private readonly wakers = new Set<() => void>();
   private readonly running = new Map<string, Promise<void>>();
-  private readonly timer: NodeJS.Timeout;
+  private readonly timer: NodeJS.Timeout | undefined;
   private readonly loaded: Promise<void>;
   private readonly holdMs: number;
   private readonly settleMs: number;
@@ -74,11 +74,17 @@ export class ShardMoves {
     this.leaseMs = o.leaseMs ?? 15_000;
     const home = o.stacks.get(o.shardMap.home.id)!;
     this.placements = new ShardPlacements(home.redis, home.keys);
-    this.subscriber = createRedis(o.shardMap.home.redis, 'blocking');
-    this.subscriber.on('error', (err) => o.log.debug({ err: err.message }, 'redis error'));
+    // One shard: nowhere to move to; no connection, no timer, nothing read.
+    if (!o.shardMap.sharded) {
+      this.loaded = Promise.resolve();
+      return;
+    }
+    const subscriber = createRedis(o.shardMap.home.redis, 'blocking');
+    this.subscriber = subscriber;
+    subscriber.on('error', (err) => o.log.debug({ err: err.message }, 'redis error'));
     // Listener first, then the subscription: a message cannot come before it is listened for.
-    this.subscriber.on('message', () => void this.refresh());
-    this.subscriber.subscribe(home.keys.shardPlacementEvents).catch(() => undefined);
+    subscriber.on('message', () => void this.refresh());
+    subscriber.subscribe(home.keys.shardPlacementEvents).catch(() => undefined);
     // Requests wait for the first read (bounded: a home shard down does not hold them).
     this.loaded = Promise.race([this.refresh(), sleep(3000)]);
     this.timer = setInterval(() => void this.refresh(true), o.refreshMs ?? 2000);
@@ -293,6 +299,6 @@ export class ShardMoves {
     clearInterval(this.timer);
     for (const wake of [...this.wakers]) wake();
     await Promise.all(this.running.values());
-    this.subscriber.disconnect();
+    this.subscriber?.disconnect();
   }
 }

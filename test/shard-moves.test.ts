@@ -14,6 +14,9 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '@toolgate/cli';
+import { createGateway, type Gateway } from '@toolgate/gateway';
+import { createLogger } from '@toolgate/log';
+import { createToolRegistry } from '@toolgate/tools';
 import { freePort, startRedisServer, type RedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { testTools } from './support/tools.js';
@@ -23,6 +26,9 @@ const CAROL = 'carol-key-0123456789abcdef';
 let servers: Record<'s0' | 's1' | 's2', RedisServer>;
 let stack: Stack;
 let dir: string;
+/** A second gateway on the same shards: it hears of moves and holds calls too. */
+let other: Gateway;
+let otherUrl: string;
 const prefix = `mv${randomUUID().slice(0, 6)}`;
 
 beforeAll(async () => {
@@ -59,9 +65,16 @@ beforeAll(async () => {
       ],
     },
   });
+  other = createGateway({
+    config: stack.config,
+    registry: createToolRegistry(testTools),
+    logger: createLogger('test', { level: 'silent' }),
+  });
+  otherUrl = `http://127.0.0.1:${(await other.listen(0, '127.0.0.1')).port}`;
 }, 60_000);
 
 afterAll(async () => {
+  await other?.close();
   await stack?.close();
   await Promise.all(Object.values(servers ?? {}).map((s) => s.stop()));
   rmSync(dir, { recursive: true, force: true });
@@ -181,6 +194,27 @@ describe('moving a client between shards', () => {
         ).json()) as Move
       ).state,
     }));
+    // The other gateway heard of the move and holds carol's call there too.
+    const otherShards = async () =>
+      (
+        (await (
+          await fetch(`${otherUrl}/v1/shards`, {
+            headers: { authorization: `Bearer ${KEYS.admin}` },
+          })
+        ).json()) as { shards: { id: string; moving: string[] }[] }
+      ).shards;
+    const heard = Date.now() + 5000;
+    while (!(await otherShards()).some((s) => s.moving.includes('carol')) && Date.now() < heard)
+      await new Promise((r) => setTimeout(r, 20));
+    expect((await otherShards()).find((s) => s.id === 's1')?.moving).toEqual(['carol']);
+    const heldThere = fetch(`${otherUrl}/tools/calculator/execute`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${CAROL}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ expression: '6*7' }),
+    }).then(async (res) => ({
+      status: res.status,
+      body: (await res.json()) as { id: string; status: string },
+    }));
     // alice (another shard) is not held meanwhile.
     const alice = await calc(KEYS.alice);
     expect(alice.status).toBe(200);
@@ -196,12 +230,13 @@ describe('moving a client between shards', () => {
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({ status: 'ok', result: 42 });
     expect(['cleaning', 'done']).toContain(answer.moveState);
-    // Its record is on the new shard only.
-    expect((await keysNaming(servers.s2, answer.body.id)).length).toBeGreaterThan(0);
-    expect(await keysNaming(servers.s1, answer.body.id)).toEqual([]);
-    expect((await keysNaming(servers.s2, answer.body.id)).some((k) => k.includes(':call:'))).toBe(
-      true,
-    );
+    const there = await heldThere;
+    expect(there).toMatchObject({ status: 200, body: { status: 'ok' } });
+    // Their records are on the new shard only.
+    for (const id of [answer.body.id, there.body.id]) {
+      expect((await keysNaming(servers.s2, id)).some((k) => k.includes(':call:'))).toBe(true);
+      expect(await keysNaming(servers.s1, id)).toEqual([]);
+    }
 
     // The call in flight ended ok; its record (and the first call's) moved with carol.
     for (const id of [slowId, firstId]) {
@@ -230,8 +265,8 @@ describe('moving a client between shards', () => {
     const budget = (await (await stack.call('/v1/budget', { key: CAROL })).json()) as {
       budget: { calls?: { window: string; used: number }[] };
     };
-    // The first call, the slow one, and the held one: counted across the move.
-    expect(budget.budget.calls?.find((w) => w.window === 'day')?.used).toBe(3);
+    // The first call, the slow one, and the two held ones: counted across the move.
+    expect(budget.budget.calls?.find((w) => w.window === 'day')?.used).toBe(4);
 
     // alice's data stayed where it was.
     expect((await keysNaming(servers.s0, ':calls:alice')).length).toBe(1);
@@ -310,6 +345,15 @@ describe('moving a client between shards', () => {
         state: 'done',
       });
       expect((await calc(KEYS.alice)).status).toBe(200);
+      // The other gateway places alice's calls on s1 too.
+      const there = await fetch(`${otherUrl}/tools/calculator/execute`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEYS.alice}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ expression: '1+1' }),
+      });
+      expect(there.status).toBe(200);
+      const thereId = ((await there.json()) as { id: string }).id;
+      expect((await keysNaming(servers.s1, thereId)).some((k) => k.includes(':call:'))).toBe(true);
       expect((await keysNaming(servers.s1, ':calls:alice')).length).toBe(1);
       expect(await keysNaming(servers.s0, ':calls:alice')).toEqual([]);
 

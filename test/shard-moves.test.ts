@@ -80,6 +80,19 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/** `what()` once `ok` of it holds, or its last value after 10 s. */
+async function until<T>(what: () => Promise<T>, ok: (v: T) => boolean): Promise<T> {
+  const end = Date.now() + 10_000;
+  for (;;) {
+    const v = await what();
+    if (ok(v) || Date.now() > end) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Keys of a call that include its record (the worker writes it in its next batch). */
+const isRecord = (keys: string[]) => keys.some((k) => k.includes(':call:'));
+
 /** Every key on a shard's Redis that names `text`. */
 async function keysNaming(server: RedisServer, text: string): Promise<string[]> {
   const redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
@@ -234,7 +247,7 @@ describe('moving a client between shards', () => {
     expect(there).toMatchObject({ status: 200, body: { status: 'ok' } });
     // Their records are on the new shard only.
     for (const id of [answer.body.id, there.body.id]) {
-      expect((await keysNaming(servers.s2, id)).some((k) => k.includes(':call:'))).toBe(true);
+      expect(isRecord(await until(() => keysNaming(servers.s2, id), isRecord))).toBe(true);
       expect(await keysNaming(servers.s1, id)).toEqual([]);
     }
 
@@ -279,6 +292,70 @@ describe('moving a client between shards', () => {
     expect(shards.shards.find((s) => s.id === 's1')?.clients).toEqual(['ops']);
     expect(shards.shards.every((s) => s.state === 'up')).toBe(true);
   }, 60_000);
+
+  it('a gateway closed mid-move rolls it back: the client stays, its held call runs where it was', async () => {
+    const mover = createGateway({
+      config: stack.config,
+      registry: createToolRegistry(testTools),
+      logger: createLogger('test', { level: 'silent' }),
+    });
+    const moverUrl = `http://127.0.0.1:${(await mover.listen(0, '127.0.0.1')).port}`;
+    const slow = await stack.call('/tools/sleep/execute', {
+      key: CAROL,
+      json: { ms: 3000 },
+      headers: { prefer: 'respond-async' },
+    });
+    expect(slow.status).toBe(202);
+    const started = await fetch(`${moverUrl}/v1/shards/moves`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEYS.admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ client: 'carol', shard: 's0' }),
+    });
+    expect(started.status).toBe(202);
+    const move = (await started.json()) as Move;
+    // Held on the stack's gateway while the mover drains.
+    const heard = Date.now() + 5000;
+    let moving: string[] = [];
+    while (!moving.includes('carol') && Date.now() < heard) {
+      const shards = (await (await stack.call('/v1/shards', { key: KEYS.admin })).json()) as {
+        shards: { moving: string[] }[];
+      };
+      moving = shards.shards.flatMap((s) => s.moving);
+    }
+    expect(moving).toEqual(['carol']);
+    const held = calc(CAROL);
+    await mover.close();
+    const ended = await moveEnd(move.id);
+    expect(ended.state).toBe('failed');
+    expect(ended.error).toContain('stays where it was');
+    const answer = await held;
+    expect(answer.status).toBe(200);
+    const id = ((await answer.json()) as { id: string }).id;
+    // Its record (written by the worker's next batch) on s2, where carol stayed.
+    expect(isRecord(await until(() => keysNaming(servers.s2, id), isRecord))).toBe(true);
+    expect(await keysNaming(servers.s0, 'carol')).toEqual([]);
+  }, 30_000);
+
+  it("a move whose gateway died (its lease lapsed) is rolled back by another gateway's re-read", async () => {
+    // What a gateway killed mid-move leaves: carol marked moving, the lease gone.
+    const id = randomUUID();
+    await onShard(servers.s0, async (r) => {
+      await r.hset(`${prefix}:shard-move:${id}`, {
+        id,
+        client: 'carol',
+        from: 's2',
+        to: 's1',
+        state: 'draining',
+        startedAt: new Date().toISOString(),
+      });
+      await r.hset(`${prefix}:shard-moving`, 'carol', id);
+      await r.publish(`${prefix}:shard-placement-events`, 'carol');
+    });
+    const answer = await calc(CAROL);
+    expect(answer.status).toBe(200);
+    expect(await moveEnd(id)).toMatchObject({ state: 'failed' });
+    expect(await onShard(servers.s0, (r) => r.hget(`${prefix}:shard-moving`, 'carol'))).toBe(null);
+  }, 30_000);
 
   it('refuses an unknown client (404), an unknown shard (400), the shard it is on (409), a non-admin (403)', async () => {
     const post = (json: unknown, key: string = KEYS.admin) =>
@@ -353,7 +430,7 @@ describe('moving a client between shards', () => {
       });
       expect(there.status).toBe(200);
       const thereId = ((await there.json()) as { id: string }).id;
-      expect((await keysNaming(servers.s1, thereId)).some((k) => k.includes(':call:'))).toBe(true);
+      expect(isRecord(await until(() => keysNaming(servers.s1, thereId), isRecord))).toBe(true);
       expect((await keysNaming(servers.s1, ':calls:alice')).length).toBe(1);
       expect(await keysNaming(servers.s0, ':calls:alice')).toEqual([]);
 

@@ -52,6 +52,13 @@ export interface ShardView {
   moving: string[];
 }
 
+/**
+ * How long after its last call ended a client's data is copied: a worker writes a call's
+ * record and audit entry ≤ 10 ms after the call leaves the in-flight set, a sandbox call's
+ * stats ≤ 1 s after (services/worker/src/recorder.ts).
+ */
+const RECORD_LAG_MS = 1500;
+
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 export class ShardMoves {
@@ -230,7 +237,7 @@ export class ShardMoves {
       let copied: Awaited<ReturnType<typeof copyClientData>> | undefined;
       // A late call (a gateway that had not heard yet) found after the copy: drain and copy again.
       for (let round = 0; round < 3 && !copied; round++) {
-        await this.drain(m, from);
+        if (await this.drain(m, from)) await sleep(RECORD_LAG_MS);
         if (lost || this.closed) throw new Error('the move was stopped');
         await this.placements.progress(m.id, { state: 'copying', inFlight: 0 });
         const data = await copyClientData(from, to, m.client, (n) =>
@@ -275,15 +282,18 @@ export class ShardMoves {
     }
   }
 
-  /** Waits until the client's calls in flight on its old shard have ended (bounded). */
-  private async drain(m: ShardMoveRecord, from: MoveShardSide): Promise<void> {
+  /**
+   * Waits until the client's calls in flight on its old shard have ended (bounded); true when
+   * there were some to wait for.
+   */
+  private async drain(m: ShardMoveRecord, from: MoveShardSide): Promise<boolean> {
     const until = Date.now() + this.o.drainTimeoutMs;
     let last = -1;
     for (;;) {
       const n = await callsInFlight(from, m.client);
       if (n !== last) await this.placements.progress(m.id, { inFlight: n });
+      if (n === 0) return last > 0;
       last = n;
-      if (n === 0) return;
       if (this.closed) throw new Error('the gateway is closing');
       if (Date.now() > until)
         throw new Error(

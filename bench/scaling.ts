@@ -2,7 +2,8 @@
 // throwaway Redis, each step loaded with calculator calls and with run_python hello world on the
 // bwrap driver. Prints calls/s, latency, and the CPU per call of Redis, gateways, workers and
 // their sandboxes — the curve, where it bends, and what one Redis master can carry
-// (docs/scaling.md reads the figures into a capacity model).
+// (docs/scaling.md reads the figures into a capacity model). With `--shards 1,3`: the same
+// calculator load over 1, then 3 Redis shards, per master (scaling/shards.ts).
 //
 // Each step is one continuous autocannon run: the first BENCH_WARMUP_SECONDS settle it (JIT,
 // launcher pools, queue depth), then CPU counters are read, calls are counted for the
@@ -18,6 +19,11 @@ import { benchRedis, benchRedisPid, percentile, unmountUnder } from './lib.js';
 import { machineCpu, processCpu, redisCommandStats, redisCpuMs } from './scaling/cpu.js';
 import { Fleet } from './scaling/fleet.js';
 import { commands, curve, redisCeiling, table, type StepResult } from './scaling/report.js';
+import { runShardBench, shardCounts } from './scaling/shards.js';
+
+// `--shards 1,3`: the load over several Redis masters instead (scaling/shards.ts).
+const shards = shardCounts(process.argv.slice(2));
+if (shards) process.exit(await runShardBench(shards));
 
 const env = process.env;
 /** Steps as gateways×workers; the fleet grows and shrinks between them in this order. */

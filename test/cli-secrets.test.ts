@@ -11,6 +11,7 @@ import { Keys, createRedis } from '@toolgate/calls';
 import { KeyRing, SecretStore } from '@toolgate/secrets';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ROOT, TOOLGATE_BIN } from './support/process.js';
+import { startRedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 
 interface Run {
@@ -118,5 +119,67 @@ describe('toolgate secrets', () => {
     const again = await toolgate(['secrets', 'delete', 'alice', 'api_token'], env());
     expect(again.code).toBe(1);
     expect(again.stderr).toContain('404 not_found');
+  }, 90_000);
+
+  it("rotate re-seals every shard's secrets (each client's are on its shard)", async () => {
+    const [s0, s1] = await Promise.all([startRedisServer(), startRedisServer()]);
+    const prefix = `rot${randomBytes(3).toString('hex')}`;
+    const stores = [s0, s1].map((server) => {
+      const redis = createRedis(server.url, 'command');
+      return { redis, keys: Keys.for({ prefix }) };
+    });
+    try {
+      // Sealed with the old key, as a gateway would have: alice's on s0, bob's on s1.
+      await new SecretStore(stores[0]!.redis, stores[0]!.keys, KeyRing.of(oldKey)).set(
+        'alice',
+        'token',
+        'a-value',
+      );
+      await new SecretStore(stores[1]!.redis, stores[1]!.keys, KeyRing.of(oldKey)).set(
+        'bob',
+        'token',
+        'b-value',
+      );
+      const configFile = path.join(dir, 'sharded.json');
+      await writeFile(
+        configFile,
+        JSON.stringify({
+          redis: {
+            prefix,
+            shards: [
+              { id: 's0', url: s0.url },
+              { id: 's1', url: s1.url },
+            ],
+          },
+          secrets: {
+            keyFile: path.join(dir, 'new.key'),
+            previousKeyFiles: [path.join(dir, 'old.key')],
+          },
+        }),
+      );
+      const rotate = await toolgate(['secrets', 'rotate', '--config', configFile], {});
+      expect(rotate.stderr).toBe('');
+      expect(rotate.code).toBe(0);
+      expect(rotate.stdout).toContain('shard s1: re-sealed 1 secret(s) of 1 owner(s)');
+      expect(rotate.stdout).toMatch(
+        /^re-sealed 2 secret\(s\) of 2 owner\(s\) with key \S+; 0 unreadable/m,
+      );
+      // The new key alone opens both, each on its own shard.
+      expect(
+        await new SecretStore(stores[0]!.redis, stores[0]!.keys, KeyRing.of(newKey)).read(
+          'alice',
+          'token',
+        ),
+      ).toBe('a-value');
+      expect(
+        await new SecretStore(stores[1]!.redis, stores[1]!.keys, KeyRing.of(newKey)).read(
+          'bob',
+          'token',
+        ),
+      ).toBe('b-value');
+    } finally {
+      for (const s of stores) s.redis.disconnect();
+      await Promise.all([s0.stop(), s1.stop()]);
+    }
   });
 });

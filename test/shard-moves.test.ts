@@ -169,6 +169,13 @@ describe('moving a client between shards', () => {
     const budgetBefore = await keysNaming(servers.s1, ':budget:carol:');
     expect(budgetBefore.length).toBeGreaterThan(0);
 
+    // Memory entries of carol and of one of its users, as the memory tool keeps them.
+    await onShard(servers.s1, async (r) => {
+      await r.hset(`${prefix}:memory:{carol}`, 'note', '{"text":"hello"}');
+      await r.set(`${prefix}:memory:{carol}:v`, '3');
+      await r.hset(`${prefix}:memory:{carol@dXNlcg}`, 'n2', '{"text":"u"}');
+    });
+
     // A call in flight when the move starts.
     const slow = await stack.call('/tools/sleep/execute', {
       key: CAROL,
@@ -274,6 +281,11 @@ describe('moving a client between shards', () => {
     );
     expect((await keysNaming(servers.s2, ':budget:carol:')).length).toBeGreaterThan(0);
     expect((await keysNaming(servers.s2, ':audit:carol')).length).toBe(1);
+    expect(await onShard(servers.s2, (r) => r.hgetall(`${prefix}:memory:{carol}`))).toEqual({
+      note: '{"text":"hello"}',
+    });
+    expect(await onShard(servers.s2, (r) => r.get(`${prefix}:memory:{carol}:v`))).toBe('3');
+    expect(await onShard(servers.s2, (r) => r.exists(`${prefix}:memory:{carol@dXNlcg}`))).toBe(1);
     expect((await keysNaming(servers.s1, 'carol')).filter((k) => !shortLived(k))).toEqual([]);
     const budget = (await (await stack.call('/v1/budget', { key: CAROL })).json()) as {
       budget: { calls?: { window: string; used: number }[] };

@@ -78,6 +78,7 @@ async function keysNaming(server: RedisServer, text: string): Promise<string[]> 
 describe('tenants on three Redis shards', () => {
   it("a client's calls and their records are on its own shard, none on another", async () => {
     const owners = { s0: KEYS.alice, s1: KEYS.bob, s2: CAROL } as const;
+    const clientOf = { s0: 'alice', s1: 'bob', s2: 'carol' } as const;
     for (const [shard, key] of Object.entries(owners)) {
       const res = await calc(key);
       expect(res.status).toBe(200);
@@ -89,6 +90,23 @@ describe('tenants on three Redis shards', () => {
         const named = await keysNaming(server, body.id);
         if (other === shard) expect(named.length).toBeGreaterThan(0);
         else expect(named).toEqual([]);
+      }
+      // The memory tool's entries too: on the client's shard, found by its own search.
+      const saved = await stack.call('/tools/memory_save/execute', {
+        key,
+        json: { text: `a note of ${shard}'s client` },
+      });
+      expect(await saved.json()).toMatchObject({ status: 'ok' });
+      const found = await stack.call('/tools/memory_search/execute', {
+        key,
+        json: { query: 'note' },
+      });
+      expect(JSON.stringify(await found.json())).toContain(`a note of ${shard}'s client`);
+      for (const [other, server] of Object.entries(servers)) {
+        const memory = (await keysNaming(server, ':memory:')).filter((k) =>
+          k.includes(`{${clientOf[shard as keyof typeof clientOf]}}`),
+        );
+        expect(memory.length > 0).toBe(other === shard);
       }
       // Another shard's client cannot look it up (it is not theirs, wherever it is).
       const stranger = key === KEYS.alice ? CAROL : KEYS.alice;

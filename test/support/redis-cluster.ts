@@ -1,7 +1,8 @@
 /**
  * A real Redis Cluster for tests: `redis-server --cluster-enabled yes` processes joined by
  * `redis-cli --cluster create`, on loopback, in a temporary directory. Masters each get a
- * replica, so a test can kill a master and watch its replica take over.
+ * replica, so a test can kill a master and watch its replica take over; or none, with
+ * `fullCoverage: false`, so a dead master's slots stay down while the others answer.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -42,10 +43,19 @@ export async function keySlot(cluster: RedisCluster, key: string): Promise<numbe
 }
 
 export async function startRedisCluster(
-  options: { masters?: number; replicas?: number } = {},
+  options: {
+    masters?: number;
+    replicas?: number;
+    /**
+     * `cluster-require-full-coverage` (Redis's default: yes, the whole cluster refuses commands
+     * while any slot has no live master). `false`: the other masters go on serving their slots.
+     */
+    fullCoverage?: boolean;
+  } = {},
 ): Promise<RedisCluster> {
   const masters = options.masters ?? 3;
   const replicas = options.replicas ?? 1;
+  const fullCoverage = options.fullCoverage ?? true;
   const dir = mkdtempSync(join(tmpdir(), 'tg-cluster-'));
   const servers: RedisServer[] = [];
   try {
@@ -74,6 +84,8 @@ export async function startRedisCluster(
           // A replica that never synced cannot be promoted: sync at once, not after 5 s.
           '--repl-diskless-sync-delay',
           '0',
+          '--cluster-require-full-coverage',
+          fullCoverage ? 'yes' : 'no',
         ]),
       );
     }

@@ -1,16 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { ShardMap, parseConfig, type Config } from '@toolgate/config';
+import { parseConfig, type Config } from '@toolgate/config';
 import { createGateway, type Gateway } from '@toolgate/gateway';
 import { createLogger, type Logger } from '@toolgate/log';
 import type { AnyToolSpec, ToolServices } from '@toolgate/registry';
-import { Keys, createRedis } from '@toolgate/calls';
-import {
-  createHttpServices,
-  createMemoryStore,
-  createToolCatalog,
-  createToolRegistry,
-} from '@toolgate/tools';
-import { createWorker, type ToolWorker } from '@toolgate/worker';
+import { createHttpServices, createToolCatalog, createToolRegistry } from '@toolgate/tools';
+import { createWorker, openClientStores, type ToolWorker } from '@toolgate/worker';
 import { inject } from 'vitest';
 
 export const KEYS = {
@@ -73,9 +67,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       level: (process.env.TEST_LOG_LEVEL as 'silent' | undefined) ?? 'silent',
     });
   const registry = createToolRegistry(options.tools ?? []);
-  // As services/worker/src/start.ts: the memory tool's store is on the home shard.
-  const home = new ShardMap(config).home.redis;
-  const memoryRedis = createRedis(home, 'command');
+  // As services/worker/src/start.ts: each client's memory on its shard.
+  const stores = openClientStores(config);
   const worker =
     options.worker === false
       ? undefined
@@ -87,7 +80,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
           services: {
             http: createHttpServices(config.policy.http),
             shellPolicy: config.policy.shell,
-            memory: createMemoryStore(memoryRedis, { keys: Keys.for(home) }),
+            memory: stores.memory,
             toolCatalog: createToolCatalog(registry, config.clients),
             ...options.services,
           } as ToolServices,
@@ -121,7 +114,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     async close() {
       await gateway.close();
       await worker?.close();
-      memoryRedis.disconnect();
+      stores.close();
     },
   };
 }

@@ -34,7 +34,7 @@ export type { CodeModeGrant, CodeModeTake } from './code-mode.js';
 export { ResultCache, canonicalDigest } from './cache.js';
 export { Stats, StatsBatch, percentile, USER_STATS_MAX, USER_STATS_SHOWN } from './stats.js';
 export { maskText, redact, redactValues } from './redact.js';
-export { WorkspaceResets } from './workspace-resets.js';
+export { WorkspaceResets, clientOfSpace, shardedResets } from './workspace-resets.js';
 export type { ScheduledReset } from './workspace-resets.js';
 export type { ConnectionBudgetOptions, HeldSlot } from './connection-budget.js';
 export type { Decision } from './approvals.js';

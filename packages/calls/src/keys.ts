@@ -37,7 +37,10 @@ export class Keys {
    * The root of every family used together with others (in one MULTI, pipeline or script),
    * the queues among them: the prefix itself on one server or Sentinel; on a Redis Cluster
    * the prefix as a hash tag, `{toolgate}`, so those keys share one slot (the queues' scripts
-   * and toolgate's transactions span queue, records and stats).
+   * and toolgate's transactions span queue, records and stats). The single-key counters a
+   * call passes through (rate limits, loop guard, bad keys, MCP levels and request ids, code
+   * mode capabilities) are on it too: spread over a cluster's masters, a master's death failed
+   * calls of every prefix (every shard) with a counter on it, not only of those it serves.
    */
   readonly prefix: string;
 
@@ -162,7 +165,7 @@ export class Keys {
    * named by the digest of its token and expiring with the script (docs/code-mode.md).
    */
   codeModeCapability(tokenDigest: string): string {
-    return `${this.base}:codemode:${tokenDigest}`;
+    return `${this.prefix}:codemode:${tokenDigest}`;
   }
 
   idempotency(clientId: string, key: string): string {
@@ -259,7 +262,7 @@ export class Keys {
 
   /** Key prefix of the per-address counter of requests with a missing or unknown key. */
   get authFailures(): string {
-    return `${this.base}:authfail`;
+    return `${this.prefix}:authfail`;
   }
 
   /** Sorted set of pending approvals, scored by expiry time. */
@@ -339,7 +342,7 @@ export class Keys {
    * appends `:<clientId>`. One limiter per rate, so a changed rate starts a fresh count.
    */
   ratePrefix(perMinute: number): string {
-    return `${this.base}:rate:${perMinute}`;
+    return `${this.prefix}:rate:${perMinute}`;
   }
 
   /**
@@ -347,12 +350,12 @@ export class Keys {
    * (`limits.perUser.rateLimit`); it appends `:<clientId>:<user>`.
    */
   userRatePrefix(perMinute: number): string {
-    return `${this.base}:rate-user:${perMinute}`;
+    return `${this.prefix}:rate-user:${perMinute}`;
   }
 
   /** rate-limiter-flexible's key prefix for the loop guard; it appends `:<clientId>:<conversationId>`. */
   get loopGuardPrefix(): string {
-    return `${this.base}:loop`;
+    return `${this.prefix}:loop`;
   }
 
   /**
@@ -360,7 +363,7 @@ export class Keys {
    * `logging/setLevel` of a 2025-era client, who has no session.
    */
   mcpLogLevel(principal: string): string {
-    return `${this.base}:mcp-loglevel:${principal}`;
+    return `${this.prefix}:mcp-loglevel:${principal}`;
   }
 
   /**
@@ -369,12 +372,12 @@ export class Keys {
    * session is kept). Read only when a call of its lacks a secret.
    */
   mcpUrlElicitation(principal: string): string {
-    return `${this.base}:mcp-elicit-url:${principal}`;
+    return `${this.prefix}:mcp-elicit-url:${principal}`;
   }
 
   /** The call an MCP request runs, so `notifications/cancelled` on any gateway can cancel it. */
   mcpRequest(clientId: string, requestId: string): string {
-    return `${this.base}:mcp-req:${clientId}:${requestId}`;
+    return `${this.prefix}:mcp-req:${clientId}:${requestId}`;
   }
 
   /**

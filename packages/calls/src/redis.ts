@@ -205,7 +205,7 @@ export async function waitReady(redis: RedisClient, timeoutMs = 10_000): Promise
 export function isRedisDown(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const text = `${err.name} ${err.message}`;
-  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|enableOfflineQueue|Connection is closed|MaxRetriesPerRequest|Stream isn't writeable|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|NOREPLICAS|UNBLOCKED|None of startup nodes|Failed to refresh slots|All sentinels are unreachable|failed to connect to sentinel|^\S+ OOM /i.test(
+  return /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|enableOfflineQueue|Connection is closed|MaxRetriesPerRequest|Stream isn't writeable|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|READONLY|NOREPLICAS|UNBLOCKED|Too many Cluster redirections|None of startup nodes|Failed to refresh slots|All sentinels are unreachable|failed to connect to sentinel|^\S+ OOM /i.test(
     text,
   );
 }

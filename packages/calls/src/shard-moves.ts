@@ -317,6 +317,12 @@ async function clientData({ redis, keys: k }: ShardSide, client: string): Promis
     `${p}:stats:client:${c}:*`,
   ];
   for (const pattern of patterns) for (const key of await scanKeys(redis, pattern)) keys.add(key);
+  // The memory tool's entries, its users' too (`<client>@<user>`), on the base with a tag each.
+  const memory = k.memory(client);
+  await add(memory.entries);
+  await add(memory.version);
+  const userMemory = k.memory(`${client}@`).entries.slice(0, -1); // `…:memory:{<client>@`
+  for (const key of await scanKeys(redis, `${literal(userMemory)}*`)) keys.add(key);
   // The console's minutes: `series:<minute>:<client>` and its `:users`, not other clients'.
   const seriesRoot = `${k.prefix}:series:`;
   for (const key of await scanKeys(redis, `${p}:series:*:${c}*`)) {
@@ -343,9 +349,14 @@ async function clientData({ redis, keys: k }: ShardSide, client: string): Promis
   return { keys: [...keys], hashFields, setMembers };
 }
 
-/** The name a key of the old shard has on the new one (the shards' prefixes may differ). */
+/**
+ * The name a key of the old shard has on the new one (the shards' prefixes may differ): keys on
+ * the root (the hash-tagged prefix on a cluster) or on the base (the memory tool's).
+ */
 function renamed(key: string, from: Keys, to: Keys): string {
-  return key.startsWith(from.prefix) ? to.prefix + key.slice(from.prefix.length) : key;
+  if (key.startsWith(`${from.prefix}:`)) return to.prefix + key.slice(from.prefix.length);
+  if (key.startsWith(`${from.base}:`)) return to.base + key.slice(from.base.length);
+  return key;
 }
 
 /**

@@ -87,3 +87,28 @@ export class WorkspaceResets {
 function joined(client: string | null, user: string | null): string | null {
   return client === null && user === null ? null : `${client ?? ''}|${user ?? ''}`;
 }
+
+/**
+ * Workspace resets on a sharded deployment (docs/sharding.md): each client's on its shard.
+ * `of` is the resets of a client's shard; `all` reads every shard's, and fails when one does
+ * not answer, so the reaper never takes a shard's silence for "no reset" and deletes a workspace.
+ */
+export function shardedResets(
+  of: (clientId: string) => WorkspaceResets,
+  every: readonly WorkspaceResets[],
+): Pick<WorkspaceResets, 'current' | 'all' | 'idIn'> {
+  return {
+    current: (name) => of(clientOfSpace(name)).current(name),
+    async all() {
+      const maps = await Promise.all(every.map((r) => r.all()));
+      return new Map(maps.flatMap((m) => [...m]));
+    },
+    idIn: (all, name) => every[0]!.idIn(all, name),
+  };
+}
+
+/** The client a workspace or memory is of: `<client>` or `<client>@<user>`. */
+export function clientOfSpace(name: string): string {
+  const at = name.indexOf('@');
+  return at < 0 ? name : name.slice(0, at);
+}

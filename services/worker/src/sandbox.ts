@@ -1,4 +1,4 @@
-import { WorkspaceResets, workerAlive, type Keys } from '@toolgate/calls';
+import { workerAlive, type Keys } from '@toolgate/calls';
 import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
 import type { ToolServices } from '@toolgate/registry';
@@ -11,6 +11,7 @@ import {
   type Sandbox,
   type SandboxProcess,
   type SandboxStats,
+  type WorkspaceResetSource,
   type Workspaces,
 } from '@toolgate/sandbox';
 import { SpanKind, withSpan } from '@toolgate/telemetry';
@@ -90,7 +91,13 @@ export async function startSandbox(
   config: Config,
   logger: Logger,
   metrics: WorkerMetrics,
-  shared: { redis: RedisClient; keys: Keys; workerId: string },
+  shared: {
+    redis: RedisClient;
+    keys: Keys;
+    workerId: string;
+    /** Each client's workspace resets (on its shard, docs/sharding.md). */
+    resets: WorkspaceResetSource;
+  },
 ): Promise<{
   sandbox: Sandbox | undefined;
   /** Stops workspace retention (after the sandbox is closed). */
@@ -144,7 +151,7 @@ function startWorkspaces(
   config: Config,
   sandbox: Sandbox,
   logger: Logger,
-  shared: { redis: RedisClient; keys: Keys },
+  shared: { resets: WorkspaceResetSource },
 ): { workspaces: Workspaces; stop: () => void } {
   const sizes = new Map(
     config.clients.flatMap((c) =>
@@ -154,7 +161,7 @@ function startWorkspaces(
   const workspaces = createWorkspaces(sandbox.config, {
     // A user's own workspace (isolation: user, `<client>@<user>`) has its client's size.
     sizeMbFor: (space) => sizes.get(space.split('@')[0]!),
-    resets: new WorkspaceResets(shared.redis, shared.keys),
+    resets: shared.resets,
     logger: logger.child({ component: 'workspaces' }),
   });
   // Retention is in days: a pass a minute is plenty, whatever the container reaper does.

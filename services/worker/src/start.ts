@@ -1,10 +1,10 @@
 /** The worker process: plugins, sandbox driver, queues, metrics, and how it drains. */
-import { ShardMap, type Config } from '@toolgate/config';
+import type { Config } from '@toolgate/config';
 import type { Logger } from '@toolgate/log';
-import { Keys, createRedis } from '@toolgate/calls';
 import { loadToolRegistry } from '@toolgate/plugins';
 import type { ToolServices } from '@toolgate/registry';
-import { createHttpServices, createMemoryStore, createToolCatalog } from '@toolgate/tools';
+import { createHttpServices, createToolCatalog } from '@toolgate/tools';
+import { openClientStores } from './client-stores.js';
 import { createMetrics } from './metrics.js';
 import { startSandbox } from './sandbox.js';
 import { createWorker, newWorkerId } from './worker.js';
@@ -23,9 +23,7 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
   );
   const metrics = createMetrics();
   const id = newWorkerId();
-  // The sandbox reaper and workspaces go by the home shard (createWorker serves every shard).
-  const home = new ShardMap(config).home.redis;
-  const memoryRedis = createRedis(home, 'command');
+  const stores = openClientStores(config);
   // A worker that does not consume the sandbox queue never starts a sandbox driver.
   const {
     sandbox,
@@ -33,16 +31,16 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
     services: sandboxServices,
   } = config.worker.queues.includes('sandbox')
     ? await startSandbox(config, logger, metrics, {
-        redis: memoryRedis,
-        keys: Keys.for(home),
+        ...stores.home,
         workerId: id,
+        resets: stores.resets,
       })
     : { sandbox: undefined, services: {} };
   const services = {
     ...sandboxServices,
     http: createHttpServices(config.policy.http),
     shellPolicy: config.policy.shell,
-    memory: createMemoryStore(memoryRedis, { keys: Keys.for(home) }),
+    memory: stores.memory,
     toolCatalog: createToolCatalog(registry, config.clients),
   } as ToolServices;
   const worker = createWorker({
@@ -76,6 +74,6 @@ export async function startWorker(config: Config, logger: Logger): Promise<() =>
     if (!drained) logger.warn({ drainMs: DRAIN_MS }, 'in-flight calls did not finish in time');
     await sandbox?.close();
     stopWorkspaces?.();
-    memoryRedis.disconnect();
+    stores.close();
   };
 }

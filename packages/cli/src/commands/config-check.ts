@@ -2,7 +2,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describeRedis } from '@toolgate/calls';
-import { checkConfig } from '@toolgate/config';
+import { ShardMap, checkConfig } from '@toolgate/config';
 import { parseDocument } from 'yaml';
 import { colours, type Command } from '../command.js';
 
@@ -54,7 +54,11 @@ Exit codes: 0 valid, 1 problems found (or the file cannot be read or parsed), 2 
         `${c.green('✓')} ${file}: OK`,
         `  clients:  ${clients.length > 0 ? clients.join(', ') : 'none (development mode: one admin key made up at start, loopback only)'}`,
         `  plugins:  ${dirs.join(', ') || 'none'}`,
-        `  redis:    ${describeRedis(config.redis)} (prefix ${config.redis.prefix})`,
+        ...new ShardMap(config).list.map((shard) =>
+          config.redis.shards === undefined
+            ? `  redis:    ${describeRedis(shard.redis)} (prefix ${shard.redis.prefix})`
+            : `  shard ${shard.id}${shard.home ? ' (home)' : ''}: ${describeRedis(shard.redis)} (prefix ${shard.redis.prefix})`,
+        ),
         `  worker:   queues ${config.worker.queues.join(', ')}; sandbox driver ${config.sandbox.driver}`,
         '',
       ].join('\n'),

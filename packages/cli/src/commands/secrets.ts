@@ -4,7 +4,7 @@
  * config's keys: re-seals every value with the current key). docs/credentials.md.
  */
 import path from 'node:path';
-import { ConfigError, loadConfig } from '@toolgate/config';
+import { ConfigError, ShardMap, loadConfig } from '@toolgate/config';
 import { Keys, createRedis, waitReady } from '@toolgate/calls';
 import { KeyRing, MAX_SECRET_BYTES, SecretConfigError, SecretStore } from '@toolgate/secrets';
 import { UsageError, type Command, type Parsed } from '../command.js';
@@ -181,16 +181,28 @@ Exit codes: 0 done, 1 some values open with no configured key, or Redis is unrea
       );
       return 2;
     }
-    const redis = createRedis(config.redis, 'command');
-    try {
-      await waitReady(redis);
-      const result = await new SecretStore(redis, Keys.for(config.redis), ring).rotate();
-      io.out(
-        `re-sealed ${result.resealed} secret(s) of ${result.owners} owner(s) with key ${ring.currentId}; ${result.unreadable} unreadable\n`,
-      );
-      return result.unreadable === 0 ? 0 : 1;
-    } finally {
-      redis.disconnect();
+    // Each client's secrets are on its shard (docs/sharding.md): every shard is re-sealed.
+    const shards = new ShardMap(config).list;
+    const total = { resealed: 0, owners: 0, unreadable: 0 };
+    for (const shard of shards) {
+      const redis = createRedis(shard.redis, 'command');
+      try {
+        await waitReady(redis);
+        const result = await new SecretStore(redis, Keys.for(shard.redis), ring).rotate();
+        if (shards.length > 1)
+          io.out(
+            `shard ${shard.id}: re-sealed ${result.resealed} secret(s) of ${result.owners} owner(s); ${result.unreadable} unreadable\n`,
+          );
+        total.resealed += result.resealed;
+        total.owners += result.owners;
+        total.unreadable += result.unreadable;
+      } finally {
+        redis.disconnect();
+      }
     }
+    io.out(
+      `re-sealed ${total.resealed} secret(s) of ${total.owners} owner(s) with key ${ring.currentId}; ${total.unreadable} unreadable\n`,
+    );
+    return total.unreadable === 0 ? 0 : 1;
   },
 };

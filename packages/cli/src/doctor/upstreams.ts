@@ -6,7 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { createRedis, Keys } from '@toolgate/calls';
-import { isStdioUpstream, NPM_SERVERS_DIR, type Config } from '@toolgate/config';
+import { isStdioUpstream, NPM_SERVERS_DIR, ShardMap, type Config } from '@toolgate/config';
 import { dockerAnswers } from '@toolgate/sandbox';
 import { request } from 'node:http';
 import { fail, ok, skip, warn, type CheckResult } from './check.js';
@@ -64,7 +64,9 @@ export async function checkUpstreams(
 
 /** Each upstream's catalog meta; undefined when Redis does not answer. */
 async function readMetas(config: Config): Promise<Map<string, CatalogMeta> | undefined> {
-  const redis = createRedis(config.redis, 'command', {
+  // The catalogs are deployment-wide: on the home shard (docs/sharding.md).
+  const home = new ShardMap(config).home.redis;
+  const redis = createRedis(home, 'command', {
     lazyConnect: true,
     connectTimeout: 3000,
     maxRetriesPerRequest: 0,
@@ -74,7 +76,7 @@ async function readMetas(config: Config): Promise<Map<string, CatalogMeta> | und
   redis.on('error', () => undefined);
   try {
     await redis.connect();
-    const keys = Keys.for(config.redis);
+    const keys = Keys.for(home);
     const out = new Map<string, CatalogMeta>();
     for (const u of config.upstreams) {
       const text = await redis.hget(keys.upstream(u.id).catalog, 'meta');

@@ -14,7 +14,11 @@ export const memoryTools: AnyToolSpec[] = [memorySave, memorySearch, memoryDelet
  * The `memory` service for ToolContext.services. Give it a `command` connection
  * (createRedis(url, 'command')) and the `Keys` of @toolgate/calls.
  */
-export function createMemoryStore(redis: RedisClient, options: MemoryStoreOptions): MemoryStore {
+/** `redis`: the one Redis, or the one a client's memory is on (its shard, docs/sharding.md). */
+export function createMemoryStore(
+  redis: RedisClient | ((clientId: string) => RedisClient),
+  options: MemoryStoreOptions,
+): MemoryStore {
   return new MemoryStore(redis, options);
 }
 

@@ -133,10 +133,14 @@ export class MemoryStore {
   /** clientId → index at a version; Map order is recency of use. */
   private readonly indexes = new Map<string, CachedIndex>();
 
+  /** The Redis a client's memory is on: one, or its shard's (docs/sharding.md). */
+  private readonly redisOf: (clientId: string) => RedisClient;
+
   constructor(
-    private readonly redis: RedisClient,
+    redis: RedisClient | ((clientId: string) => RedisClient),
     options: MemoryStoreOptions,
   ) {
+    this.redisOf = typeof redis === 'function' ? redis : () => redis;
     this.keyNames = options.keys;
     this.cachedClients = options.cachedClients ?? 256;
     this.limits = {
@@ -183,7 +187,7 @@ export class MemoryStore {
       tags: cleanTags,
       savedAt: new Date().toISOString(),
     };
-    const count = (await this.redis.eval(
+    const count = (await this.redisOf(clientId).eval(
       SAVE,
       2,
       ...this.keys(clientId),
@@ -248,16 +252,18 @@ export class MemoryStore {
   }
 
   async delete(clientId: string, id: string): Promise<boolean> {
-    return ((await this.redis.eval(DELETE, 2, ...this.keys(clientId), id)) as number) === 1;
+    return (
+      ((await this.redisOf(clientId).eval(DELETE, 2, ...this.keys(clientId), id)) as number) === 1
+    );
   }
 
   async count(clientId: string): Promise<number> {
-    return this.redis.hlen(this.keys(clientId)[0]);
+    return this.redisOf(clientId).hlen(this.keys(clientId)[0]);
   }
 
   /** Forgets everything of one client (operators, tests). */
   async clear(clientId: string): Promise<void> {
-    await this.redis.del(...this.keys(clientId));
+    await this.redisOf(clientId).del(...this.keys(clientId));
     this.indexes.delete(clientId);
   }
 
@@ -268,7 +274,7 @@ export class MemoryStore {
    */
   private async index(clientId: string): Promise<CachedIndex> {
     const [entriesKey, versionKey] = this.keys(clientId);
-    const version = (await this.redis.get(versionKey)) ?? '0';
+    const version = (await this.redisOf(clientId).get(versionKey)) ?? '0';
     const cached = this.indexes.get(clientId);
     this.indexes.delete(clientId);
     if (cached && cached.version === version) {
@@ -276,7 +282,7 @@ export class MemoryStore {
       return cached;
     }
     // Ids and version read together, so the index is labelled with the state it holds.
-    const replies = await this.redis.multi().hkeys(entriesKey).get(versionKey).exec();
+    const replies = await this.redisOf(clientId).multi().hkeys(entriesKey).get(versionKey).exec();
     const [idsReply, versionReply] = replies ?? [];
     if (!idsReply || !versionReply || idsReply[0] || versionReply[0]) {
       throw (idsReply?.[0] ?? versionReply?.[0] ?? new Error('memory read failed')) as Error;
@@ -306,7 +312,7 @@ export class MemoryStore {
     }
     const added = [...ids].filter((id) => !current.entries.has(id));
     // An entry deleted between the two reads comes back null: the next version skips it.
-    const stored = added.length > 0 ? await this.redis.hmget(entriesKey, ...added) : [];
+    const stored = added.length > 0 ? await this.redisOf(clientId).hmget(entriesKey, ...added) : [];
     const fresh = stored.flatMap((json) => (json ? [JSON.parse(json) as MemoryEntry] : []));
     for (const entry of fresh) {
       current.entries.set(entry.id, entry);

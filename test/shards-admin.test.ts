@@ -314,10 +314,10 @@ describe('admin views across three shards', () => {
   });
 
   it('with one shard killed, listings answer from the others and name the missing shard', async () => {
-    expect((await asAdmin<ShardList>('/v1/shards')).body).toEqual([
-      { id: 's0', home: true, state: 'up', clients: ['alice'] },
-      { id: 's1', home: false, state: 'up', clients: ['bob', 'ops'] },
-      { id: 's2', home: false, state: 'up', clients: ['carol'] },
+    expect((await asAdmin<ShardList>('/v1/shards')).body.shards).toEqual([
+      { id: 's0', home: true, state: 'up', clients: ['alice'], moving: [] },
+      { id: 's1', home: false, state: 'up', clients: ['bob', 'ops'], moving: [] },
+      { id: 's2', home: false, state: 'up', clients: ['carol'], moving: [] },
     ]);
     // A client is not an admin: no shard list.
     expect((await stack.call('/v1/shards', { key: KEYS.alice })).status).toBe(403);
@@ -326,9 +326,9 @@ describe('admin views across three shards', () => {
     await servers.s2.stop();
     const shards = await until(
       () => asAdmin<ShardList>('/v1/shards'),
-      (s) => s.body.find((x) => x.id === 's2')?.state === 'down',
+      (s) => s.body.shards.find((x) => x.id === 's2')?.state === 'down',
     );
-    expect(shards.body.map((s) => s.state)).toEqual(['up', 'up', 'down']);
+    expect(shards.body.shards.map((s) => s.state)).toEqual(['up', 'up', 'down']);
 
     const list = await asAdmin<CallList>('/v1/calls?limit=50');
     expect(list).toMatchObject({ status: 200, down: 's2' });

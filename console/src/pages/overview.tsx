@@ -108,7 +108,8 @@ export function Overview() {
 
 /** The Redis shards (admins; only when there is more than one): up or down, and whose data. */
 function Shards() {
-  const { data } = usePoll((s) => get<ShardList>('/v1/shards', s), 10_000, []);
+  const { data: list } = usePoll((s) => get<ShardList>('/v1/shards', s), 10_000, []);
+  const data = list?.shards;
   if (!data || data.length < 2) return null;
   return (
     <section aria-label="Shards">

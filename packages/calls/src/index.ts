@@ -103,3 +103,5 @@ export type {
   BudgetWindowUse,
   CallUsage,
 } from './budgets.js';
+export { ShardPlacements, callsInFlight, copyClientData, deleteClientData } from './shard-moves.js';
+export type { ShardMoveRecord, ShardMoveState, ShardSide } from './shard-moves.js';

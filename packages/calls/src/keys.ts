@@ -466,6 +466,34 @@ export class Keys {
     return `${this.prefix}:session-hosts`;
   }
 
+  /**
+   * On the home shard (docs/sharding.md#moving-a-client): hash client id → the shard a move put
+   * it on, which wins over `clients[].shard` and the hash; kept for good (no TTL).
+   */
+  get shardPlacements(): string {
+    return `${this.prefix}:shard-placements`;
+  }
+
+  /** On the home shard: hash client id → id of the move running for it (its new calls wait). */
+  get shardMoving(): string {
+    return `${this.prefix}:shard-moving`;
+  }
+
+  /** On the home shard: a client's move lease (the move id), renewed by the gateway running it. */
+  shardMoveLease(clientId: string): string {
+    return `${this.prefix}:shard-move-lease:${clientId}`;
+  }
+
+  /** On the home shard: one move's state and progress (a hash), kept a day after it ends. */
+  shardMove(id: string): string {
+    return `${this.prefix}:shard-move:${id}`;
+  }
+
+  /** On the home shard: channel of placement and move changes (`{client}`); gateways re-read. */
+  get shardPlacementEvents(): string {
+    return `${this.prefix}:shard-placement-events`;
+  }
+
   /** Channel of deleted sessions (`{id}`): the hosting worker kills the sandbox at once. */
   get sessionKills(): string {
     return `${this.prefix}:session-kills`;

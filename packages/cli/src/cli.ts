@@ -25,6 +25,7 @@ import {
 } from './commands/secrets.js';
 import { gatewayCommand, workerCommand } from './commands/service.js';
 import { sessionsCommand, sessionsEndCommand } from './commands/sessions.js';
+import { shardsCommand, shardsMoveCommand } from './commands/shards.js';
 import { statsCommand } from './commands/stats.js';
 import { upCommand } from './commands/up.js';
 import { upstreamsApproveCommand, upstreamsCommand } from './commands/upstreams.js';
@@ -58,6 +59,8 @@ export const COMMANDS: readonly Command[] = [
   upstreamsApproveCommand,
   sessionsCommand,
   sessionsEndCommand,
+  shardsCommand,
+  shardsMoveCommand,
   auditCommand,
   statsCommand,
   pluginNewCommand,

@@ -253,11 +253,22 @@ export type ApprovalEvent =
   | { type: 'cancelled'; id: string; client: string; by: string };
 
 /** One client's calls parked for approval, against its limit. */
-/**
- * `GET /v1/shards` (admin): the Redis shards, whether each is up (as this gateway sees it), and
- * the configured clients whose data lives on each.
- */
-export type ShardList = { id: string; home: boolean; state: 'up' | 'down'; clients: string[] }[];
+/** One shard as `GET /v1/shards` lists it. */
+export interface ShardView {
+  id: string;
+  home: boolean;
+  /** As this gateway's connection sees it. */
+  state: 'up' | 'down';
+  /** The clients on it now: configured or hashed there, or moved there. */
+  clients: string[];
+  /** Clients moving away from this shard now. */
+  moving: string[];
+}
+
+/** `GET /v1/shards` (admin): the Redis shards (docs/sharding.md). */
+export interface ShardList {
+  shards: ShardView[];
+}
 
 export interface PendingCount {
   pending: number;

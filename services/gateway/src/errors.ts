@@ -36,6 +36,7 @@ export type ApiErrorCode =
   | 'code_mode_sandbox_slot'
   | 'unavailable'
   | 'shard_unavailable'
+  | 'client_moving'
   | 'internal';
 
 const STATUS: Record<ApiErrorCode, number> = {
@@ -73,6 +74,7 @@ const STATUS: Record<ApiErrorCode, number> = {
   code_mode_sandbox_slot: 409,
   unavailable: 503,
   shard_unavailable: 503,
+  client_moving: 503,
   internal: 500,
 };
 

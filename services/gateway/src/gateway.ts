@@ -21,9 +21,11 @@ import { codeModeRoutes } from './routes/code-mode.js';
 import { consoleDir, consolePages } from './routes/console.js';
 import { healthRoutes } from './routes/health.js';
 import { QUEUE_BOARD_PATH, queueBoard } from './routes/queue-board.js';
-import { shardAdminRoutes, shardListRoutes } from './routes/shard-admin.js';
+import { shardAdminRoutes } from './routes/shard-admin.js';
 import { protectedResourceRoutes } from './routes/well-known.js';
+import { shardMoveRoutes } from './routes/shard-moves.js';
 import { openShard, type ShardStack } from './shard-stack.js';
+import { ShardMoves } from './shard-moves.js';
 
 export interface GatewayOptions {
   config: Config;
@@ -107,9 +109,22 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
   const stacks = new Map(
     shardMap.list.map((shard) => [shard.id, openShard(shard, stackOptions, shardMap.sharded)]),
   );
+  // Where moves put clients, and the moves this gateway runs (docs/sharding.md).
+  const moves = new ShardMoves({
+    shardMap,
+    stacks,
+    clientIds: clients.ids,
+    log: log.child({ component: 'shard-moves' }),
+    drainTimeoutMs:
+      Math.max(
+        0,
+        ...registry.list().map((t) => t.timeoutMs),
+        ...config.upstreams.map((u) => u.timeoutMs + 2000),
+      ) + 30_000,
+  });
   /** The stack of the shard a client's data lives on. */
   function stackOf(clientId: string): ShardStack {
-    return stacks.get(shardMap.of(clientId).id)!;
+    return stacks.get(moves.shardOf(clientId).id)!;
   }
   const all = [...stacks.values()];
   const home = stacks.get(shardMap.home.id)!;
@@ -242,20 +257,23 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
       ...(oauth ? { oauth } : {}),
     }),
   );
-  // Admin views span the shards; each client's routes run on its shard's stack.
-  const clientIds = config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev'];
-  app.use(shardListRoutes({ stacks: all, shards: shardMap, clientIds }));
+  // Admin views span the shards; each client's routes run on its shard's stack, and a moving
+  // client's wait for its new one (docs/sharding.md).
+  app.use(shardMoveRoutes(moves, readJsonBody({ limitBytes: config.server.bodyLimitBytes })));
   if (shardMap.sharded)
     app.use(
       shardAdminRoutes({
         stacks: all,
-        shards: shardMap,
-        clientIds,
+        stackOf,
+        clientIds: config.clients.length > 0 ? config.clients.map((c) => c.id) : ['dev'],
         pendingLimits: clients.pendingLimits,
         registry,
       }),
     );
-  app.use((req, res, next) => stackOf(clientOf(res).id).router(req, res, next));
+  app.use((req, res, next) => {
+    const id = clientOf(res).id;
+    moves.hold(id).then(() => stackOf(id).router(req, res, next), next);
+  });
   app.use(notFound);
   app.use(errorHandler(log));
 
@@ -335,6 +353,7 @@ export function createGateway({ config, registry, logger }: GatewayOptions): Gat
         clearTimeout(force);
       }
       await board?.close();
+      await moves.close();
       await Promise.all(all.map((stack) => stack.close()));
     },
   };

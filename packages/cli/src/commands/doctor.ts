@@ -2,7 +2,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ConfigError, loadConfig } from '@toolgate/config';
+import { ConfigError, ShardMap, loadConfig } from '@toolgate/config';
 import { colours, type Command } from '../command.js';
 import { fail, ok, type CheckResult } from '../doctor/check.js';
 import { describeRedis } from '@toolgate/calls';
@@ -19,7 +19,8 @@ export const doctorCommand: Command = {
   Checks, with the config the services would load:
     config            the file loads (every problem: toolgate config check)
     redis             answers; version (needs 6.0, recommends 6.2+); maxmemory-policy
-                      must be noeviction; persistence (AOF or RDB) on
+                      must be noeviction; persistence (AOF or RDB) on. With redis.shards:
+                      each shard, named (\`redis <id>\`), so a shard that does not answer shows
     sandbox driver    Docker answers on sandbox.docker.socketPath, or bwrap works (per
                       sandbox.driver); skipped when worker.queues has no "sandbox"
     image <name>      each sandbox.images entry present (Docker image / bwrap rootfs) and, in a
@@ -71,7 +72,13 @@ Exit codes: 0 nothing broken (warnings allowed), 1 at least one ✗, 2 bad usage
       const { checkRedis } = await import('../doctor/redis.js');
       const { checkSandbox } = await import('../doctor/sandbox.js');
       const { checkUpstreams } = await import('../doctor/upstreams.js');
-      results.push(...(await checkRedis(config.redis, describeRedis(config.redis))));
+      if (config.redis.shards === undefined)
+        results.push(...(await checkRedis(config.redis, describeRedis(config.redis))));
+      else
+        for (const shard of new ShardMap(config).list)
+          results.push(
+            ...(await checkRedis(shard.redis, describeRedis(shard.redis), `redis ${shard.id}`)),
+          );
       const checkout = existsSync(SANDBOX_SOURCES);
       results.push(
         ...(await checkSandbox(config, {

@@ -23,7 +23,15 @@ function infoField(info: string, field: string): string | undefined {
   return new RegExp(`^${field}:(.*)$`, 'm').exec(info)?.[1]?.trim();
 }
 
-export async function checkRedis(target: RedisTarget, shown: string): Promise<CheckResult[]> {
+/**
+ * @param label what the lines are named: `redis`, or `redis <shard>` for each of `redis.shards`
+ *   (docs/sharding.md), so a shard that does not answer is named.
+ */
+export async function checkRedis(
+  target: RedisTarget,
+  shown: string,
+  label = 'redis',
+): Promise<CheckResult[]> {
   const redis = createRedis(target, 'command', {
     lazyConnect: true,
     connectTimeout: 3000,
@@ -39,7 +47,7 @@ export async function checkRedis(target: RedisTarget, shown: string): Promise<Ch
     } catch (err) {
       return [
         fail(
-          'redis',
+          label,
           `does not answer at ${shown}: ${(lastError ?? (err as Error)).message}`,
           'start Redis (`toolgate up` starts one), or point REDIS_URL / redis.url at yours',
         ),
@@ -51,7 +59,7 @@ export async function checkRedis(target: RedisTarget, shown: string): Promise<Ch
     if (older(version, MINIMUM)) {
       results.push(
         fail(
-          'redis version',
+          `${label} version`,
           `${version} at ${shown}; toolgate's queues need ${MINIMUM} or newer`,
           `upgrade Redis to ${RECOMMENDED} or newer`,
         ),
@@ -59,21 +67,21 @@ export async function checkRedis(target: RedisTarget, shown: string): Promise<Ch
     } else if (older(version, RECOMMENDED)) {
       results.push(
         warn(
-          'redis version',
+          `${label} version`,
           `${version} at ${shown}; ${RECOMMENDED} or newer is what toolgate is tested on`,
           `upgrade Redis to ${RECOMMENDED} or newer`,
         ),
       );
     } else {
-      results.push(ok('redis version', `${version} at ${shown}`));
+      results.push(ok(`${label} version`, `${version} at ${shown}`));
     }
 
     const policy = infoField(info, 'maxmemory_policy') ?? 'unknown';
     results.push(
       policy === 'noeviction'
-        ? ok('redis eviction', 'maxmemory-policy noeviction')
+        ? ok(`${label} eviction`, 'maxmemory-policy noeviction')
         : fail(
-            'redis eviction',
+            `${label} eviction`,
             `maxmemory-policy is ${policy}: when memory runs out Redis deletes keys, and the queues lose calls and their state`,
             'set `maxmemory-policy noeviction` in redis.conf (now: redis-cli CONFIG SET maxmemory-policy noeviction)',
           ),
@@ -90,14 +98,14 @@ export async function checkRedis(target: RedisTarget, shown: string): Promise<Ch
     if (aof || (save !== undefined && save.trim() !== '')) {
       results.push(
         ok(
-          'redis persistence',
+          `${label} persistence`,
           [aof ? 'AOF on' : '', save ? `RDB save "${save}"` : ''].filter(Boolean).join(', '),
         ),
       );
     } else {
       results.push(
         warn(
-          'redis persistence',
+          `${label} persistence`,
           save === undefined
             ? 'AOF is off and CONFIG GET is refused, so RDB snapshots cannot be checked'
             : 'none (no AOF, no RDB snapshots): a Redis restart loses queued calls, results, approvals and audit',

@@ -7,7 +7,6 @@
  */
 import type { CallBrief, StatsReport, ToolStats } from '@toolgate/calls';
 import { isCallId } from '@toolgate/calls';
-import type { ShardMap } from '@toolgate/config';
 import type { ToolRegistry } from '@toolgate/registry';
 import { Router, type NextFunction, type Request, type Response } from 'express';
 import type {
@@ -17,7 +16,6 @@ import type {
   CallList,
   PendingCount,
   SeriesView,
-  ShardList,
 } from '../api-types.js';
 import { ApiError } from '../errors.js';
 import { clientOf, requireAdmin } from '../http.js';
@@ -41,7 +39,8 @@ const SLOWEST_LISTED = 50;
 
 export interface ShardAdminOptions {
   stacks: readonly ShardStack[];
-  shards: ShardMap;
+  /** The stack of the shard a client is on now (its configured one, or a move's). */
+  stackOf: (clientId: string) => ShardStack;
   /** Every configured client id (the dev key's `dev` without clients). */
   clientIds: readonly string[];
   /** Each configured client's `limits.pendingApprovals`. */
@@ -55,30 +54,9 @@ interface Gathered<T> {
   down: string[];
 }
 
-/**
- * GET /v1/shards (admin): every shard, whether its Redis is up, and the configured clients on
- * it. Served on one shard too (one entry, `home`).
- */
-export function shardListRoutes(
-  o: Pick<ShardAdminOptions, 'stacks' | 'shards' | 'clientIds'>,
-): Router {
-  const router = Router();
-  router.get('/v1/shards', requireAdmin, (_req, res) => {
-    const body: ShardList = o.stacks.map((s) => ({
-      id: s.shard.id,
-      home: s.shard.home,
-      state: s.redis.status === 'ready' ? 'up' : 'down',
-      clients: o.clientIds.filter((id) => o.shards.of(id).id === s.shard.id),
-    }));
-    res.json(body);
-  });
-  return router;
-}
-
 /** The admin routes that span shards; mounted before each client's shard router. */
 export function shardAdminRoutes(o: ShardAdminOptions): Router {
-  const { stacks, shards } = o;
-  const stackOf = (clientId: string) => stacks.find((s) => s.shard.id === shards.of(clientId).id)!;
+  const { stacks, stackOf } = o;
   const configured = new Set(o.clientIds);
   const router = Router();
 

@@ -47,9 +47,10 @@ beforeAll(async () => {
         ],
       },
       clients: [
-        { id: 'alice', key: KEYS.alice, tools: ['*'], shard: 's0' },
-        { id: 'bob', key: KEYS.bob, tools: ['*'], shard: 's1' },
-        { id: 'carol', key: CAROL, tools: ['*'], shard: 's2' },
+        // The load below runs as fast as calls go: no rate limit in its way.
+        { id: 'alice', key: KEYS.alice, tools: ['*'], shard: 's0', rateLimit: { perMinute: 1e6 } },
+        { id: 'bob', key: KEYS.bob, tools: ['*'], shard: 's1', rateLimit: { perMinute: 1e6 } },
+        { id: 'carol', key: CAROL, tools: ['*'], shard: 's2', rateLimit: { perMinute: 1e6 } },
         { id: 'ops', key: KEYS.admin, tools: ['*'], admin: true, shard: 's0' },
       ],
     },

@@ -17,7 +17,7 @@ import { runCli } from '@toolgate/cli';
 import { createGateway, type Gateway } from '@toolgate/gateway';
 import { createLogger } from '@toolgate/log';
 import { createToolRegistry } from '@toolgate/tools';
-import { freePort, startRedisServer, type RedisServer } from './support/redis-server.js';
+import { freePort, startShardServers, type RedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { testTools } from './support/tools.js';
 
@@ -33,22 +33,14 @@ const prefix = `mv${randomUUID().slice(0, 6)}`;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'toolgate-shard-moves-'));
-  const [s0, s1, s2] = await Promise.all([
-    startRedisServer(),
-    startRedisServer(),
-    startRedisServer(),
-  ]);
-  servers = { s0: s0!, s1: s1!, s2: s2! };
+  let shards;
+  ({ servers, shards } = await startShardServers(['s0', 's1', 's2'] as const));
   stack = await startStack({
     tools: testTools,
     config: {
       redis: {
         prefix,
-        shards: [
-          { id: 's0', url: servers.s0.url, home: true },
-          { id: 's1', url: servers.s1.url },
-          { id: 's2', url: servers.s2.url },
-        ],
+        shards,
       },
       secrets: { key: randomBytes(32).toString('base64') },
       clients: [

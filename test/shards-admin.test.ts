@@ -20,7 +20,7 @@ import { Keys, SessionStore, createRedis, type StatsReport } from '@toolgate/cal
 import { ShardMap } from '@toolgate/config';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedisServer, type RedisServer } from './support/redis-server.js';
+import { startShardServers, type RedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { testTools } from './support/tools.js';
 
@@ -33,22 +33,14 @@ const prefix = `sa${randomUUID().slice(0, 6)}`;
 const budget = { calls: { day: 1000 } };
 
 beforeAll(async () => {
-  const [s0, s1, s2] = await Promise.all([
-    startRedisServer(),
-    startRedisServer(),
-    startRedisServer(),
-  ]);
-  servers = { s0: s0!, s1: s1!, s2: s2! };
+  let shards;
+  ({ servers, shards } = await startShardServers(['s0', 's1', 's2'] as const));
   stack = await startStack({
     tools: testTools,
     config: {
       redis: {
         prefix,
-        shards: [
-          { id: 's0', url: servers.s0.url, home: true },
-          { id: 's1', url: servers.s1.url },
-          { id: 's2', url: servers.s2.url },
-        ],
+        shards,
       },
       secrets: { key: randomBytes(32).toString('hex') },
       server: { port: 0, host: '127.0.0.1', queueDashboard: { enabled: true } },

@@ -14,7 +14,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRedisServer, type RedisServer } from './support/redis-server.js';
+import { startRedisServer, startShardServers, type RedisServer } from './support/redis-server.js';
 import { KEYS, startStack, type Stack } from './support/stack.js';
 import { testTools } from './support/tools.js';
 
@@ -28,23 +28,17 @@ const prefix = `sh${randomUUID().slice(0, 6)}`;
 
 beforeAll(async () => {
   aofDir = mkdtempSync(join(tmpdir(), 'toolgate-shard-aof-'));
-  const [s0, s1, s2] = await Promise.all([
-    startRedisServer(),
-    startRedisServer(undefined, [...AOF, '--dir', aofDir]),
-    startRedisServer(),
-  ]);
-  servers = { s0: s0!, s1: s1!, s2: s2! };
+  let shards;
+  ({ servers, shards } = await startShardServers(['s0', 's1', 's2'] as const, (id) =>
+    id === 's1' ? [...AOF, '--dir', aofDir] : [],
+  ));
   // One gateway and one worker, each serving all three shards.
   stack = await startStack({
     tools: testTools,
     config: {
       redis: {
         prefix,
-        shards: [
-          { id: 's0', url: servers.s0.url, home: true },
-          { id: 's1', url: servers.s1.url },
-          { id: 's2', url: servers.s2.url },
-        ],
+        shards,
       },
       clients: [
         // The load below runs as fast as calls go: no rate limit in its way.

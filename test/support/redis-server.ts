@@ -102,3 +102,21 @@ export async function untilRedisAnswers(
     probe.disconnect();
   }
 }
+
+/**
+ * One redis-server per id as the shards of one deployment (docs/sharding.md), the first the
+ * home shard: the servers by id, and the `redis.shards` entries naming them.
+ */
+export async function startShardServers<Id extends string>(
+  ids: readonly Id[],
+  argsOf: (id: Id) => readonly string[] = () => [],
+): Promise<{
+  servers: Record<Id, RedisServer>;
+  shards: { id: Id; url: string; home?: true }[];
+}> {
+  const started = await Promise.all(ids.map((id) => startRedisServer(undefined, argsOf(id))));
+  return {
+    servers: Object.fromEntries(ids.map((id, i) => [id, started[i]!])) as Record<Id, RedisServer>,
+    shards: ids.map((id, i) => ({ id, url: started[i]!.url, ...(i === 0 ? { home: true } : {}) })),
+  };
+}

@@ -8,7 +8,13 @@
 import type { CallBrief, StatsReport, ToolStats } from '@toolgate/calls';
 import { isCallId } from '@toolgate/calls';
 import type { ToolRegistry } from '@toolgate/registry';
-import { Router, type NextFunction, type Request, type Response } from 'express';
+import {
+  Router,
+  type NextFunction,
+  type Request,
+  type RequestHandler,
+  type Response,
+} from 'express';
 import type {
   AdminSessionList,
   ApprovalEvent,
@@ -117,41 +123,35 @@ export function shardAdminRoutes(o: ShardAdminOptions): Router {
     on(stackOf(client), req, res, next);
   });
 
-  // A call, wherever it is: the shard whose Redis knows its id.
-  router.all(
-    ['/v1/calls/:id', '/v1/calls/:id/:action', '/v1/approvals/:id/:decision'],
+  /**
+   * An admin's request about a call or session, wherever it is: served on the shard whose Redis
+   * knows its id (`find` on each); a 503 when it is on none that answered and one did not.
+   */
+  const onHolder =
+    (find: (stack: ShardStack, id: string) => Promise<unknown>): RequestHandler =>
     async (req, res, next) => {
       const id = (req.params as { id: string }).id;
       if (!admin(res) || !isCallId(id)) {
         next();
         return;
       }
-      const found = await gather((s) => s.dispatcher.lookup(id));
+      const found = await gather((s) => find(s, id));
       const holder = found.answers.find((a) => a.value !== undefined);
       if (holder) {
         on(holder.stack, req, res, next);
         return;
       }
-      // Not on any shard that answered: it may be on one that did not.
       if (found.down.length > 0) throw unavailable(found.down);
       next();
-    },
+    };
+  router.all(
+    ['/v1/calls/:id', '/v1/calls/:id/:action', '/v1/approvals/:id/:decision'],
+    onHolder((s, id) => s.dispatcher.lookup(id)),
   );
-  router.delete('/v1/admin/sessions/:id', async (req, res, next) => {
-    const id = req.params.id!;
-    if (!admin(res) || !isCallId(id)) {
-      next();
-      return;
-    }
-    const found = await gather((s) => s.sessions.get(id));
-    const holder = found.answers.find((a) => a.value !== undefined);
-    if (holder) {
-      on(holder.stack, req, res, next);
-      return;
-    }
-    if (found.down.length > 0) throw unavailable(found.down);
-    next();
-  });
+  router.delete(
+    '/v1/admin/sessions/:id',
+    onHolder((s, id) => s.sessions.get(id)),
+  );
 
   router.get('/v1/approvals', requireAdmin, async (_req, res) => {
     const { pending, down } = await pendingEverywhere();

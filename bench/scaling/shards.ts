@@ -72,6 +72,23 @@ interface ShardStep {
   workerMsPerCall: number;
   gatewayIdleMsPerS: number;
   workerIdleMsPerS: number;
+  /** With more than one shard: the last master killed under load (outagePhase). */
+  outage?: Outage;
+}
+
+/** The other shards' clients before and during one master's outage. */
+interface Outage {
+  victim: string;
+  beforeP50: number;
+  beforeP99: number;
+  duringP50: number;
+  duringP99: number;
+  /** Calls of the other shards' clients not answered 200 ok, from the kill on. */
+  othersFailed: number;
+  othersDuring: number;
+  /** The victim's clients' answers from the kill on: 503 shard_unavailable, and anything else. */
+  victimRefused: number;
+  victimOther: number;
 }
 
 async function startMaster(id: string): Promise<Master> {
@@ -263,6 +280,10 @@ async function run(
     progress(
       `${shards} shard(s): ${step.callsPerSecond.toFixed(0)} calls/s, p50 ${step.p50Ms.toFixed(1)} ms, ${step.failed} failed`,
     );
+    if (shards > 1 && env.BENCH_OUTAGE !== '0') {
+      step.outage = await outagePhase(gateway.url, masters.at(-1)!, shardOfClient, progress);
+      setRunning(undefined);
+    }
     return step;
   } finally {
     await fleet.close();
@@ -271,6 +292,79 @@ async function run(
       m.child.kill('SIGTERM');
     }
   }
+}
+
+/**
+ * The load again, and halfway through `kill -9` of one master (not the home one): the latency
+ * of the other shards' clients before and during its outage, which calls of theirs failed
+ * (none may), and what its own clients were told (503 shard_unavailable).
+ */
+async function outagePhase(
+  url: string,
+  victim: Master,
+  shardOfClient: string[],
+  progress: (line: string) => void,
+): Promise<Outage> {
+  progress(`outage: ${seconds} s of load, ${victim.id} killed (-9) after ${seconds / 2} s`);
+  const before: number[] = [];
+  const during: number[] = [];
+  let killed = false;
+  const out = { othersFailed: 0, victimRefused: 0, victimOther: 0 };
+  let nextClient = 0;
+  const clientIndex = new Map<unknown, number>();
+  const bodies = new Map<unknown, string>();
+  const instance = autocannon({
+    url: `${url}/tools/calculator/execute`,
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body,
+    connections: CLIENTS,
+    duration: seconds + 1,
+    timeout: 30,
+    setupClient: (client) => {
+      const i = nextClient++ % CLIENTS;
+      clientIndex.set(client, i);
+      client.setHeaders({
+        authorization: `Bearer ${keyOf(i)}`,
+        'content-type': 'application/json',
+      });
+      client.on('body', (b: Buffer) => bodies.set(client, b.toString()));
+    },
+  }) as Promise<autocannon.Result> & autocannon.Instance;
+  instance.on('response', (client: unknown, status: number, _bytes: number, ms: number) => {
+    const mine = shardOfClient[clientIndex.get(client)!] === victim.id;
+    if (mine) {
+      if (!killed) return;
+      if (status === 503 && (bodies.get(client) ?? '').includes('shard_unavailable'))
+        out.victimRefused++;
+      else out.victimOther++;
+      return;
+    }
+    if (status !== 200) {
+      if (killed) out.othersFailed++;
+      return;
+    }
+    (killed ? during : before).push(ms);
+  });
+  await new Promise((r) => setTimeout(r, (seconds / 2) * 1000));
+  victim.child.kill('SIGKILL');
+  killed = true;
+  await instance;
+  before.sort((a, b) => a - b);
+  during.sort((a, b) => a - b);
+  const outage: Outage = {
+    victim: victim.id,
+    beforeP50: percentile(before, 50),
+    beforeP99: percentile(before, 99),
+    duringP50: percentile(during, 50),
+    duringP99: percentile(during, 99),
+    othersDuring: during.length,
+    ...out,
+  };
+  progress(
+    `outage: the others' p50 ${outage.beforeP50.toFixed(1)} → ${outage.duringP50.toFixed(1)} ms, ${out.othersFailed} failed; ${victim.id}'s clients ${out.victimRefused} shard_unavailable, ${out.victimOther} other`,
+  );
+  return outage;
 }
 
 function report(steps: ShardStep[]): string[] {
@@ -299,6 +393,18 @@ function report(steps: ShardStep[]): string[] {
       `| ${s.shards} | ${s.callsPerSecond.toFixed(0)} | ${s.p50Ms.toFixed(1)} | ${s.failed} | ` +
         `${s.gatewayMsPerCall.toFixed(3)} | ${s.workerMsPerCall.toFixed(3)} | ` +
         `${s.gatewayIdleMsPerS.toFixed(2)} | ${s.workerIdleMsPerS.toFixed(2)} | ${(worst * 100).toFixed(0)} % |`,
+    );
+  }
+  for (const s of steps) {
+    const o = s.outage;
+    if (!o) continue;
+    lines.push('');
+    lines.push(
+      `outage (${s.shards} shards, ${o.victim} killed -9 halfway): the other shards' clients ` +
+        `p50 ${o.beforeP50.toFixed(1)} → ${o.duringP50.toFixed(1)} ms (${(o.duringP50 / o.beforeP50).toFixed(2)}×), ` +
+        `p99 ${o.beforeP99.toFixed(1)} → ${o.duringP99.toFixed(1)} ms (${(o.duringP99 / o.beforeP99).toFixed(2)}×), ` +
+        `${o.othersFailed} of ${o.othersDuring + o.othersFailed} calls failed; ${o.victim}'s clients: ` +
+        `${o.victimRefused} answered 503 shard_unavailable, ${o.victimOther} otherwise (target: the others within 2×, none failed)`,
     );
   }
   const [one, more] = [steps.find((s) => s.shards === 1), steps.find((s) => s.shards > 1)];
@@ -351,5 +457,5 @@ export async function runShardBench(counts: number[]): Promise<number> {
   );
   console.log('');
   for (const line of report(steps)) console.log(line);
-  return steps.every((s) => s.failed === 0) ? 0 : 1;
+  return steps.every((s) => s.failed === 0 && (s.outage?.othersFailed ?? 0) === 0) ? 0 : 1;
 }

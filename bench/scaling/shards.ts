@@ -30,6 +30,8 @@ const idleSeconds = Number(env.BENCH_IDLE_SECONDS ?? 3);
 const body = JSON.stringify({ expression: '2*(3+4)' });
 const keyOf = (i: number) => `shard-bench-key-${String(i).padStart(2, '0')}-0123456789abcdef`;
 const idOf = (i: number) => `tenant-${String(i).padStart(2, '0')}`;
+/** How the clients are placed: by the default hash, or evenly by pinning (`clients[].shard`). */
+const placement = env.BENCH_PLACEMENT === 'even' ? 'even' : 'hash';
 
 /** `--shards 1,3` from the command line: the shard counts to run, or undefined without it. */
 export function shardCounts(argv: string[]): number[] | undefined {
@@ -154,10 +156,12 @@ async function run(
         ...(i === 0 ? { home: true } : {}),
       })),
     },
-    // Default-hashed: no client names a shard. Limits out of the way, as in the main bench.
+    // Default-hashed: no client names a shard (BENCH_PLACEMENT=even: client i on shard i mod
+    // N). Limits out of the way, as in the main bench.
     clients: Array.from({ length: CLIENTS }, (_, i) => ({
       id: idOf(i),
       key: keyOf(i),
+      ...(placement === 'even' ? { shard: masters[i % masters.length]!.id } : {}),
       rateLimit: { perMinute: 100_000_000 },
       limits: { queued: 100_000 },
     })),
@@ -451,7 +455,7 @@ export async function runShardBench(counts: number[]): Promise<number> {
     rmSync(dir, { recursive: true, force: true });
   }
   console.log(
-    `toolgate scaling over Redis shards — 1 gateway, 1 worker, ${CLIENTS} clients default-hashed ` +
+    `toolgate scaling over Redis shards — 1 gateway, 1 worker, ${CLIENTS} clients ${placement === 'even' ? 'pinned evenly' : 'default-hashed'} ` +
       `(one connection each), calculator; ${warmUpSeconds} s warm-up, ${seconds} s measured, ` +
       `${idleSeconds} s idle; load average ${loadBefore} before, ${load()} after`,
   );

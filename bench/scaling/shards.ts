@@ -91,6 +91,8 @@ interface Outage {
   /** The victim's clients' answers from the kill on: 503 shard_unavailable, and anything else. */
   victimRefused: number;
   victimOther: number;
+  /** The other answers by status and error code, e.g. `503 unavailable: 2`. */
+  victimOtherKinds: Record<string, number>;
 }
 
 async function startMaster(id: string): Promise<Master> {
@@ -101,6 +103,7 @@ async function startMaster(id: string): Promise<Master> {
     { stdio: 'ignore' },
   );
   const redis = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: null });
+  redis.on('error', () => undefined); // the outage phase kills one: its reconnects fail
   await redis.ping();
   return { id, port, child, redis };
 }
@@ -314,6 +317,7 @@ async function outagePhase(
   const during: number[] = [];
   let killed = false;
   const out = { othersFailed: 0, victimRefused: 0, victimOther: 0 };
+  const kinds: Record<string, number> = {};
   let nextClient = 0;
   const clientIndex = new Map<unknown, number>();
   const bodies = new Map<unknown, string>();
@@ -339,9 +343,13 @@ async function outagePhase(
     const mine = shardOfClient[clientIndex.get(client)!] === victim.id;
     if (mine) {
       if (!killed) return;
-      if (status === 503 && (bodies.get(client) ?? '').includes('shard_unavailable'))
-        out.victimRefused++;
-      else out.victimOther++;
+      const text = bodies.get(client) ?? '';
+      if (status === 503 && text.includes('shard_unavailable')) out.victimRefused++;
+      else {
+        out.victimOther++;
+        const kind = `${status} ${/"code":"([a-z_]+)"/.exec(text)?.[1] ?? ''}`.trim();
+        kinds[kind] = (kinds[kind] ?? 0) + 1;
+      }
       return;
     }
     if (status !== 200) {
@@ -364,6 +372,7 @@ async function outagePhase(
     duringP99: percentile(during, 99),
     othersDuring: during.length,
     ...out,
+    victimOtherKinds: kinds,
   };
   progress(
     `outage: the others' p50 ${outage.beforeP50.toFixed(1)} → ${outage.duringP50.toFixed(1)} ms, ${out.othersFailed} failed; ${victim.id}'s clients ${out.victimRefused} shard_unavailable, ${out.victimOther} other`,
@@ -408,7 +417,15 @@ function report(steps: ShardStep[]): string[] {
         `p50 ${o.beforeP50.toFixed(1)} → ${o.duringP50.toFixed(1)} ms (${(o.duringP50 / o.beforeP50).toFixed(2)}×), ` +
         `p99 ${o.beforeP99.toFixed(1)} → ${o.duringP99.toFixed(1)} ms (${(o.duringP99 / o.beforeP99).toFixed(2)}×), ` +
         `${o.othersFailed} of ${o.othersDuring + o.othersFailed} calls failed; ${o.victim}'s clients: ` +
-        `${o.victimRefused} answered 503 shard_unavailable, ${o.victimOther} otherwise (target: the others within 2×, none failed)`,
+        `${o.victimRefused} answered 503 shard_unavailable, ${o.victimOther} otherwise` +
+        `${
+          o.victimOther > 0
+            ? ` (${Object.entries(o.victimOtherKinds)
+                .map(([k, n]) => `${k}: ${n}`)
+                .join(', ')})`
+            : ''
+        }` +
+        ' (target: the others within 2×, none failed)',
     );
   }
   const [one, more] = [steps.find((s) => s.shards === 1), steps.find((s) => s.shards > 1)];

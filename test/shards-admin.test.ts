@@ -347,3 +347,47 @@ describe('admin views across three shards', () => {
     expect((await asAdmin(`/v1/calls/${calls.bob}`)).status).toBe(200);
   });
 });
+
+describe('an admin’s rate across shards', () => {
+  let two: Record<'a' | 'b', RedisServer>;
+  let small: Stack;
+  beforeAll(async () => {
+    let shards;
+    ({ servers: two, shards } = await startShardServers(['a', 'b'] as const));
+    small = await startStack({
+      config: {
+        redis: { prefix: `sr${randomUUID().slice(0, 6)}`, shards },
+        clients: [
+          { id: 'alice', key: KEYS.alice, tools: ['*'], shard: 'a' },
+          // Three requests a minute; the admin's data on the other shard than alice's.
+          {
+            id: 'ops',
+            key: KEYS.admin,
+            tools: ['*'],
+            admin: true,
+            shard: 'b',
+            rateLimit: { perMinute: 3 },
+          },
+        ],
+      },
+    });
+  });
+  afterAll(async () => {
+    await small?.close();
+    await Promise.all(Object.values(two ?? {}).map((s) => s.stop()));
+  });
+
+  it('charges each request once: a merged view and one served on the client’s shard alike', async () => {
+    const asAdmin = (path: string) => small.call(path, { key: KEYS.admin });
+    // Both shards connected first (a request while one still connects goes uncharged).
+    for (let i = 0; i < 100 && (await small.call('/readyz', { key: null })).status !== 200; i++)
+      await new Promise((r) => setTimeout(r, 50));
+    // Merged from both shards, then served on alice's shard: one call of the rate each.
+    expect((await asAdmin('/v1/audit')).status).toBe(200);
+    expect((await asAdmin('/v1/calls?client=alice')).status).toBe(200);
+    expect((await asAdmin('/v1/stats')).status).toBe(200);
+    const over = await asAdmin('/v1/audit');
+    expect(over.status).toBe(429);
+    expect(((await over.json()) as { error: { code: string } }).error.code).toBe('rate_limited');
+  });
+});

@@ -100,10 +100,13 @@ export function authenticate(
  * body is read or anything else is done; a client over its rate gets 429 for any request. The
  * tool call the request then makes uses this charge (`Prepaid`). Usually no Redis round trip:
  * the rate is counted in slices. With Redis unreachable the request goes on uncharged (listings
- * still work; calls need Redis and are refused further on).
+ * still work; calls need Redis and are refused further on). A request is charged once.
  */
 export function chargeRequests(limits: CallLimits, redis: RedisClient, audit: AuditLog) {
   return (req: Request, res: Response, next: NextFunction): void => {
+    // Charged once: an admin's request charged on the admin's shard and then served on another
+    // shard's router (docs/sharding.md, admin views) is not charged again there.
+    if (res.locals.prepaid !== undefined) return next();
     if (redis.status !== 'ready') return next();
     const client = clientOf(res);
     limits.consume(client, 1).then(

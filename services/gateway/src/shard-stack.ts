@@ -29,7 +29,7 @@ import type { ToolRegistry } from '@toolgate/registry';
 import { KeyRing, SecretStore } from '@toolgate/secrets';
 import { tracingActive } from '@toolgate/telemetry';
 import type { UpstreamCatalog } from '@toolgate/upstreams';
-import { Router } from 'express';
+import { Router, type RequestHandler } from 'express';
 import { ApprovalFeed } from './approval-feed.js';
 import { readJsonBody } from './body/read-json-body.js';
 import type { Clients } from './clients.js';
@@ -103,6 +103,8 @@ export interface ShardStack {
   held: HeldConnections;
   /** The routes of the clients whose data is on this shard (after authentication). */
   router: Router;
+  /** Charges a request to its client's rate on this shard (once per request). */
+  charge: RequestHandler;
   /** Expires overdue approvals, samples the console's series, counts cache evictions. */
   sweep(): Promise<void>;
   close(): Promise<void>;
@@ -245,7 +247,8 @@ export function openShard(shard: Shard, o: ShardStackOptions, sharded: boolean):
 
   // The routes of this shard's clients, in the order the gateway has always had them.
   const router = Router();
-  router.use(chargeRequests(limits, redis, audit)); // before the body is read
+  const charge = chargeRequests(limits, redis, audit);
+  router.use(charge); // before the body is read
   router.use(readJsonBody({ limitBytes: config.server.bodyLimitBytes }));
   router.use(executeRoutes(pipeline)); // the hot route first
   router.use(sessionRoutes({ sessions, registry, config: config.sessions, audit }));
@@ -334,6 +337,7 @@ export function openShard(shard: Shard, o: ShardStackOptions, sharded: boolean):
     feed,
     held,
     router,
+    charge,
     sweep,
     async close() {
       await connectionBudget.close();

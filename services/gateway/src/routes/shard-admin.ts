@@ -6,7 +6,7 @@
  * clients that are not admins pass through to their own shard's routes untouched.
  */
 import type { CallBrief, StatsReport, ToolStats } from '@toolgate/calls';
-import { isCallId } from '@toolgate/calls';
+import { isCallId, isConnectionLost } from '@toolgate/calls';
 import type { ToolRegistry } from '@toolgate/registry';
 import {
   Router,
@@ -69,11 +69,9 @@ export function shardAdminRoutes(o: ShardAdminOptions): Router {
   /** Runs `read` on every shard; a shard whose Redis is down is named instead of failing all. */
   async function gather<T>(read: (stack: ShardStack) => Promise<T>): Promise<Gathered<T>> {
     const settled = await Promise.allSettled(
-      stacks.map((stack) =>
-        stack.redis.status === 'ready'
-          ? guardRedis(() => read(stack), stack.redis)
-          : Promise.reject(new ApiError('shard_unavailable', stack.shard.id)),
-      ),
+      // A shard lost after being up fails at once (guardRedis); one still connecting (a
+      // gateway just started) is waited for, as a client's own request would be.
+      stacks.map((stack) => guardRedis(() => read(stack), stack.redis)),
     );
     const out: Gathered<T> = { answers: [], down: [] };
     let failure: unknown;
@@ -100,6 +98,13 @@ export function shardAdminRoutes(o: ShardAdminOptions): Router {
     const c = req.query.client;
     return typeof c === 'string' && configured.has(c) ? c : undefined;
   };
+
+  // An admin's request costs one call of the admin's rate, on the admin's own shard, once: a
+  // merged view is charged here, one served on another shard's router is not charged again.
+  router.use((req, res, next) => {
+    if (!admin(res)) return next();
+    stackOf(clientOf(res).id).charge(req, res, next);
+  });
 
   // One client's data (its secrets, its workspaces' reset ids): on its shard, where its worker
   // lane reads them (docs/sharding.md), whoever the admin is.
@@ -181,7 +186,7 @@ export function shardAdminRoutes(o: ShardAdminOptions): Router {
     const held = await stackOf(client.id).held.hold(res, client);
     try {
       if (held.signal.aborted) return;
-      const up = stacks.filter((s) => s.redis.status === 'ready');
+      const up = stacks.filter((s) => !isConnectionLost(s.redis));
       let events: EventStream | undefined;
       const queued: ApprovalEvent[] = [];
       const stops: (() => void)[] = [];
@@ -280,7 +285,6 @@ export function shardAdminRoutes(o: ShardAdminOptions): Router {
         .map(async (id) => {
           const stack = stackOf(id);
           try {
-            if (stack.redis.status !== 'ready') throw unavailable([stack.shard.id]);
             const use = await guardRedis(() => stack.budgets.use(id), stack.redis);
             return { client: id, budget: budgetView(use.client) };
           } catch (err) {
